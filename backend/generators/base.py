@@ -1,0 +1,106 @@
+"""The one small interface every model backend implements.
+
+The engine hands a backend token ids and gets token ids back (EOS included when the model
+stopped on it), exactly as verl's server manager does: no text round-trip, so nothing is
+re-tokenized between turns.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Called with the ids generated since the previous call (a delta), as they arrive.
+TokenCallback = Callable[[list[int]], None]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_tokens: int = 512
+    seed: int | None = None
+    repetition_penalty: float = 1.0
+    stop: tuple[str, ...] = ()
+    logprobs: int | None = None  # None: no logprobs; 0: logprob of the sampled token
+    ignore_eos: bool = False
+
+    def replace(self, **kw: Any) -> SamplingParams:
+        d = asdict(self)
+        d.update(kw)
+        return SamplingParams(**d)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> SamplingParams:
+        d = dict(d or {})
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown sampling parameter(s): {', '.join(sorted(unknown))}")
+        if "stop" in d and d["stop"] is not None:
+            d["stop"] = tuple([d["stop"]] if isinstance(d["stop"], str) else d["stop"])
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        return d
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A decoding constraint for one generated turn (tool_choice; see backend.tool_choice).
+
+    ``kind``: "none" (no constraint), "regex", "json_schema", "grammar" (EBNF/lark), or
+    "structural_tag". ``spec`` is the regex / schema / grammar text the backend enforces.
+    """
+
+    kind: str = "none"
+    spec: Any = None
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "spec": self.spec, "description": self.description}
+
+
+@dataclass
+class Generation:
+    token_ids: list[int]
+    finish_reason: str  # "stop" (EOS or stop string), "length", "abort"
+    logprobs: list[float] | None = None
+    info: dict[str, Any] = field(default_factory=dict)  # backend details (server url, timings, ...)
+
+
+class GenerationError(RuntimeError):
+    """A backend failed in a way the user should read (unreachable server, OOM, ...)."""
+
+
+class Generator(abc.ABC):
+    """Async token-in/token-out text generation."""
+
+    name: str = "generator"
+
+    @abc.abstractmethod
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        on_tokens: TokenCallback | None = None,
+        constraint: Constraint | None = None,
+    ) -> Generation:
+        """Generate a continuation of ``prompt_ids``.
+
+        Must honour ``params.max_tokens``; must abort the underlying request when the calling
+        task is cancelled (re-raise ``asyncio.CancelledError`` after aborting).
+        """
+
+    def describe(self) -> dict[str, Any]:
+        """What to record in the trace's metadata about this backend."""
+        return {"backend": self.name}
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (engine, HTTP sessions)."""

@@ -1,0 +1,387 @@
+"""The one trace type.
+
+Everything the app shows is a :class:`Trace`: a live run from :mod:`backend.engine`, a file
+loaded from disk, or an import from another tool. Traces are pydantic models because they are
+read from untrusted files: validation happens once, at the boundary, and a bad record gets a
+message a person can act on.
+
+A trace file is JSONL, one trace per line (``read_jsonl`` / ``write_jsonl``). A single JSON
+object or a JSON list of traces is accepted on read as well.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+FORMAT_VERSION = 1
+
+# Largest token id we accept from a file. Real vocabularies are < 2**20; anything above 2**31
+# cannot be a token id of any tokenizer and would overflow int32 tensors downstream.
+MAX_TOKEN_ID = 2**31 - 1
+
+StepState = Literal["pending", "generating", "processing_tools", "terminated"]
+
+Span = tuple[int, int]
+
+
+class _Model(BaseModel):
+    # Unknown keys are kept (extra="allow") so a newer file read by an older version loses
+    # nothing on re-save.
+    model_config = ConfigDict(extra="allow", validate_assignment=False)
+
+
+class ToolCall(_Model):
+    """One tool call parsed out of generated text."""
+
+    name: str
+    arguments: Any = Field(default_factory=dict)  # an object for a well-formed call
+    id: str | None = None
+    span: Span | None = None  # character span of the whole call in the step's text
+    raw: str | None = None  # the call's text as the model wrote it
+
+    def to_message_call(self) -> dict[str, Any]:
+        """The call in Hugging Face chat format (arguments as an object)."""
+        call: dict[str, Any] = {"type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        if self.id is not None:
+            call["id"] = self.id
+        return call
+
+
+class ParseError(_Model):
+    """A part of the generated text that looked like a tool call but could not be parsed."""
+
+    message: str
+    span: Span | None = None
+    raw: str | None = None
+
+
+class ToolResult(_Model):
+    """What running one tool call produced."""
+
+    call_id: str | None = None
+    name: str
+    content: str  # exactly what was put into the tool message the model sees
+    ok: bool = True
+    error: str | None = None  # kind of failure: unknown_tool, invalid_arguments, exception, timeout, ...
+    error_detail: str | None = None
+    duration_s: float = 0.0
+    truncated: bool = False
+    original_length: int | None = None  # characters before truncation
+    stdout: str | None = None
+
+
+class MessageSpan(_Model):
+    """Which tokens (and characters of the rendered text) belong to which message."""
+
+    message: int  # index into Trace.messages; -1 for template text that belongs to no message
+    start: int  # token index into prompt_ids + response_ids
+    end: int
+    char_start: int | None = None
+    char_end: int | None = None
+
+
+class Step(_Model):
+    """One transition of the agent loop state machine."""
+
+    index: int
+    state: StepState
+    start: int = 0  # token span [start, end) into prompt_ids + response_ids
+    end: int = 0
+    mask: Literal[0, 1] | None = None  # mask bit of the tokens it appended; None if it appended none
+    text: str = ""  # decoded text of the appended tokens
+    messages_added: list[int] = Field(default_factory=list)  # indices into Trace.messages
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    parse_errors: list[ParseError] = Field(default_factory=list)
+    tool_results: list[ToolResult] = Field(default_factory=list)
+    finish_reason: str | None = None  # the generator's: stop, length, abort
+    constraint: dict[str, Any] | None = None  # active decoding constraint for a generated turn
+    logprobs: list[float] | None = None
+    started_at: float | None = None  # unix seconds
+    duration_s: float = 0.0
+    error: str | None = None
+    info: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _span_ok(self) -> Step:
+        if self.start < 0 or self.end < self.start:
+            raise ValueError(f"step {self.index}: bad token span [{self.start}, {self.end})")
+        return self
+
+
+class TokenizerInfo(_Model):
+    name: str | None = None  # profile name, hub id or path
+    template: str | None = None  # template name, file, or "custom"
+    template_sha256: str | None = None
+    eos_token_id: int | None = None
+    vocab_size: int | None = None
+
+
+class Trace(_Model):
+    format_version: int = FORMAT_VERSION
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex[:16])
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    prompt_ids: list[int] = Field(default_factory=list)
+    response_ids: list[int] = Field(default_factory=list)
+    response_mask: list[int] = Field(default_factory=list)
+    steps: list[Step] = Field(default_factory=list)
+    message_spans: list[MessageSpan] = Field(default_factory=list)
+    termination_reason: str | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    tokenizer: TokenizerInfo = Field(default_factory=TokenizerInfo)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("prompt_ids", "response_ids")
+    @classmethod
+    def _ids_in_range(cls, ids: list[int]) -> list[int]:
+        for i, t in enumerate(ids):
+            if t < 0 or t > MAX_TOKEN_ID:
+                raise ValueError(f"token id {t} at position {i} is out of range 0..{MAX_TOKEN_ID}")
+        return ids
+
+    @field_validator("response_mask")
+    @classmethod
+    def _mask_bits(cls, mask: list[int]) -> list[int]:
+        for i, m in enumerate(mask):
+            if m not in (0, 1):
+                raise ValueError(f"response_mask[{i}] is {m}; mask values must be 0 or 1")
+        return mask
+
+    @field_validator("format_version")
+    @classmethod
+    def _version(cls, v: int) -> int:
+        if v > FORMAT_VERSION:
+            raise ValueError(f"trace format version {v} is newer than this tool understands ({FORMAT_VERSION})")
+        return v
+
+    @model_validator(mode="after")
+    def _lengths(self) -> Trace:
+        if len(self.response_ids) != len(self.response_mask):
+            raise ValueError(
+                f"response_mask has {len(self.response_mask)} entries but response_ids has "
+                f"{len(self.response_ids)}; they must be the same length"
+            )
+        total = len(self.prompt_ids) + len(self.response_ids)
+        for s in self.steps:
+            if s.end > total and total:
+                raise ValueError(f"step {s.index} span [{s.start}, {s.end}) is past the {total} tokens of the trace")
+        return self
+
+    # ---- derived views -------------------------------------------------------------------
+    @property
+    def input_ids(self) -> list[int]:
+        """The full token sequence: prompt then response."""
+        return self.prompt_ids + self.response_ids
+
+    @property
+    def full_mask(self) -> list[int]:
+        """Mask over the full sequence (prompt tokens are context: 0)."""
+        return [0] * len(self.prompt_ids) + self.response_mask
+
+    @property
+    def num_turns(self) -> int:
+        """Assistant turns generated (or present, for imported traces)."""
+        gen = sum(1 for s in self.steps if s.state == "generating")
+        if gen:
+            return gen
+        return sum(1 for m in self.messages if m.get("role") == "assistant")
+
+    def step_errors(self) -> int:
+        n = 0
+        for s in self.steps:
+            n += len(s.parse_errors) + (1 if s.error else 0) + sum(1 for r in s.tool_results if not r.ok)
+        return n
+
+    # ---- (de)serialisation ---------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Trace:
+        if not isinstance(data, dict):
+            raise TraceFormatError(f"a trace must be a JSON object, got {type(data).__name__}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            raise TraceFormatError(_explain(e)) from None
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Trace:
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as e:
+            raise TraceFormatError(_explain(e)) from None
+
+
+class TraceFormatError(ValueError):
+    """A record that is not a valid trace; the message says why in plain words."""
+
+
+def _explain(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors()[:3]:
+        loc = ".".join(str(x) for x in err.get("loc", ())) or "trace"
+        msg = err.get("msg", "invalid")
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        parts.append(f"{loc}: {msg}")
+    more = e.error_count() - 3
+    if more > 0:
+        parts.append(f"and {more} more problem(s)")
+    return "; ".join(parts)
+
+
+# ---- files ---------------------------------------------------------------------------------
+
+DEFAULT_MAX_FILE_BYTES = int(os.environ.get("ALI_MAX_TRACE_FILE_BYTES", 1 << 30))  # 1 GiB
+DEFAULT_MAX_LINE_BYTES = int(os.environ.get("ALI_MAX_TRACE_LINE_BYTES", 64 << 20))  # 64 MiB
+
+
+@dataclass
+class LoadProblem:
+    line: int  # 1-based line number (or record index for JSON lists)
+    reason: str
+
+
+@dataclass
+class LoadResult:
+    traces: list[Trace] = field(default_factory=list)
+    problems: list[LoadProblem] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)  # source line of each trace
+
+    def summary(self) -> str:
+        s = f"{len(self.traces)} trace(s) loaded"
+        if self.problems:
+            s += f", {len(self.problems)} bad record(s)"
+        return s
+
+
+class TraceFileError(ValueError):
+    """The file as a whole cannot be read (too big, not text, ...)."""
+
+
+def iter_jsonl_records(
+    stream: io.BufferedIOBase | Iterable[bytes], max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> Iterator[tuple[int, Any | LoadProblem]]:
+    """Yield ``(line_number, parsed_json_or_problem)`` for each non-blank line.
+
+    Reads line by line so memory stays bounded by ``max_line_bytes``; an over-long line is
+    skipped (reported), not loaded.
+    """
+    lineno = 0
+    reader = stream.readline if hasattr(stream, "readline") else None
+    it = iter(stream) if reader is None else None
+    while True:
+        if reader is not None:
+            raw = reader(max_line_bytes + 1)
+        else:
+            raw = next(it, b"")  # type: ignore[arg-type]
+        if not raw:
+            return
+        lineno += 1
+        if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+            # drain the rest of this line without keeping it
+            skipped = len(raw)
+            while reader is not None:
+                chunk = reader(1 << 20)
+                skipped += len(chunk)
+                if not chunk or chunk.endswith(b"\n"):
+                    break
+            yield lineno, LoadProblem(lineno, f"line is longer than the {max_line_bytes} byte limit ({skipped} bytes); skipped")
+            continue
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            yield lineno, LoadProblem(lineno, f"not valid UTF-8 at byte {e.start}")
+            continue
+        try:
+            yield lineno, json.loads(text)
+        except json.JSONDecodeError as e:
+            yield lineno, LoadProblem(lineno, f"invalid JSON: {e.msg} at column {e.colno}")
+        except RecursionError:
+            yield lineno, LoadProblem(lineno, "invalid JSON: nested too deeply")
+
+
+def _check_size(path: str, max_bytes: int) -> int:
+    size = os.path.getsize(path)
+    if size > max_bytes:
+        raise TraceFileError(
+            f"{os.path.basename(path)} is {size / 1e6:.1f} MB, over the {max_bytes / 1e6:.0f} MB limit "
+            "(set ALI_MAX_TRACE_FILE_BYTES to raise it)"
+        )
+    return size
+
+
+def load_traces(path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> LoadResult:
+    """Load our trace files: JSONL (one trace per line), a JSON object, or a JSON list.
+
+    Good records load; each bad one is reported with its line number and the reason.
+    """
+    _check_size(path, max_bytes)
+    result = LoadResult()
+    with open(path, "rb") as f:
+        head = f.read(4096)
+        f.seek(0)
+        if b"\x00" in head:
+            raise TraceFileError(f"{os.path.basename(path)} looks like a binary file, not JSON/JSONL text")
+        stripped = head.lstrip()
+        if stripped.startswith(b"[") or path.endswith(".json"):
+            # a whole-file JSON document (list of traces or one trace); fall back to JSONL if
+            # it does not parse as one document
+            data = f.read()
+            try:
+                doc = json.loads(data.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                doc = None
+            if doc is not None:
+                records = doc if isinstance(doc, list) else [doc]
+                for i, rec in enumerate(records, start=1):
+                    _add(result, i, rec)
+                return result
+            f.seek(0)
+        for lineno, rec in iter_jsonl_records(f, max_line_bytes):
+            _add(result, lineno, rec)
+    return result
+
+
+def _add(result: LoadResult, line: int, rec: Any) -> None:
+    if isinstance(rec, LoadProblem):
+        result.problems.append(rec)
+        return
+    try:
+        result.traces.append(Trace.from_dict(rec))
+        result.lines.append(line)
+    except TraceFormatError as e:
+        result.problems.append(LoadProblem(line, str(e)))
+
+
+def write_jsonl(traces: Iterable[Trace], path: str) -> int:
+    n = 0
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for t in traces:
+            f.write(t.to_json())
+            f.write("\n")
+            n += 1
+    os.replace(tmp, path)
+    return n
+
+
+def append_jsonl(trace: Trace, path: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(trace.to_json())
+        f.write("\n")
+        f.flush()
