@@ -1,0 +1,103 @@
+"""Replay a script of model outputs, token-exact, with no model.
+
+Each entry is the exact text the model outputs on that turn (``"<tool_call>...</tool_call>"``),
+or a dict ``{"text": ..., "token_delay_s": 0.01}`` / ``{"token_ids": [...]}``. Text is encoded
+with the tokenizer, and the EOS id is appended unless the text already ends with it, as a real
+engine returns it. ``max_tokens`` is honoured (finish_reason "length", no EOS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from backend.generators.base import Constraint, Generation, GenerationError, Generator, SamplingParams, TokenCallback
+
+
+class ScriptError(ValueError):
+    pass
+
+
+def load_script(path: str) -> list[Any]:
+    """A JSON list of entries, or JSONL with one entry per line."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = []
+        for i, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                data.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ScriptError(f"{path}:{i}: invalid JSON ({e.msg})") from None
+    if isinstance(data, dict) and "script" in data:
+        data = data["script"]
+    if not isinstance(data, list):
+        raise ScriptError(f"{path}: a script is a JSON list of model outputs")
+    for i, e in enumerate(data):
+        _check_entry(i, e)
+    return data
+
+
+def _check_entry(i: int, e: Any) -> None:
+    if isinstance(e, str):
+        return
+    if isinstance(e, dict) and (isinstance(e.get("text"), str) or isinstance(e.get("token_ids"), list)):
+        return
+    raise ScriptError(f"script entry {i} must be a string or an object with 'text' or 'token_ids'")
+
+
+class ScriptedGenerator(Generator):
+    name = "scripted"
+
+    def __init__(self, tokenizer: Any, script: list[Any], *, token_delay_s: float = 0.0):
+        for i, e in enumerate(script):
+            _check_entry(i, e)
+        self.tokenizer = tokenizer
+        self.script = list(script)
+        self.token_delay_s = token_delay_s
+        self.calls = 0
+        self.eos_id = tokenizer.eos_token_id
+
+    def _ids(self, entry: Any) -> list[int]:
+        if isinstance(entry, dict) and "token_ids" in entry:
+            return [int(t) for t in entry["token_ids"]]
+        text = entry if isinstance(entry, str) else entry["text"]
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if self.eos_id is not None and (not ids or ids[-1] != self.eos_id):
+            ids.append(self.eos_id)
+        return ids
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        on_tokens: TokenCallback | None = None,
+        constraint: Constraint | None = None,
+    ) -> Generation:
+        turn = self.calls
+        if turn >= len(self.script):
+            raise GenerationError(f"the script has {len(self.script)} entries; turn {turn + 1} has none")
+        self.calls += 1
+        entry = self.script[turn]
+        ids = self._ids(entry)
+        finish = "stop"
+        if len(ids) > params.max_tokens:
+            ids = ids[: params.max_tokens]
+            finish = "length"
+        delay = entry.get("token_delay_s", self.token_delay_s) if isinstance(entry, dict) else self.token_delay_s
+        if on_tokens is not None or delay:
+            for t in ids:
+                if delay:
+                    await asyncio.sleep(delay)
+                if on_tokens is not None:
+                    on_tokens([t])
+        return Generation(token_ids=ids, finish_reason=finish, info={"script_turn": turn})
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name, "script_entries": len(self.script)}

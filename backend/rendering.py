@@ -1,0 +1,238 @@
+"""Render messages + tools through a chat template to text and token ids.
+
+Two jobs:
+
+* :func:`render` — the whole conversation, with per-message character and token spans, so the
+  UI can link a message to its tokens (and the tokens to the loop step that added them).
+* :func:`render_tool_turn` — verl's way of tokenizing the context injected after a tool call:
+  render only the new messages with the generation prompt, then strip the prefix the template
+  writes for an empty conversation (Qwen2.5's default system prompt, for example).
+
+Tokenization is always ``encode(text, add_special_tokens=False)`` of the rendered text, which
+is what ``apply_chat_template(tokenize=True)`` does; tests hold the two equal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from backend.tokenizers import TokenizerBundle
+from backend.trace import MessageSpan
+
+
+class RenderError(ValueError):
+    """The chat template failed on these messages; the message says why."""
+
+
+@dataclass
+class Rendering:
+    text: str
+    token_ids: list[int]
+    offsets: list[tuple[int, int]] = field(default_factory=list)  # char span of each token
+    message_spans: list[MessageSpan] = field(default_factory=list)
+    spans_exact: bool = True  # False when the template re-renders earlier messages differently
+
+    def to_dict(self, tokenizer: Any | None = None) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "text": self.text,
+            "token_ids": self.token_ids,
+            "num_tokens": len(self.token_ids),
+            "message_spans": [s.model_dump() for s in self.message_spans],
+            "spans_exact": self.spans_exact,
+        }
+        if tokenizer is not None:
+            d["tokens"] = tokenizer.convert_ids_to_tokens(self.token_ids)
+        return d
+
+
+def _template_kwargs(bundle: TokenizerBundle, kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    merged = dict(bundle.chat_template_kwargs)
+    if kwargs:
+        merged.update(kwargs)
+    return merged
+
+
+def render_text(
+    bundle: TokenizerBundle,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    *,
+    add_generation_prompt: bool = False,
+    chat_template_kwargs: dict[str, Any] | None = None,
+    chat_template: str | None = None,
+) -> str:
+    """The template's text for ``messages`` (transformers' sandboxed Jinja environment)."""
+    try:
+        out = bundle.tokenizer.apply_chat_template(
+            messages,
+            tools=tools or None,
+            chat_template=chat_template or bundle.chat_template,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+            **_template_kwargs(bundle, chat_template_kwargs),
+        )
+    except Exception as e:  # jinja2 TemplateError, SecurityError, raise_exception(), TypeError ...
+        raise RenderError(f"chat template {bundle.template_name!r} failed: {type(e).__name__}: {e}") from e
+    if not isinstance(out, str):  # batched input or a template returning something odd
+        raise RenderError(f"chat template {bundle.template_name!r} did not render to text")
+    return out
+
+
+def encode(bundle: TokenizerBundle, text: str) -> list[int]:
+    return bundle.tokenizer.encode(text, add_special_tokens=False)
+
+
+def encode_with_offsets(bundle: TokenizerBundle, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    enc = bundle.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+
+
+def _common_prefix_len(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # binary search on the first difference
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def message_char_spans(
+    bundle: TokenizerBundle,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    full_text: str,
+    chat_template_kwargs: dict[str, Any] | None = None,
+    chat_template: str | None = None,
+) -> tuple[list[tuple[int, int]], bool]:
+    """Character span of each message in ``full_text``.
+
+    Message ``i`` ends where the render of ``messages[:i+1]`` stops agreeing with the full
+    render. That is exact for templates whose output for a prefix is a prefix of the output
+    (most). Templates that rewrite earlier turns depending on later ones (Qwen3 drops old
+    ``<think>`` blocks) give approximate spans, reported by ``exact=False``.
+    """
+    spans: list[tuple[int, int]] = []
+    exact = True
+    prev = 0
+    for i in range(len(messages)):
+        try:
+            t = render_text(bundle, messages[: i + 1], tools, chat_template_kwargs=chat_template_kwargs, chat_template=chat_template)
+        except RenderError:
+            exact = False
+            t = ""
+        end = _common_prefix_len(t, full_text)
+        if end != len(t):
+            exact = False
+        end = max(end, prev)
+        spans.append((prev, end))
+        prev = end
+    return spans, exact
+
+
+def char_spans_to_token_spans(offsets: list[tuple[int, int]], char_spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Assign each token to the span that contains its first character."""
+    out: list[tuple[int, int]] = []
+    t = 0
+    n = len(offsets)
+    for cs, ce in char_spans:
+        start = t
+        while t < n and offsets[t][0] < ce:
+            t += 1
+        out.append((start, t))
+    return out
+
+
+def render(
+    bundle: TokenizerBundle,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    *,
+    add_generation_prompt: bool = True,
+    chat_template_kwargs: dict[str, Any] | None = None,
+    chat_template: str | None = None,
+    spans: bool = True,
+) -> Rendering:
+    text = render_text(
+        bundle,
+        messages,
+        tools,
+        add_generation_prompt=add_generation_prompt,
+        chat_template_kwargs=chat_template_kwargs,
+        chat_template=chat_template,
+    )
+    ids, offsets = encode_with_offsets(bundle, text)
+    r = Rendering(text=text, token_ids=ids, offsets=offsets)
+    if spans:
+        cspans, exact = message_char_spans(bundle, messages, tools, text, chat_template_kwargs, chat_template)
+        tail = cspans[-1][1] if cspans else 0
+        if tail < len(text):
+            cspans.append((tail, len(text)))  # generation prompt / trailing template text
+        tspans = char_spans_to_token_spans(offsets, cspans)
+        r.spans_exact = exact
+        for i, ((cs, ce), (ts, te)) in enumerate(zip(cspans, tspans)):
+            idx = i if i < len(messages) else -1
+            r.message_spans.append(MessageSpan(message=idx, start=ts, end=te, char_start=cs, char_end=ce))
+    return r
+
+
+# ---- the tool turn, as verl tokenizes it ---------------------------------------------------
+
+
+def empty_render_prefix(bundle: TokenizerBundle, chat_template_kwargs: dict[str, Any] | None = None) -> str:
+    """What the template writes for a conversation of one empty message (verl renders ``[{}]``):
+    the default system prompt of templates that add one, else ``""``."""
+    try:
+        return render_text(bundle, [{}], add_generation_prompt=False, chat_template_kwargs=chat_template_kwargs)
+    except RenderError:
+        return ""
+
+
+def render_tool_turn(
+    bundle: TokenizerBundle,
+    new_messages: list[dict[str, Any]],
+    *,
+    chat_template_kwargs: dict[str, Any] | None = None,
+    system_prefix: str | None = None,
+) -> tuple[str, list[int], dict[str, Any]]:
+    """Text and ids of the context appended after a tool call (mask 0).
+
+    verl's method: render only ``new_messages`` with the generation prompt and drop the tokens
+    of the empty-conversation prefix. If the template cannot render tool messages on their own
+    (some insist on a user turn), fall back to rendering them after a minimal user/assistant
+    exchange and taking the text that follows it; ``info["method"]`` says which was used.
+    """
+    info: dict[str, Any] = {}
+    if system_prefix is None:
+        system_prefix = empty_render_prefix(bundle, chat_template_kwargs)
+    try:
+        text = render_text(bundle, new_messages, add_generation_prompt=True, chat_template_kwargs=chat_template_kwargs)
+        if system_prefix and text.startswith(system_prefix):
+            prefix_ids = encode(bundle, system_prefix)
+            all_ids = encode(bundle, text)
+            if all_ids[: len(prefix_ids)] == prefix_ids:
+                info["method"] = "verl"
+                info["stripped_prefix_tokens"] = len(prefix_ids)
+                return text[len(system_prefix) :], all_ids[len(prefix_ids) :], info
+        elif not system_prefix:
+            info["method"] = "verl"
+            return text, encode(bundle, text), info
+        info["prefix_mismatch"] = True
+    except RenderError as e:
+        info["verl_error"] = str(e)
+    base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    before = render_text(bundle, base, chat_template_kwargs=chat_template_kwargs)
+    after = render_text(bundle, base + list(new_messages), add_generation_prompt=True, chat_template_kwargs=chat_template_kwargs)
+    if not after.startswith(before):
+        raise RenderError(
+            f"chat template {bundle.template_name!r} cannot render tool messages incrementally: "
+            "the conversation's earlier text changes when tool messages are appended"
+        )
+    text = after[len(before) :]
+    info["method"] = "diff"
+    return text, encode(bundle, text), info
