@@ -114,8 +114,10 @@ def message_char_spans(
 
     Message ``i`` ends where the render of ``messages[:i+1]`` stops agreeing with the full
     render. That is exact for templates whose output for a prefix is a prefix of the output
-    (most). Templates that rewrite earlier turns depending on later ones (Qwen3 drops old
-    ``<think>`` blocks) give approximate spans, reported by ``exact=False``.
+    (most). A prefix render may close its last message differently (Qwen3 groups consecutive
+    tool messages in one block); that only moves the boundary inside that message. Templates
+    that rewrite *earlier* turns depending on later ones (Qwen3 drops old ``<think>`` blocks)
+    give approximate spans, reported by ``exact=False``.
     """
     spans: list[tuple[int, int]] = []
     exact = True
@@ -127,9 +129,12 @@ def message_char_spans(
             exact = False
             t = ""
         end = _common_prefix_len(t, full_text)
-        if end != len(t):
-            exact = False
+        if end < prev:
+            exact = False  # text before this message differs from the full render
         end = max(end, prev)
+        content = messages[i].get("content") if isinstance(messages[i], dict) else None
+        if isinstance(content, str) and content and content not in full_text[prev:end]:
+            exact = False  # the boundary fell inside this message
         spans.append((prev, end))
         prev = end
     return spans, exact

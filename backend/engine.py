@@ -1,0 +1,448 @@
+"""The agent loop: verl's ``ToolAgentLoop`` as an explicit, token-exact state machine.
+
+PENDING → GENERATING → PROCESSING_TOOLS → GENERATING → … → TERMINATED
+
+* PENDING renders the messages + tools with the generation prompt: ``prompt_ids``.
+* GENERATING sends ``prompt_ids + response_ids`` to the generator and appends the returned ids
+  as they are (mask 1). No text round-trip: what the model produced is what is recorded.
+* PROCESSING_TOOLS runs the parsed calls (at most ``max_parallel_calls``), then tokenizes only
+  the new tool messages, as verl does (render them with the generation prompt, strip the
+  template's empty-conversation prefix), and appends them (mask 0).
+
+Every transition becomes a :class:`~backend.trace.Step`; the result is a :class:`~backend.trace.Trace`.
+Configuration is immutable (:class:`LoopConfig`); all per-run state lives in one :class:`_Run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from backend.generators.base import Constraint, Generation, GenerationError, Generator, SamplingParams
+from backend.parsers import get_parser
+from backend.rendering import RenderError, empty_render_prefix, render, render_tool_turn
+from backend.tokenizers import TokenizerBundle
+from backend.trace import MessageSpan, Step, ToolCall, ToolResult, Trace
+
+TRUNCATE_SIDES = ("left", "right", "middle")
+TOOL_ERROR_POLICIES = ("feed_back", "terminate")
+
+# Termination reasons, recorded in Trace.termination_reason
+NO_TOOL_CALLS = "no_tool_calls"
+RESPONSE_LENGTH = "response_length"
+MAX_ASSISTANT_TURNS = "max_assistant_turns"
+MAX_USER_TURNS = "max_user_turns"
+MALFORMED_TOOL_CALL = "malformed_tool_call"
+TOOL_ERROR = "tool_error"
+GENERATION_ERROR = "generation_error"
+RENDER_ERROR = "render_error"
+CANCELLED = "cancelled"
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """verl's agent-loop knobs (defaults follow verl's ``multi_turn`` config where it has one)."""
+
+    response_length: int = 4096  # budget for all response tokens (generated + injected)
+    max_assistant_turns: int | None = None
+    max_user_turns: int | None = None  # tool-response turns, as verl counts them
+    max_parallel_calls: int = 1
+    max_tool_response_length: int | None = 256  # characters
+    tool_response_truncate_side: str = "middle"
+    apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    parser: str | None = None  # tool-call format; None: the tokenizer profile's default
+    sampling: dict[str, Any] = field(default_factory=dict)  # SamplingParams fields
+    tool_timeout_s: float = 30.0
+    on_tool_error: str = "feed_back"  # or "terminate"
+
+    def __post_init__(self) -> None:
+        if self.response_length <= 0:
+            raise ConfigError("response_length must be positive")
+        for name in ("max_assistant_turns", "max_user_turns"):
+            v = getattr(self, name)
+            if v is not None and v <= 0:
+                raise ConfigError(f"{name} must be positive or null")
+        if self.max_parallel_calls <= 0:
+            raise ConfigError("max_parallel_calls must be positive")
+        if self.max_tool_response_length is not None and self.max_tool_response_length <= 0:
+            raise ConfigError("max_tool_response_length must be positive or null")
+        if self.tool_response_truncate_side not in TRUNCATE_SIDES:
+            raise ConfigError(f"tool_response_truncate_side must be one of {', '.join(TRUNCATE_SIDES)}")
+        if self.on_tool_error not in TOOL_ERROR_POLICIES:
+            raise ConfigError(f"on_tool_error must be one of {', '.join(TOOL_ERROR_POLICIES)}")
+        if self.tool_timeout_s <= 0:
+            raise ConfigError("tool_timeout_s must be positive")
+        try:
+            SamplingParams.from_dict(self.sampling)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(str(e)) from None
+
+    @property
+    def sampling_params(self) -> SamplingParams:
+        return SamplingParams.from_dict(self.sampling)
+
+    def to_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> LoopConfig:
+        d = dict(d or {})
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ConfigError(f"unknown loop config key(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
+        return cls(**d)
+
+
+@dataclass
+class LoopEvent:
+    """Progress of a run, for live views. ``kind``: "step" (a step finished), "tokens" (new
+    generated ids of the current step), "state" (entering a state)."""
+
+    kind: str
+    step: Step | None = None
+    state: str | None = None
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+
+
+EventCallback = Callable[[LoopEvent], None]
+
+
+@dataclass
+class _Run:
+    """All state of one run (verl keeps this in AgentData)."""
+
+    messages: list[dict[str, Any]]
+    prompt_ids: list[int] = field(default_factory=list)
+    response_ids: list[int] = field(default_factory=list)
+    response_mask: list[int] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    message_spans: list[Any] = field(default_factory=list)
+    assistant_turns: int = 0
+    user_turns: int = 0
+    pending_calls: list[ToolCall] = field(default_factory=list)
+    termination: str | None = None
+    started: float = field(default_factory=time.time)
+
+    @property
+    def total(self) -> int:
+        return len(self.prompt_ids) + len(self.response_ids)
+
+
+class AgentLoop:
+    def __init__(
+        self,
+        generator: Generator,
+        tokenizer: TokenizerBundle,
+        tools: Any = None,  # backend.tools.ToolRegistry
+        config: LoopConfig | None = None,
+    ):
+        self.generator = generator
+        self.bundle = tokenizer
+        self.tools = tools
+        self.config = config or LoopConfig()
+        self.parser = get_parser(self.config.parser or tokenizer.parser, tokenizer=tokenizer.tokenizer)
+        self._system_prefix: str | None = None
+
+    # ---- helpers ----------------------------------------------------------------------------
+    @property
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return list(self.tools.schemas) if self.tools is not None and len(self.tools) else []
+
+    async def _off_loop(self, fn, *args, **kwargs):
+        """Tokenizer/template work runs in a thread (verl's run_in_executor), serialised per
+        tokenizer because HF fast tokenizers mutate shared state on each call."""
+
+        def locked():
+            with self.bundle._lock:
+                return fn(*args, **kwargs)
+
+        return await asyncio.to_thread(locked)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.bundle.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def _emit(self, cb: EventCallback | None, ev: LoopEvent) -> None:
+        if cb is not None:
+            cb(ev)
+
+    # ---- run --------------------------------------------------------------------------------
+    async def run(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        on_event: EventCallback | None = None,
+        cancel: asyncio.Event | None = None,
+        trace_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Trace:
+        """Run the loop to termination and return the trace. Never raises for model, tool or
+        template failures: they end the run with a termination reason and an error on the step.
+        ``cancel`` (set from another task) aborts the current generation and ends the run."""
+        run = _Run(messages=copy.deepcopy(list(messages)))
+        state = "pending"
+        while state != "terminated":
+            self._emit(on_event, LoopEvent("state", state=state))
+            if state == "pending":
+                state = await self._pending(run, on_event)
+            elif state == "generating":
+                state = await self._generating(run, on_event, cancel)
+            elif state == "processing_tools":
+                state = await self._processing_tools(run, on_event)
+            else:  # pragma: no cover - states are closed
+                raise AssertionError(state)
+        end = Step(
+            index=len(run.steps), state="terminated", start=run.total, end=run.total,
+            started_at=time.time(), info={"reason": run.termination},
+        )
+        run.steps.append(end)
+        self._emit(on_event, LoopEvent("step", step=end))
+        return self._trace(run, trace_id, metadata)
+
+    def _trace(self, run: _Run, trace_id: str | None, metadata: dict[str, Any] | None) -> Trace:
+        n = self.config.response_length
+        meta = {
+            "source": "engine",
+            "generator": self.generator.describe(),
+            "parser": self.parser.name,
+            "started_at": run.started,
+            "duration_s": time.time() - run.started,
+            "assistant_turns": run.assistant_turns,
+            "user_turns": run.user_turns,
+        }
+        meta.update(metadata or {})
+        kw = {"id": trace_id} if trace_id else {}
+        return Trace(
+            messages=run.messages,
+            tools=self.tool_schemas,
+            prompt_ids=run.prompt_ids,
+            response_ids=run.response_ids[:n],
+            response_mask=run.response_mask[:n],
+            steps=run.steps,
+            message_spans=run.message_spans,
+            termination_reason=run.termination,
+            config=self.config.to_dict(),
+            tokenizer=self.bundle.info(),
+            metadata=meta,
+            **kw,
+        )
+
+    # ---- states -----------------------------------------------------------------------------
+    async def _pending(self, run: _Run, on_event: EventCallback | None) -> str:
+        t0 = time.time()
+        step = Step(index=0, state="pending", started_at=t0, messages_added=list(range(len(run.messages))))
+        try:
+            r = await self._off_loop(
+                render, self.bundle, run.messages, self.tool_schemas,
+                add_generation_prompt=True, chat_template_kwargs=self.config.apply_chat_template_kwargs,
+            )
+            if self._system_prefix is None:
+                self._system_prefix = await self._off_loop(empty_render_prefix, self.bundle, self.config.apply_chat_template_kwargs)
+        except RenderError as e:
+            step.error = str(e)
+            step.duration_s = time.time() - t0
+            run.steps.append(step)
+            run.termination = RENDER_ERROR
+            self._emit(on_event, LoopEvent("step", step=step))
+            return "terminated"
+        run.prompt_ids = list(r.token_ids)
+        run.message_spans = list(r.message_spans)
+        step.end = len(run.prompt_ids)
+        step.text = r.text
+        step.info["spans_exact"] = r.spans_exact
+        step.duration_s = time.time() - t0
+        run.steps.append(step)
+        self._emit(on_event, LoopEvent("step", step=step))
+        return "generating"
+
+    async def _generating(self, run: _Run, on_event: EventCallback | None, cancel: asyncio.Event | None) -> str:
+        t0 = time.time()
+        budget = self.config.response_length - len(run.response_mask)
+        params = self.config.sampling_params
+        params = params.replace(max_tokens=max(1, min(params.max_tokens, budget)))
+        constraint = self._constraint_for_turn(run)
+        step = Step(
+            index=len(run.steps), state="generating", start=run.total, end=run.total, mask=1, started_at=t0,
+            constraint=constraint.to_dict() if constraint is not None and constraint.kind != "none" else None,
+        )
+        streamed: list[int] = []
+
+        def on_tokens(delta: list[int]) -> None:
+            streamed.extend(delta)
+            self._emit(on_event, LoopEvent("tokens", step=step, token_ids=list(delta)))
+
+        gen: Generation | None = None
+        error: str | None = None
+        cancelled = False
+        task = asyncio.ensure_future(
+            self.generator.generate(run.prompt_ids + run.response_ids, params, on_tokens=on_tokens, constraint=constraint)
+        )
+        try:
+            if cancel is None:
+                gen = await task
+            else:
+                waiter = asyncio.ensure_future(cancel.wait())
+                done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                if task in done:
+                    waiter.cancel()
+                    gen = task.result()
+                else:
+                    cancelled = True
+                    task.cancel()
+                    try:
+                        await task
+                    except (asyncio.CancelledError, Exception):
+                        pass
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        except GenerationError as e:
+            error = str(e)
+        except Exception as e:  # a backend bug must still end the run with a trace
+            error = f"{type(e).__name__}: {e}"
+
+        if gen is None:
+            # keep what was streamed before the abort/failure: those tokens were generated
+            gen = Generation(token_ids=streamed, finish_reason="abort")
+        ids = list(gen.token_ids)
+        run.assistant_turns += 1
+        run.response_ids += ids
+        run.response_mask += [1] * len(ids)
+        step.end = run.total
+        step.finish_reason = gen.finish_reason
+        step.logprobs = gen.logprobs
+        step.info.update(gen.info)
+        step.info["max_tokens"] = params.max_tokens
+        step.error = error
+        step.text = self._decode(ids)
+
+        # parse for display and for the assistant message, whatever happens next
+        body = ids[:-1] if ids and ids[-1] == self.bundle.eos_token_id else ids
+        text = step.text if body is ids else self._decode(body)
+        parsed = self.parser.parse(text)
+        calls = [
+            c if c.id else c.model_copy(update={"id": f"call_{run.assistant_turns}_{i}"})
+            for i, c in enumerate(parsed.tool_calls)
+        ]
+        step.tool_calls = calls
+        step.parse_errors = list(parsed.errors)
+        msg: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+        if parsed.reasoning is not None:
+            msg["reasoning_content"] = parsed.reasoning
+        if calls:
+            msg["tool_calls"] = [c.to_message_call() for c in calls]
+        if ids or not (cancelled or error):
+            run.messages.append(msg)
+            step.messages_added = [len(run.messages) - 1]
+            run.message_spans.append(MessageSpan(message=len(run.messages) - 1, start=step.start, end=step.end))
+        step.duration_s = time.time() - t0
+        run.steps.append(step)
+        self._emit(on_event, LoopEvent("step", step=step))
+
+        # termination, in verl's order
+        if cancelled:
+            run.termination = CANCELLED
+        elif error is not None:
+            run.termination = GENERATION_ERROR
+        elif len(run.response_mask) >= self.config.response_length:
+            run.termination = RESPONSE_LENGTH
+        elif self.config.max_assistant_turns and run.assistant_turns >= self.config.max_assistant_turns:
+            run.termination = MAX_ASSISTANT_TURNS
+        elif self.config.max_user_turns and run.user_turns >= self.config.max_user_turns:
+            run.termination = MAX_USER_TURNS
+        elif calls:
+            run.pending_calls = calls
+            return "processing_tools"
+        elif parsed.errors:
+            run.termination = MALFORMED_TOOL_CALL
+        else:
+            run.termination = NO_TOOL_CALLS
+        return "terminated"
+
+    def _constraint_for_turn(self, run: _Run) -> Constraint | None:
+        return None
+
+    async def _processing_tools(self, run: _Run, on_event: EventCallback | None) -> str:
+        t0 = time.time()
+        calls = run.pending_calls[: self.config.max_parallel_calls]
+        dropped = len(run.pending_calls) - len(calls)
+        run.pending_calls = []
+        step = Step(index=len(run.steps), state="processing_tools", start=run.total, end=run.total, mask=0, started_at=t0)
+        if dropped:
+            step.info["dropped_calls"] = dropped
+        results = await asyncio.gather(*(self._call_tool(c) for c in calls))
+        step.tool_results = list(results)
+        new_messages = []
+        for call, res in zip(calls, results):
+            m: dict[str, Any] = {"role": "tool", "content": res.content, "name": call.name}
+            if call.id:
+                m["tool_call_id"] = call.id
+            new_messages.append(m)
+
+        if self.config.on_tool_error == "terminate" and any(not r.ok for r in results):
+            step.duration_s = time.time() - t0
+            step.info["not_appended"] = "a tool failed and on_tool_error is 'terminate'"
+            run.steps.append(step)
+            run.termination = TOOL_ERROR
+            self._emit(on_event, LoopEvent("step", step=step))
+            return "terminated"
+
+        try:
+            text, ids, info = await self._off_loop(
+                render_tool_turn, self.bundle, new_messages,
+                chat_template_kwargs=self.config.apply_chat_template_kwargs, system_prefix=self._system_prefix,
+            )
+        except RenderError as e:
+            step.error = str(e)
+            step.duration_s = time.time() - t0
+            run.steps.append(step)
+            run.termination = RENDER_ERROR
+            self._emit(on_event, LoopEvent("step", step=step))
+            return "terminated"
+        step.info.update(info)
+        step.text = text
+        if len(run.response_mask) + len(ids) >= self.config.response_length:
+            # verl drops the tool turn that would overflow the budget and stops
+            step.info["not_appended"] = f"{len(ids)} tool-turn tokens would exceed response_length"
+            step.info["would_append_tokens"] = len(ids)
+            step.duration_s = time.time() - t0
+            run.steps.append(step)
+            run.termination = RESPONSE_LENGTH
+            self._emit(on_event, LoopEvent("step", step=step))
+            return "terminated"
+        first = len(run.messages)
+        run.messages.extend(new_messages)
+        run.response_ids += ids
+        run.response_mask += [0] * len(ids)
+        run.user_turns += 1
+        step.end = run.total
+        step.messages_added = list(range(first, len(run.messages)))
+        # the tool messages of one turn share its tokens (one rendered block)
+        for i in step.messages_added:
+            run.message_spans.append(MessageSpan(message=i, start=step.start, end=step.end))
+        step.duration_s = time.time() - t0
+        run.steps.append(step)
+        self._emit(on_event, LoopEvent("step", step=step))
+        return "generating"
+
+    async def _call_tool(self, call: ToolCall) -> ToolResult:
+        if self.tools is None:
+            return ToolResult(
+                call_id=call.id, name=call.name, ok=False, error="unknown_tool",
+                content=f"Error: unknown tool '{call.name}'. No tools are available.",
+            )
+        return await self.tools.execute(
+            call,
+            timeout_s=self.config.tool_timeout_s,
+            max_response_length=self.config.max_tool_response_length,
+            truncate_side=self.config.tool_response_truncate_side,
+        )

