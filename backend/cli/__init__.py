@@ -1,0 +1,77 @@
+"""``python -m backend COMMAND``: one module per command in this package.
+
+Each module defines ``register(subparsers)``, which adds its parser and sets
+``func=handler`` where ``handler(args) -> int``. User errors are raised as :class:`CLIError`
+(or any project error derived from ValueError/OSError) and printed as one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import pkgutil
+import sys
+from typing import Any
+
+
+class CLIError(Exception):
+    """An error the user can fix; printed as one line, exit status 2."""
+
+
+def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
+    """Print a result: JSON with --json, else the human text (or pretty JSON)."""
+    if as_json or text is None:
+        sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=None if as_json else 2) + "\n")
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def read_json_file(path: str, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise CLIError(f"{what} file not found: {path}") from None
+    except json.JSONDecodeError as e:
+        raise CLIError(f"{what} file {path} is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+    except UnicodeDecodeError:
+        raise CLIError(f"{what} file {path} is not UTF-8 text") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m backend", description="Agent Loop Inspector: token-exact agent loops, traces and diagnostics.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if mod.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{mod.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except CLIError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, OSError) as e:  # project errors (TokenizerLoadError, RenderError, ...) and I/O
+        print(f"error: {type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
+        return 2
+    except Exception as e:  # a bug: still one line, with a pointer to the full traceback
+        if debug:
+            raise
+        print(f"error: internal error ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); rerun with --debug for the traceback", file=sys.stderr)
+        return 1
