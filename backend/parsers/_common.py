@@ -1,0 +1,348 @@
+"""Shared pieces of the native parsers: strict JSON decoding, call validation, a tolerant reader
+for lists of calls, and the tag scanner that splits reasoning, content and call blocks.
+
+Everything here is linear in the length of the text (regex searches only use patterns without
+nested quantifiers; "next occurrence" searches are cached), so a 1 MB turn parses in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from backend.parsers.base import ParseResult
+from backend.trace import ParseError, ToolCall
+
+# ---- strict JSON ------------------------------------------------------------------------------
+
+
+class _NotJSON(ValueError):
+    """A value Python's json accepts but JSON does not (NaN, Infinity, a number that overflows)."""
+
+
+def _parse_constant(name: str) -> Any:
+    raise _NotJSON(f"{name} is not valid JSON (non-finite numbers are not allowed)")
+
+
+def _parse_float(s: str) -> float:
+    v = float(s)
+    if not math.isfinite(v):
+        shown = s if len(s) <= 40 else s[:37] + "..."
+        raise _NotJSON(f"number {shown} overflows to infinity (non-finite numbers are not allowed)")
+    return v
+
+
+_DECODER = json.JSONDecoder(parse_constant=_parse_constant, parse_float=_parse_float)
+
+
+def decode_at(text: str, idx: int) -> tuple[Any, int, str | None]:
+    """Decode one JSON value starting exactly at ``idx``.
+
+    Returns ``(value, end, None)`` on success, ``(None, idx, message)`` on failure. Never raises.
+    Duplicate keys: the last one wins (as in ``json``).
+    """
+    try:
+        value, end = _DECODER.raw_decode(text, idx)
+        return value, end, None
+    except json.JSONDecodeError as e:
+        if e.pos >= len(text):
+            return None, idx, f"truncated JSON: {e.msg} at end of text"
+        return None, idx, f"invalid JSON: {e.msg} at char {e.pos}"
+    except _NotJSON as e:
+        return None, idx, f"invalid JSON: {e}"
+    except RecursionError:
+        return None, idx, "invalid JSON: nested too deeply"
+    except ValueError as e:  # e.g. an integer over Python's 4300-digit conversion limit
+        msg = str(e)
+        if "integer string conversion" in msg:
+            msg = "integer literal is too long (over 4300 digits)"
+        return None, idx, f"invalid JSON: {msg}"
+    except MemoryError:
+        return None, idx, "invalid JSON: too large to decode"
+
+
+def decode_whole(s: str) -> tuple[Any, str | None]:
+    """Decode a whole string as one JSON value (whitespace around allowed)."""
+    i = skip_ws(s, 0)
+    value, end, err = decode_at(s, i)
+    if err is not None:
+        return None, err
+    if skip_ws(s, end) != len(s):
+        return None, "invalid JSON: extra data after the value"
+    return value, None
+
+
+_WS = re.compile(r"\s*")
+
+
+def skip_ws(text: str, i: int) -> int:
+    return _WS.match(text, i).end()  # type: ignore[union-attr]
+
+
+def rstrip_end(text: str, start: int, end: int) -> int:
+    """``end`` moved left past whitespace, not before ``start``."""
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return end
+
+
+class Finder:
+    """``text.find(needle, pos)`` with the last answer cached, so that a loop asking with
+    increasing ``pos`` is linear in total even when the needle never occurs."""
+
+    __slots__ = ("text", "needle", "_from", "_at")
+
+    def __init__(self, text: str, needle: str) -> None:
+        self.text = text
+        self.needle = needle
+        self._from = -1
+        self._at = -1
+
+    def find(self, pos: int) -> int:
+        if self._from != -1 and self._from <= pos and (self._at == -1 or self._at >= pos):
+            return self._at
+        self._from = pos
+        self._at = self.text.find(self.needle, pos)
+        return self._at
+
+
+def type_name(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "list"
+    if isinstance(v, dict):
+        return "object"
+    return type(v).__name__
+
+
+# ---- validating one call ----------------------------------------------------------------------
+
+
+def validate_call(
+    value: Any, arg_keys: tuple[str, ...] = ("arguments", "parameters"), allow_missing_args: bool = True
+) -> tuple[str, dict[str, Any], str | None] | str:
+    """``(name, arguments, id)`` for a well-formed call object, else an error message.
+
+    ``arguments`` may be a JSON string holding an object (decoded). A missing arguments key means
+    ``{}`` when ``allow_missing_args`` (no-argument tools).
+    """
+    if not isinstance(value, dict):
+        return f"tool call must be a JSON object, got {type_name(value)}"
+    if "name" not in value:
+        return 'tool call has no "name"'
+    name = value["name"]
+    if not isinstance(name, str):
+        return f'tool call "name" must be a string, got {type_name(name)}'
+    if not name.strip():
+        return 'tool call "name" is empty'
+    key = next((k for k in arg_keys if k in value), None)
+    if key is None:
+        if not allow_missing_args:
+            return f'tool call {name!r} has no "{arg_keys[0]}"'
+        args: Any = {}
+    else:
+        args = value[key]
+    if isinstance(args, str):
+        decoded, err = decode_whole(args)
+        if err is not None:
+            return f'tool call {name!r}: "{key}" is a string that is not a JSON object ({err})'
+        if not isinstance(decoded, dict):
+            return f'tool call {name!r}: "{key}" is a string holding a JSON {type_name(decoded)}, not an object'
+        args = decoded
+    elif not isinstance(args, dict):
+        return f'tool call {name!r}: "{key}" must be a JSON object, got {type_name(args)}'
+    call_id = value.get("id")
+    if call_id is not None and not isinstance(call_id, str):
+        call_id = str(call_id) if isinstance(call_id, int) and not isinstance(call_id, bool) else None
+    return name, args, call_id
+
+
+class Collector:
+    """Accumulates calls, errors, content ranges and reasoning for one text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.calls: list[ToolCall] = []
+        self.errors: list[ParseError] = []
+        self.content: list[tuple[int, int]] = []
+        self.reasoning: list[str] | None = None
+
+    def add_content(self, start: int, end: int) -> None:
+        if end > start:
+            self.content.append((start, end))
+
+    def add_reasoning(self, s: str) -> None:
+        if self.reasoning is None:
+            self.reasoning = []
+        self.reasoning.append(s.strip())
+
+    def add_error(self, start: int, end: int, message: str) -> None:
+        end = max(start, min(end, len(self.text)))
+        self.errors.append(ParseError(message=message, span=(start, end), raw=self.text[start:end]))
+
+    def add_value(self, start: int, end: int, value: Any, **validate_kw: Any) -> bool:
+        """Validate a decoded call object spanning ``[start, end)``; record a call or an error."""
+        r = validate_call(value, **validate_kw)
+        if isinstance(r, str):
+            self.add_error(start, end, r)
+            return False
+        name, args, call_id = r
+        self.calls.append(ToolCall(name=name, arguments=args, id=call_id, span=(start, end), raw=self.text[start:end]))
+        return True
+
+    def result(self) -> ParseResult:
+        content = "".join(self.text[s:e] for s, e in self.content).strip()
+        reasoning = None if self.reasoning is None else "\n\n".join(r for r in self.reasoning if r)
+        self.calls.sort(key=lambda c: c.span[0] if c.span else 0)
+        self.errors.sort(key=lambda e: e.span[0] if e.span else 0)
+        return ParseResult(content=content, reasoning=reasoning, tool_calls=self.calls, errors=self.errors)
+
+
+# ---- sequences of call objects ----------------------------------------------------------------
+
+# Where the next call object of a broken list probably starts: a separator, then an object whose
+# first key is one a call object starts with. Used only to recover after a bad element.
+_CALL_KEYS = r'\{\s*"(?:name|arguments|parameters|id)"\s*:'
+RESYNC_COMMA = re.compile(r",\s*(?=" + _CALL_KEYS + ")")
+RESYNC_SEMICOLON = re.compile(r";\s*(?=" + _CALL_KEYS + ")")
+
+
+def parse_call_list(
+    col: Collector,
+    lb: int,
+    region_end: Callable[[int], int],
+    what: str = "list",
+) -> tuple[int, bool]:
+    """Read a JSON list of call objects whose ``[`` is at ``lb``, element by element.
+
+    Each element that is a well-formed call becomes a call spanning the element; each bad element
+    becomes an error spanning it. After a bad element the reader resynchronises at the next
+    ``, {"name": ...`` before ``region_end(pos)`` (the end of the enclosing block), so one bad
+    element hides nothing after it.
+
+    Returns ``(end, closed)``: the position after the closing ``]`` (``closed`` True), or, for a
+    list that could not be read to its ``]``, the position where reading stopped (``closed``
+    False; the problem is already recorded).
+    """
+    text = col.text
+    n = len(text)
+    i = skip_ws(text, lb + 1)
+    if text.startswith("]", i):
+        return i + 1, True
+    while True:
+        s = i
+        if s >= n:
+            col.add_error(lb, n, f"truncated {what}: the text ends inside it")
+            return n, False
+        value, end, err = decode_at(text, s)
+        search_from = s + 1
+        if err is None:
+            j = skip_ws(text, end)
+            c = text[j : j + 1]
+            if c == ",":
+                col.add_value(s, end, value)
+                i = skip_ws(text, j + 1)
+                if text.startswith("]", i):  # trailing comma: tolerated, like most servers do not
+                    col.add_error(j, j + 1, f"trailing comma in {what}")
+                    return i + 1, True
+                continue
+            if c == "]":
+                col.add_value(s, end, value)
+                return j + 1, True
+            if c == "":
+                col.add_value(s, end, value)
+                col.add_error(lb, n, f"truncated {what}: no closing ']'")
+                return n, False
+            err = f"expected ',' or ']' after element of {what}, found {text[j:j + 10]!r}"
+            search_from = end
+        limit = region_end(s)
+        m = RESYNC_COMMA.search(text, search_from, limit)
+        if m is not None:
+            col.add_error(s, rstrip_end(text, s, m.start()), err)
+            i = m.end()
+            continue
+        e = rstrip_end(text, s, limit)
+        if e - 1 > s and text[e - 1] == "]":
+            e = rstrip_end(text, s, e - 1)
+        col.add_error(s, e, err)
+        return limit, False
+
+
+# ---- the tag scanner -------------------------------------------------------------------------
+
+
+CallHandler = Callable[[Collector, int, int], int]
+
+
+def scan_tagged(
+    text: str,
+    call_open: str,
+    handle_call: CallHandler,
+    think_open: str | None = None,
+    think_close: str | None = None,
+    drop_tags: tuple[str, ...] = (),
+    col: Collector | None = None,
+) -> Collector:
+    """Split ``text`` into content, reasoning blocks and call blocks.
+
+    ``handle_call(col, tag_start, tag_end)`` reads the call block whose opening tag spans
+    ``[tag_start, tag_end)`` and returns the position after it. Call tags inside a reasoning block
+    are part of the reasoning. A closing reasoning tag with no opening one before it makes
+    everything before it reasoning (a template that already opened ``<think>``). An unclosed
+    reasoning block runs to the end of the text. ``drop_tags`` are removed from the content.
+    """
+    col = col or Collector(text)
+    pos = 0
+    if think_open and think_close:
+        first_close = text.find(think_close)
+        if first_close != -1:
+            first_open = text.find(think_open, 0, first_close)
+            if first_open == -1:
+                col.add_reasoning(text[:first_close])
+                pos = first_close + len(think_close)
+    tags = [call_open, *drop_tags]
+    if think_open and think_close:
+        tags += [think_open, think_close]
+    # Longest first so that a tag that is a prefix of another never shadows it.
+    pattern = re.compile("|".join(re.escape(t) for t in sorted(set(tags), key=len, reverse=True)))
+    think_finder = Finder(text, think_close) if think_close else None
+    n = len(text)
+    while pos < n:
+        m = pattern.search(text, pos)
+        if m is None:
+            col.add_content(pos, n)
+            break
+        col.add_content(pos, m.start())
+        tag = m.group()
+        if tag == call_open:
+            new_pos = handle_call(col, m.start(), m.end())
+            pos = max(new_pos, m.end())
+        elif tag == think_open:
+            assert think_finder is not None and think_close is not None
+            close = think_finder.find(m.end())
+            if close == -1:
+                col.add_reasoning(text[m.end() :])
+                break
+            col.add_reasoning(text[m.end() : close])
+            pos = close + len(think_close)
+        elif tag == think_close:  # stray closing tag after other text: keep it as text
+            col.add_content(m.start(), m.end())
+            pos = m.end()
+        else:  # a dropped tag
+            pos = m.end()
+    return col
+
+
+def dumps(value: Any) -> str:
+    """JSON the way chat templates write it (``tojson``: ``ensure_ascii=False``, default separators)."""
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,125 @@
+"""The parser interface, its result type and the registry of parsers by name.
+
+A parser turns one generated assistant turn (text) into content, reasoning, tool calls and
+parse errors. Parsers never raise on any ``str`` input: everything that looks like a tool call
+but cannot be read becomes a :class:`~backend.trace.ParseError` with the character span of the
+offending text, and the well-formed calls around it are still returned.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from backend.trace import ParseError, ToolCall
+
+_REGISTRY: dict[str, type[ToolCallParser]] = {}
+
+P = TypeVar("P", bound="type[ToolCallParser]")
+
+
+@dataclass
+class ParseResult:
+    """What a parser read out of one turn of generated text."""
+
+    content: str = ""  # text outside tool calls and reasoning, stripped of surrounding whitespace
+    reasoning: str | None = None  # None when the text has no reasoning block at all
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    errors: list[ParseError] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (spans as ``[start, end]`` lists, or None)."""
+        return {
+            "content": self.content,
+            "reasoning": self.reasoning,
+            "tool_calls": [
+                {"name": c.name, "arguments": c.arguments, "span": list(c.span) if c.span is not None else None}
+                for c in self.tool_calls
+            ],
+            "errors": [{"message": e.message, "span": list(e.span) if e.span is not None else None} for e in self.errors],
+        }
+
+
+class ToolCallParser(abc.ABC):
+    """Base class of all tool-call parsers.
+
+    Subclasses implement :meth:`_parse` and :meth:`format_calls`; :meth:`parse` wraps ``_parse`` so
+    that no input can make it raise (an unexpected exception becomes one ``ParseError`` that spans
+    the whole text and starts with ``"internal parser error"``, which the fuzz tests treat as a bug).
+    """
+
+    name: str = ""
+    call_begin: str = ""  # text that opens a tool call in this format ("" if there is none)
+    call_end: str = ""  # text that closes a tool call in this format ("" if there is none)
+
+    def __init__(self, tokenizer: Any = None, tools: list[dict[str, Any]] | None = None) -> None:
+        # Native parsers need neither; they accept both so callers can pass them uniformly.
+        self.tokenizer = tokenizer
+        self.tools = tools
+
+    def parse(self, text: str) -> ParseResult:
+        """Parse one turn of generated text. Never raises for any ``str``."""
+        if not isinstance(text, str):
+            if text is None:
+                text = ""
+            elif isinstance(text, (bytes, bytearray)):
+                text = bytes(text).decode("utf-8", errors="replace")
+            else:
+                text = str(text)
+        try:
+            return self._parse(text)
+        except (Exception, RecursionError) as e:  # noqa: BLE001 - the contract is "never raises"
+            return ParseResult(
+                content=text.strip(),
+                errors=[ParseError(message=f"internal parser error: {type(e).__name__}: {e}"[:500], span=(0, len(text)), raw=text)],
+            )
+
+    @abc.abstractmethod
+    def _parse(self, text: str) -> ParseResult:
+        """Parse ``text``; may assume it is a ``str``."""
+
+    @abc.abstractmethod
+    def format_calls(self, calls: list[dict[str, Any]]) -> str:
+        """The exact text a model using this format emits for ``calls``
+        (``[{"name": ..., "arguments": {...}}, ...]``; an ``"id"`` is used where the format has one)."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+def register_parser(name: str) -> Callable[[P], P]:
+    """Class decorator: register a parser class under ``name``."""
+
+    def deco(cls: P) -> P:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise ValueError(f"a tool-call parser named {name!r} is already registered ({_REGISTRY[name].__qualname__})")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def available_parsers() -> list[str]:
+    """Registered parser names. ``vllm:<name>`` adapters are not listed (see :func:`vllm_parser_names`)."""
+    return sorted(_REGISTRY)
+
+
+def get_parser(name: str, tokenizer: Any = None, **options: Any) -> ToolCallParser:
+    """A parser by name: ``"hermes"``, ``"hunyuan"``, ``"llama3_json"``, ``"mistral"``,
+    ``"transformers"`` (needs ``tokenizer``) or ``"vllm:<vllm parser name>"`` (needs ``tokenizer``
+    and an importable vLLM). Raises ``ValueError`` for an unknown name."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"parser name must be a non-empty string; available: {', '.join(available_parsers())}")
+    if name.startswith("vllm:"):
+        from backend.parsers.vllm_adapter import VLLMParser
+
+        return VLLMParser(name[len("vllm:") :], tokenizer=tokenizer, **options)
+    cls = _REGISTRY.get(name)
+    if cls is None:
+        raise ValueError(
+            f"unknown tool-call parser {name!r}; available: {', '.join(available_parsers())}, or vllm:<name> to use vLLM's parser"
+        )
+    return cls(tokenizer=tokenizer, **options)

@@ -1,0 +1,88 @@
+"""Llama 3.1 / 3.2 JSON tool calls::
+
+    <|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": ..., "parameters": {...}}
+
+``<|python_tag|>`` is optional; ``"arguments"`` is accepted in place of ``"parameters"``; several
+calls are separated by ``;``.
+
+- With ``<|python_tag|>``: the text before it is content, and what follows it is calls: anything
+  there that is not a well-formed call is an error (Llama's built-in tools' ``name.call(...)``
+  syntax included, which this parser does not read).
+- Without it: calls are read only if the text (after whitespace) starts with ``{``. A first
+  object that is not call-shaped (no ``"name"``/``"parameters"``/``"arguments"`` key) means the
+  whole text is plain content, as is text that does not start with ``{``.
+- Text after the last call (not starting with ``;``) is content.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from backend.parsers._common import RESYNC_SEMICOLON, Collector, decode_at, dumps, rstrip_end, skip_ws
+from backend.parsers.base import ParseResult, ToolCallParser, register_parser
+
+PYTHON_TAG = "<|python_tag|>"
+_CALL_LIKE = re.compile(r'"(?:name|parameters|arguments)"\s*:')
+_ARG_KEYS = ("parameters", "arguments")
+
+
+@register_parser("llama3_json")
+class Llama3JsonParser(ToolCallParser):
+    call_begin = ""
+    call_end = ""
+
+    def _parse(self, text: str) -> ParseResult:
+        col = Collector(text)
+        n = len(text)
+        tag = text.find(PYTHON_TAG)
+        strict = tag != -1
+        if strict:
+            col.add_content(0, tag)
+            i = skip_ws(text, tag + len(PYTHON_TAG))
+            if i >= n:
+                col.add_error(tag, n, f"{PYTHON_TAG} with nothing after it (generation truncated?)")
+                return col.result()
+            if text[i] != "{":
+                col.add_error(tag, rstrip_end(text, tag, n), f"{PYTHON_TAG} is not followed by a JSON call object "
+                              "(built-in tool `name.call(...)` syntax is not supported by this parser)")
+                return col.result()
+        else:
+            i = skip_ws(text, 0)
+            if i >= n or text[i] != "{":
+                col.add_content(0, n)
+                return col.result()
+
+        first = True
+        while True:
+            s = i
+            value, end, err = decode_at(text, s)
+            if err is None:
+                if first and not strict and not (isinstance(value, dict) and any(k in value for k in ("name", *_ARG_KEYS))):
+                    col.add_content(0, n)  # a JSON answer, not a call
+                    return col.result()
+                col.add_value(s, end, value, arg_keys=_ARG_KEYS)
+                j = skip_ws(text, end)
+                if text.startswith(";", j):
+                    i = skip_ws(text, j + 1)
+                    if i < n and text[i] == "{":
+                        first = False
+                        continue
+                    col.add_content(i, n)
+                    return col.result()
+                col.add_content(end, n)
+                return col.result()
+            # An unreadable object: is it a call at all?
+            m = RESYNC_SEMICOLON.search(text, s + 1)
+            stop = m.start() if m is not None else n
+            if first and not strict and _CALL_LIKE.search(text, s, stop) is None:
+                col.add_content(0, n)  # not JSON and not call-like: plain text that starts with '{'
+                return col.result()
+            col.add_error(s, rstrip_end(text, s, stop), err)
+            if m is None:
+                return col.result()
+            i = m.end()
+            first = False
+
+    def format_calls(self, calls: list[dict[str, Any]]) -> str:
+        return "; ".join(dumps({"name": c["name"], "parameters": c.get("arguments", {})}) for c in calls)

@@ -1,0 +1,98 @@
+"""``vllm:<name>``: vLLM's own tool parser, for comparing what a vLLM server would return.
+
+``get_parser("vllm:hermes", tokenizer=tok, tools=[...])`` builds vLLM's parser class
+(``ToolParserManager.get_tool_parser(name)``) and calls its ``extract_tool_calls(text, request)``
+with a minimal ``ChatCompletionRequest`` carrying the tools. vLLM reports no errors and no
+positions: each call's span is found with our parser of the same format (None if not found), and
+an exception raised by vLLM becomes one error spanning the whole text. Note that vLLM's parsers
+usually drop every call of a turn when one is malformed (they log and return the text as content).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from backend.parsers._adapt import build_result, native_formatter, unwrap_tokenizer, whole_text_error
+from backend.parsers.base import ParseResult, ToolCallParser
+
+# vLLM parser name -> our parser for the same format (locating spans, writing calls back).
+NATIVE_FOR_VLLM = {
+    "hermes": "hermes",
+    "qwen3_json": "hermes",
+    "hunyuan_a13b": "hunyuan",
+    "llama3_json": "llama3_json",
+    "llama4_json": "llama3_json",
+    "mistral": "mistral",
+}
+
+
+def vllm_available() -> bool:
+    """True when the ``vllm`` package can be imported (checked without importing it)."""
+    try:
+        return importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def vllm_parser_names() -> list[str]:
+    """``vllm:<name>`` for every tool parser the installed vLLM registers ([] without vLLM).
+    Importing vLLM takes seconds; this is not called by :func:`available_parsers`."""
+    if not vllm_available():
+        return []
+    from vllm.tool_parsers import ToolParserManager
+
+    return [f"vllm:{n}" for n in ToolParserManager.list_registered()]
+
+
+class VLLMParser(ToolCallParser):
+    def __init__(self, vllm_name: str, tokenizer: Any = None, tools: list[dict[str, Any]] | None = None, native: str | None = None) -> None:
+        if not vllm_available():
+            raise ValueError(f"vLLM is not installed, so parser 'vllm:{vllm_name}' is not available (pip install vllm); "
+                             "the native parsers (hermes, hunyuan, llama3_json, mistral) need nothing extra")
+        if tokenizer is None:
+            raise ValueError(f"parser 'vllm:{vllm_name}' needs a tokenizer: get_parser('vllm:{vllm_name}', tokenizer=...)")
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.tool_parsers import ToolParserManager
+
+        try:
+            self._cls = ToolParserManager.get_tool_parser(vllm_name)
+        except KeyError:
+            raise ValueError(
+                f"vLLM has no tool parser {vllm_name!r}; vLLM's parsers: {', '.join(ToolParserManager.list_registered())}"
+            ) from None
+        except Exception as e:  # a lazily registered parser whose module fails to import
+            raise ValueError(f"vLLM's tool parser {vllm_name!r} could not be loaded: {type(e).__name__}: {e}") from e
+        super().__init__(tokenizer, tools)
+        self.name = f"vllm:{vllm_name}"
+        self.vllm_name = vllm_name
+        self._tok, _ = unwrap_tokenizer(tokenizer)
+        try:
+            self._request = ChatCompletionRequest(model="agent-loop-inspector", messages=[], tools=tools or None)
+        except Exception as e:  # pydantic validation of the tools
+            raise ValueError(f"tools are not valid OpenAI tool definitions for vLLM: {e}") from e
+        self.native = native or NATIVE_FOR_VLLM.get(vllm_name)
+        if self.native is not None:
+            fmt = native_formatter(self.native, self.name)
+            self.call_begin, self.call_end = fmt.call_begin, fmt.call_end
+
+    def _new_vllm_parser(self) -> Any:
+        # A fresh instance per parse: vLLM parsers keep streaming state on the instance.
+        try:
+            return self._cls(self._tok, self._request.tools)
+        except TypeError:
+            return self._cls(self._tok)
+
+    def _parse(self, text: str) -> ParseResult:
+        try:
+            info = self._new_vllm_parser().extract_tool_calls(text, self._request)
+        except Exception as e:  # noqa: BLE001 - whatever vLLM raises is reported, not propagated
+            return whole_text_error(text, f"{self.name} raised {type(e).__name__}: {e}")
+        calls = []
+        for tc in info.tool_calls or []:
+            fn = getattr(tc, "function", None)
+            calls.append((getattr(fn, "name", None), getattr(fn, "arguments", None), getattr(tc, "id", None)))
+        return build_result(text, calls, info.content, None, self.native, self.name)
+
+    def format_calls(self, calls: list[dict[str, Any]]) -> str:
+        return native_formatter(self.native, self.name).format_calls(calls)
