@@ -26,6 +26,7 @@ from backend.generators.base import Constraint, Generation, GenerationError, Gen
 from backend.parsers import get_parser
 from backend.rendering import RenderError, empty_render_prefix, render, render_tool_turn
 from backend.tokenizers import TokenizerBundle
+from backend.tool_choice import ToolChoiceError, build_constraint, choice_for_turn, normalize_policy, validate_policy
 from backend.trace import MessageSpan, Step, ToolCall, ToolResult, Trace
 
 TRUNCATE_SIDES = ("left", "right", "middle")
@@ -62,6 +63,9 @@ class LoopConfig:
     sampling: dict[str, Any] = field(default_factory=dict)  # SamplingParams fields
     tool_timeout_s: float = 30.0
     on_tool_error: str = "feed_back"  # or "terminate"
+    # "auto" | "required" | "none" | a tool name, or one per assistant turn (last repeats),
+    # e.g. ["required", "auto"]; enforced at token level by the backend (backend.tool_choice)
+    tool_choice: Any = "auto"
 
     def __post_init__(self) -> None:
         if self.response_length <= 0:
@@ -84,6 +88,14 @@ class LoopConfig:
             SamplingParams.from_dict(self.sampling)
         except (TypeError, ValueError) as e:
             raise ConfigError(str(e)) from None
+        try:
+            normalize_policy(self.tool_choice)
+        except ToolChoiceError as e:
+            raise ConfigError(str(e)) from None
+
+    @property
+    def tool_choice_policy(self) -> tuple[str, ...]:
+        return normalize_policy(self.tool_choice)
 
     @property
     def sampling_params(self) -> SamplingParams:
@@ -152,6 +164,17 @@ class AgentLoop:
         self.config = config or LoopConfig()
         self.parser = get_parser(self.config.parser or tokenizer.parser, tokenizer=tokenizer.tokenizer)
         self._system_prefix: str | None = None
+        policy = self.config.tool_choice_policy
+        try:
+            validate_policy(policy, [t.get("function", t).get("name") for t in self.tool_schemas])
+        except ToolChoiceError as e:
+            raise ConfigError(str(e)) from None
+        self._constraints: dict[str, Constraint | None] = {}
+        for choice in set(policy):  # built once per loop, reused every turn
+            try:
+                self._constraints[choice] = build_constraint(choice, self.parser.name, self.tool_schemas)
+            except ToolChoiceError as e:
+                raise ConfigError(str(e)) from None
 
     # ---- helpers ----------------------------------------------------------------------------
     @property
@@ -272,7 +295,10 @@ class AgentLoop:
         constraint = self._constraint_for_turn(run)
         step = Step(
             index=len(run.steps), state="generating", start=run.total, end=run.total, mask=1, started_at=t0,
-            constraint=constraint.to_dict() if constraint is not None and constraint.kind != "none" else None,
+            constraint=(
+                {**constraint.to_dict(), "tool_choice": choice_for_turn(self.config.tool_choice_policy, run.assistant_turns)}
+                if constraint is not None and constraint.kind != "none" else None
+            ),
         )
         streamed: list[int] = []
 
@@ -369,7 +395,7 @@ class AgentLoop:
         return "terminated"
 
     def _constraint_for_turn(self, run: _Run) -> Constraint | None:
-        return None
+        return self._constraints.get(choice_for_turn(self.config.tool_choice_policy, run.assistant_turns))
 
     async def _processing_tools(self, run: _Run, on_event: EventCallback | None) -> str:
         t0 = time.time()

@@ -86,6 +86,13 @@ class ScriptedGenerator(Generator):
         self.calls += 1
         entry = self.script[turn]
         ids = self._ids(entry)
+        if constraint is not None and constraint.kind != "none":
+            # a real backend would have been forced to obey; a script that does not is a bad script
+            from backend.tool_choice import check_ids
+
+            why = check_ids(constraint, self.tokenizer, ids)
+            if why:
+                raise GenerationError(f"script entry {turn} does not obey the decoding constraint: {why}")
         finish = "stop"
         if len(ids) > params.max_tokens:
             ids = ids[: params.max_tokens]

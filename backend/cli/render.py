@@ -1,0 +1,65 @@
+"""``render``: messages + tools through a chat template → text, token ids, tokens, spans."""
+
+from __future__ import annotations
+
+import json
+
+from backend.cli import CLIError, emit, read_json_file
+
+
+def register(sub) -> None:
+    p = sub.add_parser("render", help="render messages + tools with a chat template to text and token ids")
+    p.add_argument("--tokenizer", default="qwen3", help="offline profile (qwen3, qwen3-thinking, qwen2.5, smollm2), hub id or path")
+    p.add_argument("--messages", required=True, help="JSON file: a list of messages (HF chat format)")
+    p.add_argument("--tools", help="JSON file: a list of tool schemas, or a .py file of documented functions")
+    p.add_argument("--template", help="override the chat template: a trl template name, a .jinja file, or Jinja text")
+    p.add_argument("--no-generation-prompt", action="store_true", help="do not append the assistant generation prompt")
+    p.add_argument("--chat-template-kwargs", default=None, help='JSON object, e.g. \'{"enable_thinking": false}\'')
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def parse_kwargs(s: str | None) -> dict:
+    if not s:
+        return {}
+    try:
+        v = json.loads(s)
+    except json.JSONDecodeError as e:
+        raise CLIError(f"--chat-template-kwargs is not valid JSON: {e.msg}") from None
+    if not isinstance(v, dict):
+        raise CLIError("--chat-template-kwargs must be a JSON object")
+    return v
+
+
+def load_messages(path: str) -> list[dict]:
+    msgs = read_json_file(path, "messages")
+    if isinstance(msgs, dict) and "messages" in msgs:
+        msgs = msgs["messages"]
+    if not isinstance(msgs, list) or not all(isinstance(m, dict) for m in msgs):
+        raise CLIError(f"messages file {path} must hold a JSON list of message objects")
+    return msgs
+
+
+def load_tool_schemas(path: str | None) -> list[dict]:
+    if not path:
+        return []
+    from backend.tools import ToolRegistry
+
+    return list(ToolRegistry.from_file(path).schemas)
+
+
+def run(args) -> int:
+    from backend.rendering import render
+    from backend.tokenizers import load_tokenizer
+
+    bundle = load_tokenizer(args.tokenizer, template=args.template)
+    msgs = load_messages(args.messages)
+    tools = load_tool_schemas(args.tools)
+    r = render(
+        bundle, msgs, tools, add_generation_prompt=not args.no_generation_prompt,
+        chat_template_kwargs=parse_kwargs(args.chat_template_kwargs),
+    )
+    out = r.to_dict(bundle.tokenizer)
+    out["tokenizer"] = bundle.info().model_dump()
+    emit(out, args.json, None if args.json else r.text + f"\n--- {len(r.token_ids)} tokens")
+    return 0

@@ -1,0 +1,86 @@
+"""``run``: one agent loop → a trace file."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from backend.cli import CLIError, emit, read_json_file
+from backend.cli.render import load_messages
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run one agent loop and write its trace")
+    p.add_argument("--tokenizer", default=None, help="offline profile, hub id or path (default: qwen3 for scripted, the model's own otherwise)")
+    p.add_argument("--template", help="override the chat template (trl name, .jinja file, or Jinja text)")
+    p.add_argument("--generator", "--backend", dest="generator", default="scripted",
+                   help="scripted, vllm, vllm-server, transformers")
+    p.add_argument("--script", help="scripted backend: JSON list of the model's outputs, one per turn")
+    p.add_argument("--model", help="vllm/transformers: hub id or local path (default: the embedded SmolLM2-135M)")
+    p.add_argument("--server-url", action="append", default=[], help="vllm-server base URL (repeatable)")
+    p.add_argument("--tools", help="a .py file of documented functions, a .json list of schemas with mock results, or a verl .yaml")
+    p.add_argument("--messages", required=True, help="JSON file: the conversation so far (HF chat format)")
+    p.add_argument("--config", help="JSON file of LoopConfig fields (response_length, max_parallel_calls, sampling, ...)")
+    p.add_argument("--out", required=True, help="trace file to write (JSON lines; one trace)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from backend.engine import AgentLoop, LoopConfig
+    from backend.generators.scripted import ScriptedGenerator, load_script
+    from backend.tokenizers import load_tokenizer
+    from backend.trace import write_jsonl
+
+    cfg = LoopConfig.from_dict(read_json_file(args.config, "config") if args.config else {})
+    msgs = load_messages(args.messages)
+    tools = None
+    if args.tools:
+        from backend.tools import ToolRegistry
+
+        tools = ToolRegistry.from_file(args.tools)
+
+    if args.generator == "scripted":
+        if not args.script:
+            raise CLIError("--generator scripted needs --script FILE")
+        if not os.path.exists(args.script):
+            raise CLIError(f"script file not found: {args.script}")
+        bundle = load_tokenizer(args.tokenizer or "qwen3", template=args.template)
+        gen = ScriptedGenerator(bundle.tokenizer, load_script(args.script))
+    else:
+        from backend.generators.factory import create_generator
+
+        bundle = load_tokenizer(args.tokenizer or args.model or "smollm2", template=args.template)
+        gen = create_generator(args.generator, model=args.model, server_urls=args.server_url, tokenizer=bundle)
+
+    async def go():
+        try:
+            return await AgentLoop(gen, bundle, tools=tools, config=cfg).run(msgs)
+        finally:
+            await gen.close()
+
+    trace = asyncio.run(go())
+    write_jsonl([trace], args.out)
+    mask = trace.response_mask
+    runs: list[list[int]] = []
+    for m in mask:
+        if runs and runs[-1][0] == m:
+            runs[-1][1] += 1
+        else:
+            runs.append([m, 1])
+    summary = {
+        "out": args.out,
+        "id": trace.id,
+        "termination_reason": trace.termination_reason,
+        "prompt_tokens": len(trace.prompt_ids),
+        "response_tokens": len(trace.response_ids),
+        "mask_runs": runs,
+        "steps": [s.state for s in trace.steps],
+        "errors": trace.step_errors(),
+    }
+    text = (
+        f"wrote {args.out}: {summary['termination_reason']}, prompt {summary['prompt_tokens']} tokens, "
+        f"response {summary['response_tokens']} tokens, mask " + " ".join(f"{n}×{m}" for m, n in runs)
+    )
+    emit(summary, args.json, text)
+    return 0

@@ -1,0 +1,192 @@
+"""``tool_choice`` (auto / required / none / a tool's name) as a token-level constraint.
+
+``required`` and a named tool become an EBNF grammar: the active tool-call format's tags around
+a JSON body whose schema is ``{"name": <tool>, "arguments": <the tool's parameters>}``, then
+nothing but EOS. The JSON part is produced by xgrammar's JSON-schema converter (a vLLM
+dependency), so vLLM's structured outputs, the transformers backend (xgrammar logits
+processor) and the scripted backend's validator all enforce the same grammar.
+``none`` forbids the format's opening tag. ``auto`` constrains nothing.
+
+A policy can change per assistant turn: ``["required", "auto"]`` forces a call on the first
+turn and leaves the rest free (the last entry repeats).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from backend.generators.base import Constraint
+
+AUTO, REQUIRED, NONE = "auto", "required", "none"
+
+
+class ToolChoiceError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class CallFormat:
+    """How one parser format writes a list of calls."""
+
+    open: str  # before the first call
+    close: str  # after the last call
+    call_open: str  # around each call body
+    call_close: str
+    sep: str  # between calls
+    args_key: str = "arguments"
+    forbid: str = ""  # what `none` bans
+
+
+FORMATS: dict[str, CallFormat] = {
+    "hermes": CallFormat("", "", "<tool_call>\n", "\n</tool_call>", "\n", forbid="<tool_call>"),
+    "hunyuan": CallFormat("<tool_calls>[", "]</tool_calls>", "", "", ", ", forbid="<tool_calls>"),
+    "llama3_json": CallFormat("", "", "", "", "; ", args_key="parameters", forbid='{"name"'),
+    "mistral": CallFormat("[TOOL_CALLS][", "]", "", "", ", ", forbid="[TOOL_CALLS]"),
+}
+
+
+def normalize_policy(choice: Any) -> tuple[str, ...]:
+    """Accepts "auto" | "required" | "none" | NAME | OpenAI's {"type": "function", "function":
+    {"name": NAME}} | a comma-separated string or list of those (one per assistant turn)."""
+    if choice is None:
+        return (AUTO,)
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name") if choice.get("type") == "function" else None
+        if not isinstance(name, str) or not name:
+            raise ToolChoiceError('a tool_choice object must look like {"type": "function", "function": {"name": "..."}}')
+        return (name,)
+    if isinstance(choice, str):
+        parts = [p.strip() for p in choice.split(",")] if "," in choice else [choice.strip()]
+    elif isinstance(choice, (list, tuple)):
+        parts = []
+        for c in choice:
+            parts.extend(normalize_policy(c))
+    else:
+        raise ToolChoiceError(f"tool_choice must be a string or a list, not {type(choice).__name__}")
+    if not parts or any(not p for p in parts):
+        raise ToolChoiceError("empty tool_choice entry")
+    return tuple(parts)
+
+
+def choice_for_turn(policy: tuple[str, ...], turn: int) -> str:
+    """The choice for assistant turn ``turn`` (0-based); the last entry repeats."""
+    return policy[min(turn, len(policy) - 1)]
+
+
+def validate_policy(policy: tuple[str, ...], tool_names: list[str]) -> None:
+    for c in policy:
+        if c in (AUTO, NONE):
+            continue
+        if c == REQUIRED:
+            if not tool_names:
+                raise ToolChoiceError("tool_choice 'required' needs at least one tool")
+            continue
+        if c not in tool_names:
+            raise ToolChoiceError(f"tool_choice names tool {c!r}, which is not defined (tools: {', '.join(tool_names) or 'none'})")
+
+
+def _lit(s: str) -> str:
+    return json.dumps(s)  # JSON string escapes are valid EBNF string escapes
+
+
+def _body_schema(tools: list[dict[str, Any]], args_key: str) -> dict[str, Any]:
+    variants = []
+    for t in tools:
+        fn = t.get("function", t)
+        params = fn.get("parameters") or {"type": "object", "properties": {}}
+        variants.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": fn["name"]}, args_key: params},
+                "required": ["name", args_key],
+                "additionalProperties": False,
+            }
+        )
+    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+def call_grammar(fmt: CallFormat, tools: list[dict[str, Any]], *, multiple: bool) -> str:
+    """EBNF accepting one (or, with ``multiple``, one or more) calls to ``tools``."""
+    import xgrammar as xgr
+
+    schema = _body_schema(tools, fmt.args_key)
+    try:
+        body = str(xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False, separators=(", ", ": ")))
+    except Exception as e:  # xgrammar rejects some schemas (unsupported keywords)
+        raise ToolChoiceError(f"cannot build a grammar for these tool schemas: {e}") from e
+    body = re.sub(r"(?m)^root ::=", "tool_body ::=", body)
+    call = f"tool_call ::= {_lit(fmt.call_open) if fmt.call_open else ''} tool_body {_lit(fmt.call_close) if fmt.call_close else ''}"
+    more = f"({_lit(fmt.sep)} tool_call)*" if multiple else ""
+    root = "root ::= " + " ".join(x for x in [_lit(fmt.open) if fmt.open else "", "tool_call", more, _lit(fmt.close) if fmt.close else ""] if x)
+    return "\n".join([root, call, body])
+
+
+def build_constraint(choice: str, parser_name: str, tools: list[dict[str, Any]]) -> Constraint | None:
+    """The constraint for one turn, or None for ``auto``."""
+    if choice == AUTO:
+        return None
+    fmt = FORMATS.get(parser_name.split(":", 1)[-1])
+    if fmt is None:
+        raise ToolChoiceError(f"tool_choice {choice!r} is not supported for the {parser_name!r} format (supported: {', '.join(FORMATS)})")
+    if choice == NONE:
+        return Constraint(kind="forbid", spec=[fmt.forbid], description="tool_choice=none: no tool call")
+    if choice == REQUIRED:
+        grammar = call_grammar(fmt, tools, multiple=True)
+        return Constraint(kind="grammar", spec=grammar, description=f"tool_choice=required: one or more {parser_name} calls")
+    named = [t for t in tools if t.get("function", t).get("name") == choice]
+    if not named:
+        raise ToolChoiceError(f"tool_choice names tool {choice!r}, which is not defined")
+    grammar = call_grammar(fmt, named, multiple=False)
+    return Constraint(kind="grammar", spec=grammar, description=f"tool_choice={choice}: one call to {choice}")
+
+
+# ---- checking token ids against a constraint (scripted backend, tests) ------------------------
+
+
+class _MatcherCache:
+    def __init__(self) -> None:
+        self._info: dict[int, Any] = {}
+        self._compiled: dict[tuple[int, str], Any] = {}
+
+    def compiled(self, tokenizer: Any, grammar: str):
+        import xgrammar as xgr
+
+        key = id(tokenizer)
+        info = self._info.get(key)
+        if info is None:
+            info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer))
+            self._info[key] = info
+        ck = (key, grammar)
+        if ck not in self._compiled:
+            self._compiled[ck] = xgr.GrammarCompiler(info).compile_grammar(grammar)
+        return self._compiled[ck]
+
+
+_CACHE = _MatcherCache()
+
+
+def check_ids(constraint: Constraint, tokenizer: Any, ids: list[int]) -> str | None:
+    """Why ``ids`` (a whole generated turn, EOS included) violate ``constraint``; None if they
+    obey it."""
+    if constraint is None or constraint.kind == "none":
+        return None
+    if constraint.kind == "forbid":
+        text = tokenizer.decode(ids, skip_special_tokens=False)
+        for s in constraint.spec:
+            if s and s in text:
+                return f"contains {s!r}, which {constraint.description or 'the constraint'} forbids"
+        return None
+    if constraint.kind != "grammar":
+        return f"cannot check a {constraint.kind!r} constraint"
+    import xgrammar as xgr
+
+    matcher = xgr.GrammarMatcher(_CACHE.compiled(tokenizer, constraint.spec))
+    for i, t in enumerate(ids):
+        if not matcher.accept_token(t):
+            return f"token {i} ({tokenizer.decode([t])!r}) is not allowed by {constraint.description or 'the grammar'}"
+    if not matcher.is_terminated():
+        return f"the turn ends before {constraint.description or 'the grammar'} is complete (or without EOS)"
+    return None
