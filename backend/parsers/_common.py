@@ -36,14 +36,38 @@ def _parse_float(s: str) -> float:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_parse_constant, parse_float=_parse_float)
+_VALUE_START = frozenset('{["-0123456789tfnNI')
+
+
+class Doc(str):
+    """The text being parsed. ``json.JSONDecodeError`` computes a line and column by counting
+    newlines from the start of the document to the error, which makes many failed decodes in one
+    long text quadratic; this ``str`` subclass answers those two calls in O(1) (we report the
+    character offset, not the line)."""
+
+    __slots__ = ()
+
+    def count(self, *args: Any) -> int:  # type: ignore[override]
+        return 0
+
+    def rfind(self, *args: Any) -> int:  # type: ignore[override]
+        return -1
+
+
+def as_doc(text: str) -> Doc:
+    return text if type(text) is Doc else Doc(text)
 
 
 def decode_at(text: str, idx: int) -> tuple[Any, int, str | None]:
     """Decode one JSON value starting exactly at ``idx``.
 
     Returns ``(value, end, None)`` on success, ``(None, idx, message)`` on failure. Never raises.
-    Duplicate keys: the last one wins (as in ``json``).
+    Duplicate keys: the last one wins (as in ``json``). Pass a :class:`Doc` for long texts.
     """
+    if idx >= len(text):
+        return None, idx, "truncated JSON: the text ends where a value should start"
+    if text[idx] not in _VALUE_START:
+        return None, idx, f"invalid JSON: expected a value at char {idx}, found {text[idx:idx + 10]!r}"
     try:
         value, end = _DECODER.raw_decode(text, idx)
         return value, end, None
@@ -145,7 +169,11 @@ def validate_call(
         return f'tool call "name" must be a string, got {type_name(name)}'
     if not name.strip():
         return 'tool call "name" is empty'
-    key = next((k for k in arg_keys if k in value), None)
+    key = None
+    for k in arg_keys:
+        if k in value:
+            key = k
+            break
     if key is None:
         if not allow_missing_args:
             return f'tool call {name!r} has no "{arg_keys[0]}"'
@@ -171,7 +199,7 @@ class Collector:
     """Accumulates calls, errors, content ranges and reasoning for one text."""
 
     def __init__(self, text: str) -> None:
-        self.text = text
+        self.text = as_doc(text)
         self.calls: list[ToolCall] = []
         self.errors: list[ParseError] = []
         self.content: list[tuple[int, int]] = []
@@ -197,8 +225,13 @@ class Collector:
             self.add_error(start, end, r)
             return False
         name, args, call_id = r
-        self.calls.append(ToolCall(name=name, arguments=args, id=call_id, span=(start, end), raw=self.text[start:end]))
+        self.add_call(name, args, call_id, start, end)
         return True
+
+    def add_call(self, name: str, args: dict[str, Any], call_id: str | None, start: int, end: int) -> None:
+        self.calls.append(
+            ToolCall(name=name, arguments=args, id=call_id, span=(start, end), raw=self.text[start:end])
+        )
 
     def result(self) -> ParseResult:
         content = "".join(self.text[s:e] for s, e in self.content).strip()

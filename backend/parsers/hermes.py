@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend.parsers._common import Collector, Finder, decode_at, dumps, rstrip_end, scan_tagged, skip_ws
+from backend.parsers._common import as_doc, Collector, Finder, decode_at, dumps, rstrip_end, scan_tagged, skip_ws
 from backend.parsers.base import ParseResult, ToolCallParser, register_parser
 
 OPEN = "<tool_call>"
@@ -38,6 +38,7 @@ class HermesParser(ToolCallParser):
         self.accept_unclosed = accept_unclosed
 
     def _parse(self, text: str) -> ParseResult:
+        text = as_doc(text)  # O(1) error positions in json (see _common.Doc)
         close_finder = Finder(text, CLOSE)
         open_finder = Finder(text, OPEN)
         n = len(text)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend.parsers._common import Collector, Finder, decode_at, dumps, parse_call_list, rstrip_end, scan_tagged, skip_ws, type_name
+from backend.parsers._common import as_doc, Collector, Finder, decode_at, dumps, parse_call_list, rstrip_end, scan_tagged, skip_ws, type_name
 from backend.parsers.base import ParseResult, ToolCallParser, register_parser
 
 OPEN = "<tool_calls>"
@@ -31,6 +31,7 @@ class HunyuanParser(ToolCallParser):
     call_end = CLOSE
 
     def _parse(self, text: str) -> ParseResult:
+        text = as_doc(text)  # O(1) error positions in json (see _common.Doc)
         close_finder = Finder(text, CLOSE)
         open_finder = Finder(text, OPEN)
         n = len(text)

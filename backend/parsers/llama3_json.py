@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from backend.parsers._common import RESYNC_SEMICOLON, Collector, decode_at, dumps, rstrip_end, skip_ws
+from backend.parsers._common import as_doc, RESYNC_SEMICOLON, Collector, decode_at, dumps, rstrip_end, skip_ws
 from backend.parsers.base import ParseResult, ToolCallParser, register_parser
 
 PYTHON_TAG = "<|python_tag|>"
@@ -33,6 +33,7 @@ class Llama3JsonParser(ToolCallParser):
     call_end = ""
 
     def _parse(self, text: str) -> ParseResult:
+        text = as_doc(text)  # O(1) error positions in json (see _common.Doc)
         col = Collector(text)
         n = len(text)
         tag = text.find(PYTHON_TAG)

@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from backend.parsers._common import (
+    as_doc,
     Collector,
     Finder,
     decode_at,
@@ -27,7 +28,6 @@ from backend.parsers._common import (
     type_name,
 )
 from backend.parsers.base import ParseResult, ToolCallParser, register_parser
-from backend.trace import ToolCall
 
 TOOL_CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
@@ -49,6 +49,7 @@ class MistralParser(ToolCallParser):
         self.style = style
 
     def _parse(self, text: str) -> ParseResult:
+        text = as_doc(text)  # O(1) error positions in json (see _common.Doc)
         n = len(text)
         next_call = Finder(text, TOOL_CALLS)
 
@@ -110,7 +111,7 @@ class MistralParser(ToolCallParser):
         if not isinstance(value, dict):
             col.add_error(start, end, f"tool call {name!r}: arguments must be a JSON object, got {type_name(value)}")
             return end
-        col.calls.append(ToolCall(name=name, arguments=value, id=call_id or None, span=(start, end), raw=text[start:end]))
+        col.add_call(name, value, call_id or None, start, end)
         return end
 
     def format_calls(self, calls: list[dict[str, Any]]) -> str:

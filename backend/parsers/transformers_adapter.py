@@ -2,8 +2,9 @@
 
 ``get_parser("transformers", tokenizer=tok)`` uses, in order: ``schema=`` if given, the
 tokenizer's ``response_template``, or the one trl's ``add_response_schema`` knows for the chat
-template (``chat_template=``, a bundle's template, or the tokenizer's own); it raises ``ValueError``
-when none is found. The tokenizer is not modified. ``prefix`` is the prompt text that came before
+template (``chat_template=``, a bundle's template, or the tokenizer's own), or, for a tokenizer
+with no chat template but ``<tool_call>`` in its vocabulary, trl's Qwen3 one; it raises
+``ValueError`` when none is found. The tokenizer is not modified. ``prefix`` is the prompt text that came before
 the generation (default ``""``; pass ``"<think>\\n"`` when the template opened a think block).
 
 Any exception raised while parsing becomes one error spanning the whole text (the content is then
@@ -35,6 +36,18 @@ def schema_for_template(chat_template: str | None) -> Any:
     return getattr(shim, "response_template", None) or getattr(shim, "response_schema", None)
 
 
+def _qwen_family_schema(tok: Any) -> Any:
+    """A tokenizer loaded without its chat template (our offline profiles keep the template in
+    the bundle) but with ``<tool_call>`` in its vocabulary is Qwen-family: use trl's Qwen3 template."""
+    try:
+        if tok.convert_tokens_to_ids("<tool_call>") in (None, getattr(tok, "unk_token_id", None)):
+            return None
+        from trl.chat_template_utils import qwen3_chat_template
+    except Exception:  # noqa: BLE001
+        return None
+    return schema_for_template(qwen3_chat_template)
+
+
 @register_parser("transformers")
 class TransformersParser(ToolCallParser):
     def __init__(
@@ -57,6 +70,9 @@ class TransformersParser(ToolCallParser):
         if isinstance(template, dict):  # several named templates
             template = template.get("default") or next(iter(template.values()), None)
         self.schema = schema or getattr(tok, "response_template", None) or schema_for_template(template)
+        if self.schema is None and not template:
+            self.schema = _qwen_family_schema(tok)
+            template = "<tool_call>" if self.schema is not None else None
         if self.schema is None:
             raise ValueError(
                 "the 'transformers' parser needs a response template: this tokenizer has none and trl's "
