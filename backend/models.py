@@ -217,6 +217,7 @@ def default_model_built() -> bool:
 # ---- tiny random models --------------------------------------------------------------------------
 
 TINY_ARCHS = ("qwen3", "llama")
+_TINY_VERSION = 2  # 2: initializer_range 0.5, so greedy outputs depend on the prompt
 
 
 def _build_tiny(arch: str, out: Path) -> None:
@@ -248,6 +249,7 @@ def _build_tiny(arch: str, out: Path) -> None:
         head_dim=32,  # vLLM's CPU attention rejects head_dim 16
         max_position_embeddings=4096,
         tie_word_embeddings=True,
+        initializer_range=0.5,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
@@ -266,7 +268,7 @@ def _build_tiny(arch: str, out: Path) -> None:
 
 @lru_cache(maxsize=8)
 def _tiny_random_model_path(root: str, arch: str) -> str:
-    final = Path(root) / "models" / f"tiny-random-{arch}-v{_BUILD_VERSION}"
+    final = Path(root) / "models" / f"tiny-random-{arch}-v{_TINY_VERSION}"
     return str(_build_once(final, lambda out: _build_tiny(arch, out), {"kind": "tiny-random", "arch": arch, "seed": 0}))
 
 
@@ -276,3 +278,19 @@ def tiny_random_model_path(arch: str = "qwen3") -> str:
     if arch not in TINY_ARCHS:
         raise ValueError(f"unknown tiny model architecture {arch!r}; choose one of {', '.join(TINY_ARCHS)}")
     return _tiny_random_model_path(str(cache_root()), arch)
+
+
+# ---- names ---------------------------------------------------------------------------------------
+
+DEFAULT_MODEL_ALIASES = ("default", "smollm2", "smollm2-135m", DEFAULT_MODEL_NAME, DEFAULT_MODEL_NAME.lower())
+
+
+def resolve_model(name: str | None) -> str:
+    """A model argument as something vLLM/transformers load: None or ``default``/``smollm2`` →
+    the embedded default (built if needed), ``tiny-random-qwen3``/``tiny-random-llama`` → a tiny
+    random model; anything else (a local folder or a hub id) is returned unchanged."""
+    if name is None or not str(name).strip() or name in DEFAULT_MODEL_ALIASES:
+        return default_model_path()
+    if name.startswith("tiny-random-") and name[len("tiny-random-") :] in TINY_ARCHS:
+        return tiny_random_model_path(name[len("tiny-random-") :])
+    return name

@@ -1,0 +1,358 @@
+"""Local transformers generation: ``model.generate`` in a worker thread, ids streamed back.
+
+One generation runs at a time per loaded model (a lock), so seeds are reproducible and a small
+machine is not oversubscribed. Cancelling the calling task sets a flag that a stopping criterion
+checks at every step; the worker stops after the current step and ``CancelledError`` is re-raised.
+Constraints (regex, JSON schema, EBNF/Lark grammar, structural tag) are enforced by an xgrammar
+token mask when ``xgrammar`` is installed (it comes with vLLM).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from backend.generators.base import (
+    Constraint,
+    Generation,
+    GenerationError,
+    Generator,
+    SamplingParams,
+    TokenCallback,
+)
+
+
+def _resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def _resolve_dtype(dtype: Any, device: str) -> Any:
+    import torch
+
+    if dtype in (None, "auto"):
+        # CPUs without bf16 units run float32 much faster, and it is the exact reference.
+        return torch.float32 if device == "cpu" else "auto"
+    if isinstance(dtype, str):
+        try:
+            return getattr(torch, {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "half": "float16"}.get(dtype, dtype))
+        except AttributeError as e:
+            raise ValueError(f"unknown dtype {dtype!r}") from e
+    return dtype
+
+
+class _Relay:
+    """A transformers streamer that forwards new ids (not text) to the caller's loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> None:
+        self.loop = loop
+        self.queue = queue
+        self._prompt_seen = False
+
+    def put(self, value: Any) -> None:
+        if not self._prompt_seen:  # the first call carries the prompt
+            self._prompt_seen = True
+            return
+        ids = [int(x) for x in value.reshape(-1).tolist()]
+        if ids:
+            try:
+                self.loop.call_soon_threadsafe(self.queue.put_nowait, ids)
+            except RuntimeError:
+                pass
+
+    def end(self) -> None:
+        pass
+
+
+class XGrammarLogitsProcessor:
+    """Masks logits to the tokens an xgrammar matcher allows next (batch size 1)."""
+
+    def __init__(self, compiled: Any) -> None:
+        import xgrammar as xgr
+
+        self._xgr = xgr
+        self.matcher = xgr.GrammarMatcher(compiled)
+        self.vocab_size = compiled.tokenizer_info.vocab_size
+        self.bitmask = xgr.allocate_token_bitmask(1, self.vocab_size)
+        self._started = False
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        if self._started:
+            last = int(input_ids[0, -1])
+            if not self.matcher.is_terminated() and not self.matcher.accept_token(last):
+                raise GenerationError(f"constrained decoding: token {last} was not allowed by the grammar")
+        self._started = True
+        if self.matcher.is_terminated():
+            return scores
+        if self.matcher.fill_next_token_bitmask(self.bitmask, 0):
+            device = scores.device
+            s = scores if device.type in ("cpu", "cuda") else scores.to("cpu")
+            width = min(s.shape[-1], self.vocab_size)
+            view = s[..., :width]
+            self._xgr.apply_token_bitmask_inplace(view, self.bitmask.to(s.device), vocab_size=width)
+            if s.shape[-1] > width:
+                s[..., width:] = float("-inf")
+            scores = s if s is scores else s.to(device)
+        return scores
+
+
+class _Stop:
+    """Stopping criterion: the cancel flag."""
+
+    def __init__(self, flag: threading.Event) -> None:
+        self.flag = flag
+
+    def __call__(self, input_ids: Any, scores: Any, **kw: Any) -> Any:
+        import torch
+
+        return torch.full((input_ids.shape[0],), self.flag.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
+class TransformersGenerator(Generator):
+    """A Hugging Face causal LM (local folder or hub id), generated with ``model.generate``."""
+
+    name = "transformers"
+
+    def __init__(self, model_or_path: str, *, device: str = "auto", dtype: Any = "auto") -> None:
+        self.model_name = model_or_path
+        self.device_request = device
+        self.dtype_request = dtype
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.device: str | None = None
+        self.load_seconds: float | None = None
+        self._load_lock = threading.Lock()
+        self._gen_lock = threading.Lock()
+        self._grammar_compiler: Any = None
+
+    # ---- loading ------------------------------------------------------------------------------
+
+    def load(self) -> TransformersGenerator:
+        """Load the model and tokenizer (blocking; idempotent)."""
+        with self._load_lock:
+            if self.model is not None:
+                return self
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            t0 = time.perf_counter()
+            device = _resolve_device(self.device_request)
+            dtype = _resolve_dtype(self.dtype_request, device)
+            try:
+                tok = AutoTokenizer.from_pretrained(self.model_name)
+                model = AutoModelForCausalLM.from_pretrained(self.model_name, dtype=dtype)
+            except Exception as e:  # OSError / ValueError / hub errors
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise GenerationError(f"cannot load model {self.model_name!r} with transformers: {first}") from e
+            model.to(device)
+            model.eval()
+            self.tokenizer, self.model, self.device = tok, model, device
+            self.load_seconds = time.perf_counter() - t0
+        return self
+
+    async def start(self) -> TransformersGenerator:
+        await asyncio.get_running_loop().run_in_executor(None, self.load)
+        return self
+
+    def eos_token_ids(self) -> list[int]:
+        ids: list[int] = []
+        for src in (getattr(self.model.generation_config, "eos_token_id", None), self.tokenizer.eos_token_id):
+            if src is None:
+                continue
+            for i in src if isinstance(src, (list, tuple)) else [src]:
+                if int(i) not in ids:
+                    ids.append(int(i))
+        return ids
+
+    def describe(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"backend": self.name, "model": self.model_name}
+        if self.model is not None:
+            d["device"] = self.device
+            d["dtype"] = str(self.model.dtype).replace("torch.", "")
+            try:
+                import transformers
+
+                d["transformers_version"] = transformers.__version__
+            except Exception:  # pragma: no cover
+                pass
+        return d
+
+    async def close(self) -> None:
+        self.model = None
+        self.tokenizer = None
+        self._grammar_compiler = None
+
+    # ---- constraints --------------------------------------------------------------------------
+
+    def _logits_processor(self, constraint: Constraint | None) -> Any:
+        if constraint is None or constraint.kind in ("none", "", None):
+            return None
+        try:
+            import xgrammar as xgr
+        except ImportError as e:
+            raise NotImplementedError(
+                f"constraint {constraint.kind!r} with the transformers backend needs xgrammar (pip install xgrammar)"
+            ) from e
+        if constraint.spec is None:
+            raise GenerationError(f"constraint {constraint.kind!r} has no spec")
+        if self._grammar_compiler is None:
+            vocab = int(getattr(self.model.config, "vocab_size", 0) or len(self.tokenizer))
+            info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=vocab, stop_token_ids=self.eos_token_ids() or None)
+            self._grammar_compiler = xgr.GrammarCompiler(info)
+        comp = self._grammar_compiler
+        kind, spec = constraint.kind, constraint.spec
+        try:
+            if kind == "regex":
+                compiled = comp.compile_regex(str(spec))
+            elif kind == "json_schema":
+                compiled = comp.compile_json_schema(spec)
+            elif kind == "grammar":
+                text = str(spec)
+                compiled = comp.compile_grammar(text) if "::=" in text else comp.compile_lark(text)
+            elif kind == "structural_tag":
+                compiled = comp.compile_structural_tag(spec)
+            else:
+                raise GenerationError(
+                    f"unknown constraint kind {kind!r}; expected none, regex, json_schema, grammar or structural_tag"
+                )
+        except GenerationError:
+            raise
+        except Exception as e:
+            raise GenerationError(f"invalid {kind} constraint: {e}") from e
+        return XGrammarLogitsProcessor(compiled)
+
+    # ---- generation ---------------------------------------------------------------------------
+
+    def _run(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        constraint: Constraint | None,
+        relay: _Relay,
+        cancel: threading.Event,
+    ) -> dict[str, Any]:
+        import torch
+        from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+
+        with self._gen_lock:
+            if cancel.is_set():
+                return {"ids": [], "cancelled": True}
+            model, tok = self.model, self.tokenizer
+            eos = self.eos_token_ids()
+            greedy = params.temperature is None or params.temperature <= 0
+            pad = tok.pad_token_id if tok.pad_token_id is not None else (eos[0] if eos else 0)
+            cfg = GenerationConfig(
+                max_new_tokens=params.max_tokens,
+                do_sample=not greedy,
+                temperature=None if greedy else params.temperature,
+                top_p=None if greedy or params.top_p >= 1.0 else params.top_p,
+                top_k=None if greedy or not params.top_k or params.top_k <= 0 else params.top_k,
+                repetition_penalty=None if params.repetition_penalty == 1.0 else params.repetition_penalty,
+                eos_token_id=None if params.ignore_eos else (eos or None),
+                pad_token_id=pad,
+                bos_token_id=None,
+                output_logits=params.logprobs is not None,
+                return_dict_in_generate=True,
+                stop_strings=list(params.stop) or None,
+            )
+            processors = LogitsProcessorList()
+            lp = self._logits_processor(constraint)
+            if lp is not None:
+                processors.append(lp)
+            if params.seed is not None:
+                torch.manual_seed(params.seed)
+            input_ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=self.device)
+            kwargs: dict[str, Any] = {}
+            if params.stop:
+                kwargs["tokenizer"] = tok
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                out = model.generate(
+                    input_ids,
+                    attention_mask=torch.ones_like(input_ids),
+                    generation_config=cfg,
+                    logits_processor=processors,
+                    stopping_criteria=StoppingCriteriaList([_Stop(cancel)]),
+                    streamer=relay,
+                    **kwargs,
+                )
+            elapsed = time.perf_counter() - t0
+            ids = [int(x) for x in out.sequences[0, input_ids.shape[1] :].tolist()]
+            logprobs = None
+            if params.logprobs is not None and out.logits is not None:
+                logprobs = []
+                for step, tid in zip(out.logits, ids, strict=False):
+                    logprobs.append(float(torch.log_softmax(step[0].float(), dim=-1)[tid]))
+            return {"ids": ids, "logprobs": logprobs, "elapsed_s": elapsed, "eos": eos, "cancelled": cancel.is_set()}
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        on_tokens: TokenCallback | None = None,
+        constraint: Constraint | None = None,
+    ) -> Generation:
+        if params.max_tokens is not None and params.max_tokens <= 0:
+            return Generation([], "length", [] if params.logprobs is not None else None, {"backend": self.name})
+        await self.start()
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        cancel = threading.Event()
+        relay = _Relay(loop, queue)
+        fut = loop.run_in_executor(None, self._run, list(prompt_ids), params, constraint, relay, cancel)
+        delivered = 0
+        try:
+            while True:
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({getter, fut}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    delta = getter.result()
+                    delivered += len(delta)
+                    if on_tokens is not None:
+                        on_tokens(delta)
+                    continue
+                getter.cancel()
+                break
+            res = fut.result()  # raises the worker's exception
+            # deltas queued before the worker finished
+            while not queue.empty():
+                delta = queue.get_nowait()
+                delivered += len(delta)
+                if on_tokens is not None:
+                    on_tokens(delta)
+        except BaseException as e:
+            cancel.set()
+            if not fut.done():
+                try:
+                    await asyncio.shield(fut)
+                except BaseException:
+                    pass
+            if isinstance(e, (asyncio.CancelledError, GenerationError, NotImplementedError)):
+                raise
+            if isinstance(e, Exception) and fut.done() and fut.exception() is e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise GenerationError(f"transformers generation failed ({type(e).__name__}): {first}") from e
+            raise
+        ids = res["ids"]
+        if res.get("cancelled"):
+            finish = "abort"
+        elif ids and not params.ignore_eos and ids[-1] in res.get("eos", []):
+            finish = "stop"
+        elif params.max_tokens is not None and len(ids) >= params.max_tokens:
+            finish = "length"
+        else:
+            finish = "stop"  # a stop string
+        info = {"backend": self.name, "elapsed_s": res.get("elapsed_s")}
+        if constraint is not None and constraint.kind != "none":
+            info["constraint"] = constraint.kind
+        return Generation(ids, finish, res.get("logprobs"), info)

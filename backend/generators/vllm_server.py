@@ -1,0 +1,472 @@
+"""A running vLLM OpenAI-compatible server (or several) as a token-in/token-out backend.
+
+Uses ``POST /v1/completions`` with the prompt given as a list of token ids and
+``"return_token_ids": true``, streamed: every chunk carries the new ids (``token_ids``), so
+nothing is re-tokenized. Several base URLs are balanced by least outstanding requests. Cancelling
+the calling task closes the HTTP stream; vLLM aborts a request whose client disconnected.
+Constraints go in vLLM's ``structured_outputs`` extra parameter (``regex`` / ``json`` /
+``grammar`` / ``structural_tag``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from typing import Any
+
+from backend.generators.base import (
+    Constraint,
+    Generation,
+    GenerationError,
+    Generator,
+    SamplingParams,
+    TokenCallback,
+)
+
+CONSTRAINT_FIELDS = {"regex": "regex", "json_schema": "json", "grammar": "grammar", "structural_tag": "structural_tag"}
+
+
+def structured_outputs_payload(constraint: Constraint | None) -> dict[str, Any] | None:
+    """A :class:`Constraint` as the server's ``structured_outputs`` object (None: none)."""
+    if constraint is None or constraint.kind in ("none", "", None):
+        return None
+    field = CONSTRAINT_FIELDS.get(constraint.kind)
+    if field is None:
+        raise ValueError(f"unknown constraint kind {constraint.kind!r}; expected one of none, {', '.join(CONSTRAINT_FIELDS)}")
+    spec = constraint.spec
+    if spec is None:
+        raise ValueError(f"constraint {constraint.kind!r} has no spec")
+    if field == "structural_tag" and not isinstance(spec, str):
+        spec = json.dumps(spec)
+    if field in ("regex", "grammar"):
+        spec = str(spec)
+    return {field: spec}
+
+
+def completion_payload(
+    model: str, prompt_ids: list[int], params: SamplingParams, constraint: Constraint | None = None, *, stream: bool = True
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": list(prompt_ids),
+        "max_tokens": params.max_tokens,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": params.top_k if params.top_k and params.top_k > 0 else -1,
+        "repetition_penalty": params.repetition_penalty,
+        "ignore_eos": params.ignore_eos,
+        "return_token_ids": True,
+        "skip_special_tokens": False,
+        "stream": stream,
+    }
+    if params.seed is not None:
+        body["seed"] = params.seed
+    if params.stop:
+        body["stop"] = list(params.stop)
+    if params.logprobs is not None:
+        body["logprobs"] = params.logprobs
+    so = structured_outputs_payload(constraint)
+    if so is not None:
+        body["structured_outputs"] = so
+    return body
+
+
+class _Retryable(Exception):
+    """A failure before any token arrived: another attempt (maybe another server) may work."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(reason)
+        self.url = url
+        self.reason = reason
+
+
+class VLLMServerGenerator(Generator):
+    """One or more vLLM OpenAI-compatible servers; least-outstanding-requests balancing."""
+
+    name = "vllm-server"
+
+    def __init__(
+        self,
+        base_urls: list[str] | tuple[str, ...] | str,
+        model: str | None = None,
+        *,
+        timeout_s: float = 120,
+        retries: int = 3,
+        api_key: str | None = None,
+        backoff_s: float = 0.25,
+    ) -> None:
+        if isinstance(base_urls, str):
+            base_urls = [base_urls]
+        urls = [self._normalize(u) for u in base_urls if u and u.strip()]
+        if not urls:
+            raise ValueError("VLLMServerGenerator needs at least one base URL (e.g. http://127.0.0.1:8000)")
+        self.base_urls = urls
+        self.model = model
+        self.timeout_s = float(timeout_s)
+        self.retries = max(0, int(retries))
+        self.api_key = api_key
+        self.backoff_s = backoff_s
+        self.outstanding: dict[str, int] = {u: 0 for u in urls}
+        self.served: dict[str, int] = {u: 0 for u in urls}  # requests completed per URL
+        self._models: dict[str, str] = {}
+        self._rr = itertools.count()
+        self._clients: dict[int, tuple[Any, Any]] = {}  # id(loop) -> (loop, httpx.AsyncClient)
+
+    @staticmethod
+    def _normalize(url: str) -> str:
+        url = url.strip().rstrip("/")
+        if "://" not in url:
+            url = "http://" + url
+        if url.endswith("/v1"):
+            url = url[: -len("/v1")]
+        return url
+
+    # ---- HTTP plumbing ------------------------------------------------------------------------
+
+    def _client(self):
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        entry = self._clients.get(id(loop))
+        if entry is not None and entry[0] is loop and not entry[1].is_closed:
+            return entry[1]
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        client = httpx.AsyncClient(
+            timeout=httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s)),
+            headers=headers,
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+        )
+        # drop clients of loops that are gone
+        for k, (lp, _c) in list(self._clients.items()):
+            if lp.is_closed():
+                del self._clients[k]
+        self._clients[id(loop)] = (loop, client)
+        return client
+
+    def _pick(self, exclude: set[str]) -> str:
+        cands = [u for u in self.base_urls if u not in exclude] or list(self.base_urls)
+        low = min(self.outstanding[u] for u in cands)
+        ties = [u for u in cands if self.outstanding[u] == low]
+        return ties[next(self._rr) % len(ties)]
+
+    async def _model_for(self, url: str) -> str:
+        if self.model:
+            return self.model
+        if url in self._models:
+            return self._models[url]
+        import httpx
+
+        try:
+            r = await self._client().get(f"{url}/v1/models")
+        except httpx.HTTPError as e:
+            raise _Retryable(url, _reason(e)) from e
+        if r.status_code >= 500:
+            raise _Retryable(url, f"HTTP {r.status_code} from /v1/models")
+        if r.status_code != 200:
+            raise GenerationError(f"vLLM server at {url} answered HTTP {r.status_code} to /v1/models: {_error_text(r.text)}")
+        data = r.json().get("data") or []
+        if not data:
+            raise GenerationError(f"vLLM server at {url} serves no model (/v1/models is empty)")
+        self._models[url] = data[0]["id"]
+        return self._models[url]
+
+    async def models(self, url: str | None = None) -> list[str]:
+        """The model ids a server lists at /v1/models."""
+        url = self._normalize(url) if url else self.base_urls[0]
+        r = await self._client().get(f"{url}/v1/models")
+        r.raise_for_status()
+        return [m["id"] for m in r.json().get("data") or []]
+
+    async def health(self, url: str | None = None) -> bool:
+        import httpx
+
+        url = self._normalize(url) if url else self.base_urls[0]
+        try:
+            r = await self._client().get(f"{url}/health")
+        except httpx.HTTPError:
+            return False
+        return r.status_code == 200
+
+    # ---- generation ---------------------------------------------------------------------------
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        on_tokens: TokenCallback | None = None,
+        constraint: Constraint | None = None,
+    ) -> Generation:
+        if params.max_tokens is not None and params.max_tokens <= 0:
+            return Generation([], "length", [] if params.logprobs is not None else None, {"backend": self.name})
+        try:
+            structured_outputs_payload(constraint)
+        except ValueError as e:
+            raise GenerationError(f"invalid request for vLLM: {e}") from e
+        tried: set[str] = set()
+        last: _Retryable | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await asyncio.sleep(self.backoff_s * (2 ** (attempt - 1)))
+            url = self._pick(tried if len(tried) < len(self.base_urls) else set())
+            tried.add(url)
+            self.outstanding[url] += 1
+            try:
+                return await self._generate_once(url, prompt_ids, params, on_tokens, constraint)
+            except _Retryable as e:
+                last = e
+            finally:
+                self.outstanding[url] -= 1
+        assert last is not None
+        urls = sorted(tried)
+        where = urls[0] if len(urls) == 1 else ", ".join(urls)
+        raise GenerationError(
+            f"cannot reach vLLM server at {where}: {last.reason} (after {self.retries + 1} attempt(s); "
+            f"is `python -m vllm.entrypoints.openai.api_server` running there?)"
+        )
+
+    async def _generate_once(
+        self,
+        url: str,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        on_tokens: TokenCallback | None,
+        constraint: Constraint | None,
+    ) -> Generation:
+        import httpx
+
+        model = await self._model_for(url)
+        body = completion_payload(model, prompt_ids, params, constraint, stream=True)
+        ids: list[int] = []
+        logprobs: list[float] = []
+        finish_reason: str | None = None
+        stop_reason: Any = None
+        t0 = time.perf_counter()
+        ttft = None
+        try:
+            async with self._client().stream("POST", f"{url}/v1/completions", json=body) as resp:
+                if resp.status_code != 200:
+                    text = (await resp.aread()).decode("utf-8", "replace")
+                    if resp.status_code in (502, 503, 504):
+                        raise _Retryable(url, f"HTTP {resp.status_code}: {_error_text(text)}")
+                    raise GenerationError(
+                        f"vLLM server at {url} rejected the request (HTTP {resp.status_code}): {_error_text(text)}"
+                    )
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    chunk = json.loads(data)
+                    if "error" in chunk:
+                        raise GenerationError(f"vLLM server at {url} failed mid-generation: {_error_text(json.dumps(chunk))}")
+                    for choice in chunk.get("choices") or []:
+                        delta = list(choice.get("token_ids") or [])
+                        if delta:
+                            if ttft is None:
+                                ttft = time.perf_counter() - t0
+                            ids.extend(delta)
+                            if params.logprobs is not None:
+                                lp = (choice.get("logprobs") or {}).get("token_logprobs") or []
+                                logprobs.extend(float("nan") if v is None else float(v) for v in lp)
+                            if on_tokens is not None:
+                                on_tokens(delta)
+                        if choice.get("finish_reason") is not None:
+                            finish_reason = choice["finish_reason"]
+                            stop_reason = choice.get("stop_reason")
+        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+            raise _Retryable(url, _reason(e)) from e
+        except httpx.HTTPError as e:
+            if not ids:
+                raise _Retryable(url, _reason(e)) from e
+            raise GenerationError(f"lost the vLLM server at {url} after {len(ids)} tokens: {_reason(e)}") from e
+        self.served[url] = self.served.get(url, 0) + 1
+        info = {
+            "backend": self.name,
+            "server_url": url,
+            "model": model,
+            "stop_reason": stop_reason,
+            "ttft_s": ttft,
+            "elapsed_s": time.perf_counter() - t0,
+        }
+        if constraint is not None and constraint.kind != "none":
+            info["constraint"] = constraint.kind
+        return Generation(ids, finish_reason or "abort", logprobs if params.logprobs is not None else None, info)
+
+    def describe(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"backend": self.name, "base_urls": list(self.base_urls)}
+        model = self.model or next(iter(self._models.values()), None)
+        if model:
+            d["model"] = model
+        return d
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        for k, (lp, client) in list(self._clients.items()):
+            if lp is loop:
+                await client.aclose()
+            del self._clients[k]
+
+
+def _reason(e: BaseException) -> str:
+    s = str(e).strip()
+    return f"{type(e).__name__}: {s}" if s else type(e).__name__
+
+
+def _error_text(text: str) -> str:
+    try:
+        obj = json.loads(text)
+    except (ValueError, TypeError):
+        return text.strip()[:500]
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict):
+            return str(err.get("message") or err)[:500]
+        return str(err)[:500]
+    return str(obj)[:500]
+
+
+# ---- a local server process (tests, benchmarks, "serve the default model") ---------------------
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class LocalVLLMServer:
+    """``python -m vllm.entrypoints.openai.api_server`` as a child process.
+
+    ``start()`` waits for ``/health``; ``stop()`` terminates it by PID (then kills it). The log
+    goes to ``log_path`` (a temp file by default); :meth:`log_tail` reads its end. On CPU the
+    child gets the same environment defaults as the in-process engine (see
+    ``backend.generators.vllm_engine.configure_cpu_env``) and ``--enforce-eager``.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        extra_args: list[str] | tuple[str, ...] = (),
+        log_path: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.model = model
+        self.host = host
+        self.port = port or free_port(host)
+        self.extra_args = list(extra_args)
+        self.log_path = log_path
+        self.env = dict(env or {})
+        self.proc: Any = None
+        self.start_seconds: float | None = None
+        self._log_file: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        import sys
+
+        from backend.generators.vllm_engine import _on_cpu
+
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
+               "--host", self.host, "--port", str(self.port)]
+        if _on_cpu() and "--enforce-eager" not in self.extra_args:
+            cmd.append("--enforce-eager")
+        return cmd + self.extra_args
+
+    def start(self, timeout_s: float = 300) -> LocalVLLMServer:
+        import os
+        import subprocess
+        import tempfile
+        import urllib.request
+
+        from backend.generators.vllm_engine import _on_cpu, configure_cpu_env
+
+        if _on_cpu():
+            configure_cpu_env()
+        env = dict(os.environ)
+        env.update(self.env)
+        if self.log_path is None:
+            fd, self.log_path = tempfile.mkstemp(prefix="ali-vllm-server-", suffix=".log")
+            os.close(fd)
+        self._log_file = open(self.log_path, "ab")
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen(
+            self.command(), stdout=self._log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                self._close_log()
+                raise GenerationError(
+                    f"vLLM server exited with code {self.proc.returncode} while starting; log tail:\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise GenerationError(f"vLLM server not healthy after {timeout_s:.0f} s; log tail:\n{self.log_tail()}")
+            time.sleep(0.5)
+        self.start_seconds = time.perf_counter() - t0
+        return self
+
+    def log_tail(self, n: int = 60) -> str:
+        if not self.log_path:
+            return ""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - 64_000))
+                lines = f.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-n:])
+
+    def _close_log(self) -> None:
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def stop(self, timeout_s: float = 30) -> None:
+        """Terminate the server (its process group: vLLM's engine core is a child) by PID."""
+        import os
+        import signal
+        import subprocess
+
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                proc.terminate()
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    proc.kill()
+                proc.wait(timeout=10)
+        self._close_log()
+
+    def __enter__(self) -> LocalVLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
