@@ -1,0 +1,278 @@
+"""Import traces from other tools' formats.
+
+>>> from backend.importers import import_file, detect
+>>> detect("run.json")                      # 'agents-sdk', 'verl', 'openai-chat', 'sharegpt', 'trace' or None
+>>> res = import_file("run.json", "auto", tokenizer="qwen3")
+>>> res.traces, res.problems                 # every bad record: its line/row/index and the reason
+
+Formats (one module each, registered by name): ``agents-sdk``, ``verl``, ``openai-chat``,
+``sharegpt``. Input files: JSONL (one record per line), JSON (one record, or a list of records;
+for ``agents-sdk`` a bare list of run items is one run), or Parquet (one record per row).
+Our own trace records met in ``auto`` mode are passed through unchanged.
+
+Sources without token ids are rendered with the chosen tokenizer (default ``qwen3``); see
+:mod:`backend.importers.common` for how ids, mask and steps are derived. Each imported trace has
+``metadata.source`` = the format, ``metadata.ids`` = ``"rendered"`` or ``"given"``, and
+``metadata.import`` = ``{"file", "line" | "row" | "index"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+# importing the modules registers the formats
+from backend.importers import agents_sdk, openai_chat, sharegpt, verl  # noqa: F401  isort: skip
+from backend.importers.base import ImportContext, Importer, get_importer, importers
+from backend.importers.common import Conversation, RecordError, trace_from_conversation
+from backend.trace import LoadProblem, LoadResult, Trace, TraceFileError, TraceFormatError, iter_jsonl_records
+
+FORMATS = ("agents-sdk", "verl", "openai-chat", "sharegpt")
+# auto-detection order: most specific first; plain {messages} rows go to openai-chat last
+_DETECT_ORDER = ("agents-sdk", "verl", "sharegpt", "openai-chat")
+
+
+def is_trace_record(record: Any) -> bool:
+    """A record of our own trace format."""
+    return isinstance(record, dict) and "format_version" in record and "steps" in record
+
+
+def detect_record(record: Any) -> str | None:
+    """The format of one record: one of :data:`FORMATS`, ``"trace"`` for our own, or None."""
+    if is_trace_record(record):
+        return "trace"
+    # openai-chat request/response logs before verl/sharegpt (they also carry messages)
+    if isinstance(record, dict) and (isinstance(record.get("request"), dict) or isinstance(record.get("response"), dict)):
+        return "openai-chat"
+    for name in _DETECT_ORDER:
+        if get_importer(name).sniff(record):
+            return name
+    return None
+
+
+def detect(record_or_path: Any, max_records: int = 5) -> str | None:
+    """The format of a record, or of a file (its first few readable records)."""
+    if isinstance(record_or_path, (str, os.PathLike)) and os.path.isfile(record_or_path):
+        for _, rec in _iter_records(str(record_or_path), None, limit=max_records):
+            if isinstance(rec, LoadProblem):
+                continue
+            fmt = detect_record(rec)
+            if fmt is not None:
+                return fmt
+        return None
+    return detect_record(record_or_path)
+
+
+@dataclass
+class ImportResult(LoadResult):
+    """Traces imported, bad records (``problems``: line/row/index and reason), and how many
+    records of each format were seen."""
+
+    formats: dict[str, int] = field(default_factory=dict)
+    unit: str = "line"  # what ``LoadProblem.line`` counts: line (JSONL), row (Parquet), index (JSON list)
+
+    def summary(self) -> str:
+        s = f"{len(self.traces)} trace(s) imported"
+        if self.formats:
+            s += " (" + ", ".join(f"{k}: {v}" for k, v in sorted(self.formats.items())) + ")"
+        if self.problems:
+            s += f", {len(self.problems)} bad record(s)"
+        return s
+
+    def problem_lines(self) -> list[str]:
+        return [f"{self.unit} {p.line}: {p.reason}" for p in self.problems]
+
+
+def _read_parquet_rows(path: str) -> Iterator[tuple[int, Any]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:  # pragma: no cover
+        raise TraceFileError("reading Parquet needs pyarrow (pip install pyarrow)") from e
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:  # pyarrow raises ArrowInvalid/OSError
+        raise TraceFileError(f"{os.path.basename(path)} is not a readable Parquet file: {e}") from None
+    n = 0
+    for batch in pf.iter_batches(batch_size=1024):
+        for row in batch.to_pylist():
+            n += 1
+            yield n, row
+
+
+def _unit_for(path: str) -> str:
+    return "row" if path.endswith(".parquet") else "line"
+
+
+def _iter_records(path: str, fmt: str | None, limit: int | None = None) -> Iterator[tuple[int, Any]]:
+    """``(number, record_or_LoadProblem)``; number is the 1-based line (JSONL), row (Parquet) or
+    list index + 1 (JSON list)."""
+    from backend.trace import DEFAULT_MAX_FILE_BYTES, _check_size
+
+    if not os.path.exists(path):
+        raise TraceFileError(f"file not found: {path}")
+    _check_size(path, DEFAULT_MAX_FILE_BYTES)
+    count = 0
+    if path.endswith(".parquet"):
+        for n, row in _read_parquet_rows(path):
+            yield n, row
+            count += 1
+            if limit and count >= limit:
+                return
+        return
+    with open(path, "rb") as f:
+        head = f.read(4096)
+        f.seek(0)
+        if b"\x00" in head:
+            raise TraceFileError(f"{os.path.basename(path)} looks like a binary file (not JSON, JSONL or .parquet)")
+        stripped = head.lstrip()
+        if stripped.startswith(b"[") or path.endswith(".json"):
+            data = f.read()
+            try:
+                doc = json.loads(data.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                doc = None
+            if doc is not None:
+                whole = get_importer(fmt).whole_file(doc) if fmt in FORMATS else (fmt is None or fmt == "auto") and agents_sdk.looks_like_items(doc)
+                if whole or not isinstance(doc, list):
+                    yield 1, doc
+                    return
+                for i, rec in enumerate(doc, start=1):
+                    yield i, rec
+                    count += 1
+                    if limit and count >= limit:
+                        return
+                return
+            f.seek(0)
+        for n, rec in iter_jsonl_records(f):
+            yield n, rec
+            count += 1
+            if limit and count >= limit:
+                return
+
+
+def iter_import(
+    path: str,
+    fmt: str = "auto",
+    *,
+    tokenizer: str = "qwen3",
+    template: str | None = None,
+    ctx: ImportContext | None = None,
+    options: dict[str, Any] | None = None,
+) -> Iterator[tuple[int, Trace | LoadProblem, str | None]]:
+    """Stream an import: ``(number, trace_or_problem, format)`` per produced trace / bad record."""
+    if fmt != "auto" and fmt not in FORMATS:
+        raise ValueError(f"unknown import format {fmt!r}; known: {', '.join(FORMATS)}, auto")
+    ctx = ctx or ImportContext(tokenizer=tokenizer, template=template, options=dict(options or {}), path=path)
+    unit = _unit_for(path)
+    base = os.path.basename(path)
+    for n, rec in _iter_records(path, fmt):
+        if isinstance(rec, LoadProblem):
+            yield n, rec, None
+            continue
+        name = fmt if fmt != "auto" else detect_record(rec)
+        if name is None:
+            keys = ", ".join(sorted(rec)[:8]) if isinstance(rec, dict) else type(rec).__name__
+            yield n, LoadProblem(n, f"unrecognised record (keys: {keys}); pass --from to choose a format"), None
+            continue
+        try:
+            if name == "trace":
+                yield n, Trace.from_dict(rec), name
+                continue
+            for item in get_importer(name).convert(rec, ctx):
+                t = trace_from_conversation(item, ctx.bundle, name) if isinstance(item, Conversation) else item
+                t.metadata["import"] = {"file": base, unit: n}
+                yield n, t, name
+        except (RecordError, TraceFormatError) as e:
+            yield n, LoadProblem(n, str(e)), name
+        except TraceFileError:
+            raise
+        except Exception as e:  # a bug on one record must not stop the import
+            yield n, LoadProblem(n, f"internal error: {type(e).__name__}: {e}"[:500]), name
+
+
+def import_file(
+    path: str,
+    fmt: str = "auto",
+    *,
+    tokenizer: str = "qwen3",
+    template: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> ImportResult:
+    res = ImportResult(unit=_unit_for(path))
+    for n, item, name in iter_import(path, fmt, tokenizer=tokenizer, template=template, options=options):
+        if isinstance(item, LoadProblem):
+            res.problems.append(item)
+        else:
+            res.traces.append(item)
+            res.lines.append(n)
+        if name is not None and not isinstance(item, LoadProblem):
+            res.formats[name] = res.formats.get(name, 0) + 1
+    return res
+
+
+def import_records(
+    records: list[Any], fmt: str = "auto", *, tokenizer: str = "qwen3", template: str | None = None, bundle: Any = None,
+    options: dict[str, Any] | None = None,
+) -> ImportResult:
+    """Import in-memory records (e.g. ``result.to_input_list()`` wrapped as ``[{"items": ...}]``)."""
+    ctx = ImportContext(tokenizer=tokenizer, template=template, options=dict(options or {}))
+    if bundle is not None:
+        ctx._bundle = bundle
+    res = ImportResult(unit="index")
+    for i, rec in enumerate(records, start=1):
+        name = fmt if fmt != "auto" else detect_record(rec)
+        if name is None:
+            res.problems.append(LoadProblem(i, "unrecognised record; choose a format"))
+            continue
+        try:
+            if name == "trace":
+                produced = [Trace.from_dict(rec)]
+            else:
+                produced = [
+                    trace_from_conversation(c, ctx.bundle, name) if isinstance(c, Conversation) else c
+                    for c in get_importer(name).convert(rec, ctx)
+                ]
+        except (RecordError, TraceFormatError) as e:
+            res.problems.append(LoadProblem(i, str(e)))
+            continue
+        for t in produced:
+            res.traces.append(t)
+            res.lines.append(i)
+            res.formats[name] = res.formats.get(name, 0) + 1
+    return res
+
+
+def import_agents_sdk_run(items: list[Any], tools: Any = None, *, instructions: str | None = None, bundle: Any = None, tokenizer: str = "qwen3") -> Trace:
+    """One Agents SDK run (``result.to_input_list()``, and the agent's tools) → a trace."""
+    from backend.importers.agents_sdk import items_to_conversation
+
+    ctx = ImportContext(tokenizer=tokenizer)
+    if bundle is not None:
+        ctx._bundle = bundle
+    conv = items_to_conversation(items, tools, instructions)
+    from backend.importers.common import record_id
+
+    conv.id = record_id([i.model_dump() if hasattr(i, "model_dump") else i for i in items])
+    return trace_from_conversation(conv, ctx.bundle, "agents-sdk")
+
+
+__all__ = [
+    "FORMATS",
+    "ImportContext",
+    "ImportResult",
+    "Importer",
+    "RecordError",
+    "detect",
+    "detect_record",
+    "get_importer",
+    "import_agents_sdk_run",
+    "import_file",
+    "import_records",
+    "importers",
+    "is_trace_record",
+    "iter_import",
+]
+

@@ -1,0 +1,79 @@
+"""The importer interface and the registry of formats by name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from backend.importers.common import Conversation
+
+_REGISTRY: dict[str, Importer] = {}
+
+
+@dataclass
+class ImportContext:
+    """What an importer may need besides the record: the tokenizer bundle (loaded lazily, only
+    when a record needs rendering or decoding), the tool-call parser, and user options."""
+
+    tokenizer: str = "qwen3"
+    template: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    path: str | None = None
+    _bundle: Any = None
+    _parser: Any = None
+
+    @property
+    def bundle(self):
+        if self._bundle is None:
+            from backend.tokenizers import load_tokenizer
+
+            self._bundle = load_tokenizer(self.tokenizer, template=self.template)
+        return self._bundle
+
+    @property
+    def parser(self):
+        if self._parser is None:
+            from backend.parsers import get_parser
+
+            bundle = self.bundle
+            name = self.options.get("parser") or bundle.parser or "hermes"
+            self._parser = get_parser(name, tokenizer=bundle.tokenizer)
+        return self._parser
+
+
+class Importer:
+    """One source format. ``convert`` returns conversations (rendered into traces by the caller)
+    or finished traces (formats with their own token ids)."""
+
+    name: str = ""
+    description: str = ""
+
+    def sniff(self, record: Any) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def whole_file(self, doc: Any) -> bool:
+        """True if a whole JSON document is one record of this format (not a list of records)."""
+        return False
+
+    def convert(self, record: Any, ctx: ImportContext) -> list[Any]:  # Conversation | Trace
+        raise NotImplementedError
+
+
+def register(cls: type[Importer]) -> type[Importer]:
+    inst = cls()
+    _REGISTRY[inst.name] = inst
+    return cls
+
+
+def get_importer(name: str) -> Importer:
+    imp = _REGISTRY.get(name)
+    if imp is None:
+        raise ValueError(f"unknown import format {name!r}; known: {', '.join(sorted(_REGISTRY))}, auto")
+    return imp
+
+
+def importers() -> dict[str, Importer]:
+    return dict(_REGISTRY)
+
+
+__all__ = ["Conversation", "ImportContext", "Importer", "get_importer", "importers", "register"]

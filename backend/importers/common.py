@@ -1,0 +1,624 @@
+"""Shared pieces of the importers: the record error type, message/tool normalisation, and the
+two ways an imported conversation gets token ids.
+
+* **rendered** (the source has no token ids): the messages + tools are rendered with the chosen
+  tokenizer and template; ``prompt_ids`` are the tokens before the first assistant turn,
+  ``response_ids`` the rest; the mask is 1 on each assistant turn's own tokens (after the
+  template's generation prompt, through its end-of-turn token, as a generating engine would
+  have produced them) and 0 elsewhere. Synthetic steps (pending / generating /
+  processing_tools) are built from those spans so the UI and diagnostics can point at them.
+* **given** (the source has token ids, e.g. verl agent-loop outputs): ids and mask are kept
+  exactly; the text is decoded only to show it, and messages are recovered from the decoded
+  text where the template is ChatML-like.
+
+``metadata["ids"]`` says which (``"rendered"`` / ``"given"`` / ``"none"`` when the template
+could not render the messages), ``metadata["source"]`` the format.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from backend.trace import MessageSpan, ParseError, Step, ToolCall, ToolResult, Trace
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+class RecordError(ValueError):
+    """One input record cannot be imported; the message says why (the rest still import)."""
+
+
+# ---- small helpers ------------------------------------------------------------------------------
+
+
+def record_id(record: Any, *, keys: tuple[str, ...] = ("id", "trace_id", "uid", "request_id", "custom_id")) -> str:
+    """A stable id: the record's own id field when it has one, else a hash of its content (so
+    importing the same file twice gives the same ids)."""
+    if isinstance(record, dict):
+        for k in keys:
+            v = record.get(k)
+            if isinstance(v, (str, int)) and not isinstance(v, bool) and str(v):
+                return str(v)
+    blob = json.dumps(record, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8")
+    return hashlib.sha1(blob).hexdigest()[:16]
+
+
+def parse_json_arguments(raw: Any) -> tuple[Any, str | None]:
+    """Tool-call arguments as an object. A JSON string is decoded; an empty string is ``{}``.
+    Returns ``(value, error)``; on error the value is the raw string, kept as given."""
+    if raw is None:
+        return {}, None
+    if isinstance(raw, dict):
+        return raw, None
+    if isinstance(raw, str):
+        if not raw.strip():
+            return {}, None
+        try:
+            v = json.loads(raw)
+        except json.JSONDecodeError as e:
+            return raw, f"arguments are not valid JSON: {e.msg} at char {e.pos}"
+        except RecursionError:
+            return raw, "arguments are not valid JSON: nested too deeply"
+        if not isinstance(v, dict):
+            return v, f"arguments must be a JSON object, got {type(v).__name__}"
+        return v, None
+    return raw, f"arguments must be a JSON object or a JSON string, got {type(raw).__name__}"
+
+
+def text_of(content: Any, where: str) -> str | None:
+    """Message content as text: strings as they are, lists of text parts joined (OpenAI
+    ``{"type": "text", "text": ...}``, Responses ``input_text``/``output_text``), None kept."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for i, p in enumerate(content):
+            if isinstance(p, str):
+                parts.append(p)
+            elif isinstance(p, dict):
+                t = p.get("text")
+                if isinstance(t, str):
+                    parts.append(t)
+                elif p.get("type") == "refusal" and isinstance(p.get("refusal"), str):
+                    parts.append(p["refusal"])
+                # images/audio/files have no text: skipped
+            else:
+                raise RecordError(f"{where}: content part {i} is {type(p).__name__}, not an object")
+        return "".join(parts)
+    if isinstance(content, (int, float, bool)):
+        return json.dumps(content)
+    if isinstance(content, dict):
+        t = content.get("text")
+        if isinstance(t, str):
+            return t
+        return json.dumps(content, ensure_ascii=False)
+    raise RecordError(f"{where}: content is {type(content).__name__}, expected text")
+
+
+def normalize_tool(tool: Any, where: str) -> dict[str, Any]:
+    """One tool schema in HF/OpenAI chat format ``{"type": "function", "function": {...}}``.
+
+    Accepts that format, a bare function ``{"name", "description", "parameters"}``, the Responses
+    API's flat ``{"type": "function", "name", "parameters"}``, the Agents SDK's FunctionTool
+    (object or dict with ``params_json_schema``)."""
+    if not isinstance(tool, dict):
+        # an agents.FunctionTool (or anything shaped like it)
+        name = getattr(tool, "name", None)
+        params = getattr(tool, "params_json_schema", None)
+        if isinstance(name, str) and isinstance(params, dict):
+            return {
+                "type": "function",
+                "function": {"name": name, "description": getattr(tool, "description", "") or "", "parameters": params},
+            }
+        raise RecordError(f"{where}: a tool must be an object, got {type(tool).__name__}")
+    fn = tool.get("function") if isinstance(tool.get("function"), dict) else None
+    src = fn if fn is not None else tool
+    name = src.get("name")
+    if not isinstance(name, str) or not name:
+        raise RecordError(f"{where}: tool has no name")
+    params = src.get("parameters")
+    if params is None:
+        params = src.get("params_json_schema", src.get("input_schema"))
+    if params is None:
+        params = {"type": "object", "properties": {}}
+    if isinstance(params, str):
+        try:
+            params = json.loads(params)
+        except json.JSONDecodeError:
+            raise RecordError(f"{where}: tool {name!r} parameters are not valid JSON") from None
+    if not isinstance(params, dict):
+        raise RecordError(f"{where}: tool {name!r} parameters must be a JSON schema object")
+    out_fn: dict[str, Any] = {"name": name}
+    desc = src.get("description")
+    if isinstance(desc, str):
+        out_fn["description"] = desc
+    out_fn["parameters"] = params
+    for k in ("return", "strict"):
+        if k in src:
+            out_fn[k] = src[k]
+    return {"type": "function", "function": out_fn}
+
+
+def normalize_tools(tools: Any, where: str = "tools") -> list[dict[str, Any]]:
+    if tools is None or tools == "":
+        return []
+    if isinstance(tools, str):
+        try:
+            tools = json.loads(tools)
+        except json.JSONDecodeError as e:
+            raise RecordError(f"{where}: not valid JSON ({e.msg})") from None
+    if isinstance(tools, dict):
+        tools = [tools]
+    if not isinstance(tools, list):
+        raise RecordError(f"{where}: must be a list of tool schemas")
+    out = []
+    for i, t in enumerate(tools):
+        if isinstance(t, dict) and t.get("type") not in (None, "function") and "function" not in t and "name" not in t:
+            continue  # hosted tools (web_search, file_search, ...) have no schema to render
+        out.append(normalize_tool(t, f"{where}[{i}]"))
+    return out
+
+
+def tool_names(tools: list[dict[str, Any]]) -> set[str]:
+    return {t.get("function", t).get("name") for t in tools if isinstance(t, dict)}
+
+
+def fill_tool_message_names(messages: list[dict[str, Any]]) -> None:
+    """Give tool messages the ``name`` of the call they answer (matched by ``tool_call_id``,
+    else by order within the turn), as HF templates expect."""
+    by_id: dict[str, str] = {}
+    pending: list[str] = []
+    for m in messages:
+        if m.get("role") == "assistant":
+            pending = []
+            for c in m.get("tool_calls") or []:
+                fn = c.get("function", c) if isinstance(c, dict) else {}
+                name = fn.get("name")
+                if isinstance(name, str):
+                    pending.append(name)
+                    if isinstance(c.get("id"), str):
+                        by_id[c["id"]] = name
+        elif m.get("role") == "tool":
+            if "name" not in m or not m.get("name"):
+                tid = m.get("tool_call_id")
+                if isinstance(tid, str) and tid in by_id:
+                    m["name"] = by_id[tid]
+                elif pending:
+                    m["name"] = pending[0]
+            if pending:
+                pending.pop(0)
+
+
+# ---- a conversation, before it becomes a trace --------------------------------------------------
+
+
+@dataclass
+class Conversation:
+    """What an importer produces: HF messages + tools, and what it knows beyond them."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+    # per assistant message index: parse errors found while importing (bad arguments JSON, ...)
+    parse_errors: dict[int, list[ParseError]] = field(default_factory=dict)
+    finish_reason: str | None = None  # of the last assistant turn, when the source says
+    termination_reason: str | None = None
+    render_tools: bool = True  # False when the tools are already written into the system prompt
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def check_messages(messages: Any, where: str = "messages") -> list[dict[str, Any]]:
+    if not isinstance(messages, list):
+        raise RecordError(f"{where} must be a list of messages, got {type(messages).__name__}")
+    if not messages:
+        raise RecordError(f"{where} is empty")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise RecordError(f"{where}[{i}] is {type(m).__name__}, not a message object")
+        role = m.get("role")
+        if role not in ROLES:
+            raise RecordError(f"{where}[{i}] has role {role!r}; expected one of {', '.join(ROLES)}")
+    return messages
+
+
+# ---- token ids ----------------------------------------------------------------------------------
+
+
+def _template_kwargs(conv: Conversation) -> dict[str, Any]:
+    return dict(conv.chat_template_kwargs)
+
+
+def _token_at(starts: list[int], char_pos: int) -> int:
+    """Index of the first token whose first character is at or after ``char_pos``."""
+    return bisect.bisect_left(starts, char_pos)
+
+
+def _calls_of(msg: dict[str, Any]) -> list[ToolCall]:
+    out = []
+    for c in msg.get("tool_calls") or []:
+        if not isinstance(c, dict):
+            continue
+        fn = c.get("function", c)
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str):
+            continue
+        out.append(ToolCall(name=name, arguments=fn.get("arguments", {}), id=c.get("id") if isinstance(c.get("id"), str) else None))
+    return out
+
+
+def _results_of(messages: list[dict[str, Any]], idxs: list[int]) -> list[ToolResult]:
+    out = []
+    for i in idxs:
+        m = messages[i]
+        if m.get("role") != "tool":
+            continue
+        content = m.get("content")
+        out.append(
+            ToolResult(
+                call_id=m.get("tool_call_id") if isinstance(m.get("tool_call_id"), str) else None,
+                name=m.get("name") if isinstance(m.get("name"), str) else "",
+                content=content if isinstance(content, str) else json.dumps(content, ensure_ascii=False),
+            )
+        )
+    return out
+
+
+def trace_from_conversation(conv: Conversation, bundle: Any, source: str) -> Trace:
+    """Render ``conv`` with ``bundle`` and build a trace with rendered ids, mask and steps.
+
+    If the template cannot render the messages, the trace is still built (messages and tools
+    only, ``metadata["ids"] = "none"``, ``metadata["render_error"]``) so it can be inspected."""
+    from backend.rendering import RenderError, render, render_text
+
+    messages = conv.messages
+    tools = conv.tools
+    meta = {"source": source, **conv.metadata}
+    kw = _template_kwargs(conv)
+    if not conv.render_tools:
+        meta["tools_in_system_prompt"] = True
+    rtools = tools if conv.render_tools else None
+    steps: list[Step] = []
+    trace_kw: dict[str, Any] = {}
+    if conv.id:
+        trace_kw["id"] = conv.id
+    if conv.chat_template_kwargs:
+        trace_kw["config"] = {"apply_chat_template_kwargs": dict(conv.chat_template_kwargs)}
+    try:
+        r = render(bundle, messages, rtools, add_generation_prompt=False, chat_template_kwargs=kw)
+    except RenderError as e:
+        meta["ids"] = "none"
+        meta["render_error"] = str(e)
+        steps = _message_only_steps(conv)
+        return Trace(
+            messages=messages, tools=tools, steps=steps, termination_reason=conv.termination_reason,
+            tokenizer=bundle.info(), metadata=meta, **trace_kw,
+        )
+    text, ids = r.text, r.token_ids
+    starts = [o[0] for o in r.offsets]
+    spans_by_msg = {s.message: s for s in r.message_spans if s.message >= 0}
+    eos = getattr(bundle.tokenizer, "eos_token", None)
+
+    # each assistant message: [start, end) in tokens
+    asst: list[tuple[int, int, int]] = []
+    for i, m in enumerate(messages):
+        if m.get("role") != "assistant" or i not in spans_by_msg:
+            continue
+        sp = spans_by_msg[i]
+        cs, ce = sp.char_start or 0, sp.char_end or 0
+        start_c = cs
+        if i > 0:
+            try:
+                gp = render_text(bundle, messages[:i], rtools, add_generation_prompt=True, chat_template_kwargs=kw)
+            except RenderError:
+                gp = None
+            if gp is not None and cs <= len(gp) <= ce and text.startswith(gp):
+                start_c = len(gp)
+        end_c = ce
+        if eos:
+            k = text.rfind(eos, start_c, ce)
+            if k >= 0:
+                end_c = k + len(eos)
+        ts, te = _token_at(starts, start_c), _token_at(starts, end_c)
+        if te > ts:
+            asst.append((ts, te, i))
+
+    n = len(ids)
+    msg_tok_start = {i: s.start for i, s in spans_by_msg.items()}
+    first = asst[0][0] if asst else n
+    prompt_ids, response_ids = ids[:first], ids[first:]
+    mask = [0] * len(response_ids)
+    for ts, te, _ in asst:
+        for t in range(ts, te):
+            mask[t - first] = 1
+
+    def decode(a: int, b: int) -> str:
+        return bundle.tokenizer.decode(ids[a:b], skip_special_tokens=False)
+
+    def msgs_in(a: int, b: int, *, last: bool = False) -> list[int]:
+        return [i for i, s in sorted(msg_tok_start.items()) if messages[i].get("role") != "assistant" and (a <= s < b or (last and s >= a))]
+
+    steps.append(
+        Step(index=0, state="pending", start=0, end=first, text=decode(0, first), messages_added=msgs_in(0, first) if asst else list(range(len(messages))), info={"imported": True})
+    )
+    prev = first
+    for k, (ts, te, i) in enumerate(asst):
+        if ts > prev:
+            added = msgs_in(prev, ts)
+            steps.append(_between_step(len(steps), prev, ts, decode(prev, ts), messages, added))
+        is_last = k == len(asst) - 1
+        steps.append(
+            Step(
+                index=len(steps), state="generating", start=ts, end=te, mask=1, text=decode(ts, te),
+                messages_added=[i], tool_calls=_calls_of(messages[i]), parse_errors=list(conv.parse_errors.get(i, [])),
+                finish_reason=conv.finish_reason if is_last else None, info={"imported": True},
+            )
+        )
+        prev = te
+    if asst and prev < n:
+        added = msgs_in(prev, n, last=True)
+        if added:
+            steps.append(_between_step(len(steps), prev, n, decode(prev, n), messages, added))
+    steps.append(Step(index=len(steps), state="terminated", start=n, end=n, info={"reason": conv.termination_reason, "imported": True}))
+    meta["ids"] = "rendered"
+    meta["mask"] = "rendered"
+    if not r.spans_exact:
+        meta["spans_exact"] = False
+    return Trace(
+        messages=messages, tools=tools, prompt_ids=prompt_ids, response_ids=response_ids, response_mask=mask,
+        steps=steps, message_spans=list(r.message_spans), termination_reason=conv.termination_reason,
+        tokenizer=bundle.info(), metadata=meta, **trace_kw,
+    )
+
+
+def _between_step(index: int, a: int, b: int, text: str, messages: list[dict[str, Any]], added: list[int]) -> Step:
+    roles = sorted({messages[i].get("role") for i in added})
+    info: dict[str, Any] = {"imported": True}
+    if roles and roles != ["tool"]:
+        info["roles"] = roles  # a user/system turn between assistant turns, not only tool output
+    return Step(
+        index=index, state="processing_tools", start=a, end=b, mask=0, text=text, messages_added=added,
+        tool_results=_results_of(messages, added), info=info,
+    )
+
+
+def _message_only_steps(conv: Conversation) -> list[Step]:
+    """Steps without tokens, for a trace the template could not render."""
+    messages = conv.messages
+    steps = [Step(index=0, state="pending", info={"imported": True})]
+    seen_asst = False
+    pending_tools: list[int] = []
+    pre: list[int] = []
+    for i, m in enumerate(messages):
+        if m.get("role") == "assistant":
+            if pending_tools and seen_asst:
+                steps.append(Step(index=len(steps), state="processing_tools", messages_added=pending_tools, tool_results=_results_of(messages, pending_tools), info={"imported": True}))
+            elif not seen_asst:
+                steps[0].messages_added = pre
+            pending_tools = []
+            seen_asst = True
+            steps.append(
+                Step(index=len(steps), state="generating", messages_added=[i], tool_calls=_calls_of(m), parse_errors=list(conv.parse_errors.get(i, [])), info={"imported": True})
+            )
+        elif seen_asst:
+            pending_tools.append(i)
+        else:
+            pre.append(i)
+    if not seen_asst:
+        steps[0].messages_added = pre
+    elif pending_tools:
+        steps.append(Step(index=len(steps), state="processing_tools", messages_added=pending_tools, tool_results=_results_of(messages, pending_tools), info={"imported": True}))
+    steps.append(Step(index=len(steps), state="terminated", info={"reason": conv.termination_reason, "imported": True}))
+    return steps
+
+
+# ---- given token ids ----------------------------------------------------------------------------
+
+_CHATML_BLOCK = re.compile(r"<\|im_start\|>([A-Za-z_]+)\n(.*?)(?:<\|im_end\|>|(?=<\|im_start\|>)|\Z)", re.S)
+_TOOL_RESPONSE = re.compile(r"<tool_response>\n?(.*?)\n?</tool_response>", re.S)
+_TOOLS_BLOCK = re.compile(r"<tools>\n?(.*?)\n?</tools>", re.S)
+
+
+def tools_from_text(text: str) -> list[dict[str, Any]] | None:
+    """Tool schemas written in a system prompt between ``<tools>`` tags (Hermes / Qwen): one
+    JSON object per line, or one JSON list. None if there is no such block or it does not parse."""
+    m = _TOOLS_BLOCK.search(text)
+    if not m:
+        return None
+    body = m.group(1).strip()
+    if not body:
+        return []
+    try:
+        v = json.loads(body)
+        items = v if isinstance(v, list) else [v]
+    except json.JSONDecodeError:
+        items = []
+        for line in body.splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                items.append(json.loads(line))
+            except json.JSONDecodeError:
+                return None
+    try:
+        return normalize_tools(items, "<tools> block")
+    except RecordError:
+        return None
+
+
+def tool_responses_in(text: str) -> list[str] | None:
+    found = _TOOL_RESPONSE.findall(text)
+    return found or None
+
+
+def assistant_message(text: str, parser: Any, eos: str | None) -> tuple[dict[str, Any], list[ParseError]]:
+    """An assistant message from a generated turn's text (EOS stripped), via the tool-call parser."""
+    body = text
+    if eos and body.endswith(eos):
+        body = body[: -len(eos)]
+    res = parser.parse(body)
+    msg: dict[str, Any] = {"role": "assistant", "content": res.content}
+    if res.reasoning is not None:
+        msg["reasoning_content"] = res.reasoning
+    if res.tool_calls:
+        msg["tool_calls"] = [c.to_message_call() for c in res.tool_calls]
+    return msg, list(res.errors)
+
+
+def messages_from_chatml(text: str, parser: Any, eos: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """Messages (and tools from a ``<tools>`` system block) out of ChatML text. Empty if the text
+    is not ChatML."""
+    messages: list[dict[str, Any]] = []
+    tools = None
+    for m in _CHATML_BLOCK.finditer(text):
+        role, body = m.group(1), m.group(2)
+        if role == "system":
+            t = tools_from_text(body)
+            if t is not None:
+                tools = t
+                head = body.split("# Tools", 1)[0].rstrip("\n")
+                if head:
+                    messages.append({"role": "system", "content": head})
+                continue
+            messages.append({"role": "system", "content": body})
+        elif role == "user":
+            trs = tool_responses_in(body)
+            if trs is not None and not _TOOL_RESPONSE.sub("", body).strip():
+                messages.extend({"role": "tool", "content": c} for c in trs)
+            else:
+                messages.append({"role": "user", "content": body})
+        elif role == "assistant":
+            if not body and m.end() == len(text):
+                continue  # the generation prompt
+            msg, _ = assistant_message(body, parser, eos)
+            messages.append(msg)
+        else:
+            messages.append({"role": role if role in ROLES else "user", "content": body})
+    return messages, tools
+
+
+def trace_from_ids(
+    prompt_ids: list[int],
+    response_ids: list[int],
+    response_mask: list[int],
+    bundle: Any,
+    source: str,
+    *,
+    parser: Any,
+    trace_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    tools: list[dict[str, Any]] | None = None,
+    messages: list[dict[str, Any]] | None = None,
+    termination_reason: str | None = None,
+    logprobs: list[float] | None = None,
+) -> Trace:
+    """A trace whose ids are kept exactly as given. Steps follow the mask runs (1: generating,
+    0: processing_tools); messages are recovered from the decoded text unless given."""
+    tok = bundle.tokenizer
+    vocab = len(tok)
+    for name, ids in (("prompt_ids", prompt_ids), ("response_ids", response_ids)):
+        for j, t in enumerate(ids):
+            if not isinstance(t, int) or isinstance(t, bool):
+                raise RecordError(f"{name}[{j}] is {t!r}, not an integer token id")
+            if t < 0 or t >= vocab:
+                raise RecordError(
+                    f"{name}[{j}] = {t} is outside the vocabulary of tokenizer {bundle.name!r} ({vocab} tokens); pass the tokenizer the ids came from"
+                )
+    if len(response_mask) != len(response_ids):
+        raise RecordError(f"response_mask has {len(response_mask)} entries but response_ids has {len(response_ids)}")
+    for j, m in enumerate(response_mask):
+        if m not in (0, 1):
+            raise RecordError(f"response_mask[{j}] is {m!r}; mask values must be 0 or 1")
+    eos = getattr(tok, "eos_token", None)
+
+    def decode(ids: list[int]) -> str:
+        return tok.decode(ids, skip_special_tokens=False)
+
+    p = len(prompt_ids)
+    prompt_text = decode(prompt_ids)
+    rec_msgs, rec_tools = messages_from_chatml(prompt_text, parser, eos)
+    recovered = messages is None
+    if messages is None:
+        messages = rec_msgs if rec_msgs else [{"role": "user", "content": prompt_text}]
+    messages = copy.deepcopy(messages)
+    prompt_msg_count = len(messages)
+    steps = [Step(index=0, state="pending", start=0, end=p, text=prompt_text, messages_added=list(range(prompt_msg_count)), info={"imported": True})]
+    spans: list[MessageSpan] = [MessageSpan(message=-1, start=0, end=p)] if p else []
+    # runs of equal mask bits
+    runs: list[tuple[int, int, int]] = []
+    j = 0
+    while j < len(response_mask):
+        k = j
+        while k < len(response_mask) and response_mask[k] == response_mask[j]:
+            k += 1
+        runs.append((j, k, response_mask[j]))
+        j = k
+    turn = 0
+    for a, b, bit in runs:
+        seg = response_ids[a:b]
+        text = decode(seg)
+        start, end = p + a, p + b
+        if bit == 1:
+            turn += 1
+            msg, errs = assistant_message(text, parser, eos)
+            calls = [ToolCall(name=c["function"]["name"], arguments=c["function"]["arguments"], id=f"call_{turn}_{i}") for i, c in enumerate(msg.get("tool_calls", []))]
+            if calls:
+                msg["tool_calls"] = [c.to_message_call() for c in calls]
+            added: list[int] = []
+            if recovered:
+                messages.append(msg)
+                added = [len(messages) - 1]
+                spans.append(MessageSpan(message=added[0], start=start, end=end))
+            lp = logprobs[a:b] if logprobs is not None and len(logprobs) >= b else None
+            steps.append(
+                Step(
+                    index=len(steps), state="generating", start=start, end=end, mask=1, text=text, messages_added=added,
+                    tool_calls=calls, parse_errors=errs, logprobs=lp, finish_reason="stop" if eos and text.endswith(eos) else None,
+                    info={"imported": True},
+                )
+            )
+        else:
+            added = []
+            results: list[ToolResult] = []
+            if recovered:
+                trs = tool_responses_in(text)
+                new: list[dict[str, Any]]
+                if trs is not None:
+                    prev_calls = steps[-1].tool_calls if steps and steps[-1].state == "generating" else []
+                    new = []
+                    for i, c in enumerate(trs):
+                        m: dict[str, Any] = {"role": "tool", "content": c}
+                        if i < len(prev_calls):
+                            m["name"] = prev_calls[i].name
+                            if prev_calls[i].id:
+                                m["tool_call_id"] = prev_calls[i].id
+                        new.append(m)
+                else:
+                    new_msgs, _ = messages_from_chatml(text, parser, eos)
+                    new = new_msgs or [{"role": "user", "content": text}]
+                first = len(messages)
+                messages.extend(new)
+                added = list(range(first, len(messages)))
+                for i in added:
+                    spans.append(MessageSpan(message=i, start=start, end=end))
+                results = _results_of(messages, added)
+            steps.append(Step(index=len(steps), state="processing_tools", start=start, end=end, mask=0, text=text, messages_added=added, tool_results=results, info={"imported": True}))
+    total = p + len(response_ids)
+    steps.append(Step(index=len(steps), state="terminated", start=total, end=total, info={"reason": termination_reason, "imported": True}))
+    meta = {"source": source, **(metadata or {}), "ids": "given"}
+    meta.setdefault("mask", "given")
+    if recovered:
+        meta["messages"] = "decoded"
+    kw = {"id": trace_id} if trace_id else {}
+    return Trace(
+        messages=messages, tools=tools if tools is not None else (rec_tools or []), prompt_ids=list(prompt_ids),
+        response_ids=list(response_ids), response_mask=list(response_mask), steps=steps, message_spans=spans,
+        termination_reason=termination_reason, tokenizer=bundle.info(), metadata=meta, **kw,
+    )

@@ -1,0 +1,169 @@
+"""verl outputs → traces.
+
+* **Agent-loop outputs** (rows with ``prompt_ids``, ``response_ids``, ``response_mask``; as
+  ``AgentLoopOutput`` holds them, or as our ``export --to verl`` writes them): the ids and mask
+  are kept exactly as given (``metadata.ids = "given"``); text is decoded with the chosen
+  tokenizer only to show it, and messages/tool calls are recovered from the decoded text
+  (ChatML templates). A missing mask is taken as all ones (``metadata.mask = "assumed"``).
+  ``response_logprobs`` become per-step logprobs; ``num_turns``, ``reward_score``, ``metrics``
+  and ``extra_fields`` go to metadata.
+* **Rollout dumps** (``trainer.rollout_data_dir`` / ``validation_data_dir`` JSONL: ``input``,
+  ``output``, ``score``, ``step``, ``gts`` and reward extras; text decoded with
+  ``skip_special_tokens=True``): the conversation is recovered from the text — ChatML markers
+  when present, else the ``system``/``user``/``assistant`` role lines the decoded text keeps,
+  with ``<tool_call>`` turns and ``<tool_response>`` blocks split out — and rendered with the
+  chosen tokenizer (``metadata.ids = "rendered"``, ``metadata.messages = "recovered"``). The
+  original text, score and step stay in metadata.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from backend.importers.base import Importer, register
+from backend.importers.common import (
+    Conversation,
+    RecordError,
+    messages_from_chatml,
+    record_id,
+    tool_responses_in,
+    tools_from_text,
+    trace_from_ids,
+)
+
+_ID_KEYS = ("prompt_ids", "response_ids")
+_META_KEYS = ("num_turns", "reward_score", "score", "metrics", "extra_fields", "step", "uid", "data_source", "acc")
+
+# a tool turn in a decoded multi-turn response, with or without the special tokens kept
+_TOOL_TURN = re.compile(
+    r"(?:<\|im_end\|>)?\n?(?:<\|im_start\|>)?user\n((?:\s*<tool_response>.*?</tool_response>)+)\s*(?:<\|im_end\|>)?\n?(?:<\|im_start\|>)?assistant\n",
+    re.S,
+)
+_ROLE_LINE = re.compile(r"(?:^|\n)(system|user|assistant)\n")
+
+
+def _ints(v: Any, name: str) -> list[int]:
+    if hasattr(v, "tolist"):
+        v = v.tolist()
+    if not isinstance(v, list):
+        raise RecordError(f"{name} must be a list of token ids, got {type(v).__name__}")
+    return v
+
+
+def _response_segments(text: str, parser: Any, eos: str | None) -> list[dict[str, Any]]:
+    """Assistant turns and tool messages out of a decoded multi-turn response."""
+    from backend.importers.common import assistant_message
+
+    msgs: list[dict[str, Any]] = []
+    pos = 0
+    n_calls = 0
+    for m in _TOOL_TURN.finditer(text):
+        a, _ = assistant_message(text[pos : m.start()], parser, eos)
+        for c in a.get("tool_calls", []):
+            n_calls += 1
+            c["id"] = f"call_{n_calls}"
+        msgs.append(a)
+        calls = a.get("tool_calls", [])
+        for i, body in enumerate(tool_responses_in(m.group(1)) or []):
+            tm: dict[str, Any] = {"role": "tool", "content": body}
+            if i < len(calls):
+                tm["name"] = calls[i]["function"]["name"]
+                tm["tool_call_id"] = calls[i]["id"]
+            msgs.append(tm)
+        pos = m.end()
+    a, _ = assistant_message(text[pos:], parser, eos)
+    for c in a.get("tool_calls", []):
+        n_calls += 1
+        c["id"] = f"call_{n_calls}"
+    msgs.append(a)
+    return msgs
+
+
+def _prompt_messages(text: str, parser: Any, eos: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, str]:
+    if "<|im_start|>" in text:
+        msgs, tools = messages_from_chatml(text, parser, eos)
+        if msgs:
+            return msgs, tools, "chatml"
+    parts = _ROLE_LINE.split(text)
+    # parts: [before, role, body, role, body, ...]
+    if len(parts) >= 3 and not parts[0].strip():
+        msgs = []
+        tools = None
+        for role, body in zip(parts[1::2], parts[2::2]):
+            if role == "assistant" and not body.strip():
+                continue  # the generation prompt
+            if role == "system":
+                t = tools_from_text(body)
+                if t is not None:
+                    tools = t
+                    head = body.split("# Tools", 1)[0].rstrip("\n")
+                    if head:
+                        msgs.append({"role": "system", "content": head})
+                    continue
+            if role == "user":
+                trs = tool_responses_in(body)
+                if trs is not None and not re.sub(r"<tool_response>.*?</tool_response>", "", body, flags=re.S).strip():
+                    msgs.extend({"role": "tool", "content": c} for c in trs)
+                    continue
+            msgs.append({"role": role, "content": body})
+        if msgs:
+            return msgs, tools, "role_lines"
+    return [{"role": "user", "content": text}], None, "whole_text"
+
+
+@register
+class VerlImporter(Importer):
+    name = "verl"
+    description = "verl agent-loop outputs (prompt_ids/response_ids/response_mask, kept as given) and rollout dumps (input/output text)"
+
+    def sniff(self, record: Any) -> bool:
+        if not isinstance(record, dict):
+            return False
+        if "prompt_ids" in record and "response_ids" in record:
+            return True
+        return isinstance(record.get("input"), str) and isinstance(record.get("output"), str)
+
+    def convert(self, record: Any, ctx) -> list[Any]:
+        if not isinstance(record, dict):
+            raise RecordError(f"expected a JSON object, got {type(record).__name__}")
+        meta: dict[str, Any] = {k: record[k] for k in _META_KEYS if k in record}
+        meta = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in meta.items()}
+        if "prompt_ids" in record or "response_ids" in record:
+            for k in _ID_KEYS:
+                if k not in record:
+                    raise RecordError(f"agent-loop output without {k}")
+            prompt_ids = _ints(record["prompt_ids"], "prompt_ids")
+            response_ids = _ints(record["response_ids"], "response_ids")
+            mask = record.get("response_mask")
+            if mask is None:
+                mask = [1] * len(response_ids)
+                meta["mask"] = "assumed"
+            mask = _ints(mask, "response_mask")
+            lp = record.get("response_logprobs")
+            lp = lp.tolist() if hasattr(lp, "tolist") else lp
+            bundle = ctx.bundle
+            parser = ctx.parser
+            tr = record.get("termination_reason")
+            trace = trace_from_ids(
+                prompt_ids, response_ids, mask, bundle, self.name, parser=parser, trace_id=record_id(record, keys=("id", "trace_id", "request_id")),
+                metadata=meta, termination_reason=tr if isinstance(tr, str) else None,
+                logprobs=lp if isinstance(lp, list) else None,
+                tools=record.get("tools") if isinstance(record.get("tools"), list) else None,
+            )
+            return [trace]
+        inp, out = record.get("input"), record.get("output")
+        if not isinstance(inp, str) or not isinstance(out, str):
+            raise RecordError("a rollout dump row needs string 'input' and 'output'")
+        bundle = ctx.bundle
+        parser = ctx.parser
+        eos = getattr(bundle.tokenizer, "eos_token", None)
+        msgs, tools, how = _prompt_messages(inp, parser, eos)
+        resp = _response_segments(out, parser, eos)
+        meta.update({"messages": "recovered", "recovered_from": how, "input": inp, "output": out})
+        if "gts" in record:
+            meta["gts"] = record["gts"]
+        extras = {k: v for k, v in record.items() if k not in ("input", "output", "gts", *meta)}
+        if extras:
+            meta["record"] = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in extras.items()}
+        return [Conversation(messages=msgs + resp, tools=tools or [], metadata=meta, id=record_id(record, keys=("id", "trace_id", "request_id")))]
