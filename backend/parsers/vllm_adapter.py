@@ -71,6 +71,10 @@ class VLLMParser(ToolCallParser):
             self._request = ChatCompletionRequest(model="agent-loop-inspector", messages=[], tools=tools or None)
         except Exception as e:  # pydantic validation of the tools
             raise ValueError(f"tools are not valid OpenAI tool definitions for vLLM: {e}") from e
+        try:
+            self._new_vllm_parser()  # fail here, not on every parse, when the tokenizer does not fit
+        except Exception as e:  # noqa: BLE001
+            raise ValueError(f"vLLM's {vllm_name!r} tool parser cannot be used with this tokenizer: {type(e).__name__}: {e}") from e
         self.native = native or NATIVE_FOR_VLLM.get(vllm_name)
         if self.native is not None:
             fmt = native_formatter(self.native, self.name)
