@@ -1,0 +1,86 @@
+"""``check``: diagnostics for every trace in a file. Exit 0 whatever is found (2 only when the
+file cannot be read)."""
+
+from __future__ import annotations
+
+import os
+
+from backend.cli import CLIError, emit
+
+_ICON = {"error": "E", "warning": "W", "info": "I"}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("check", help="diagnose traces: orphan tool messages, bad calls, retokenization drift, mask mismatch, ...")
+    p.add_argument("traces", metavar="TRACE", help="trace file (.jsonl, .json or .parquet)")
+    p.add_argument("--tokenizer", help="tokenizer for the token-level checks (default: the trace's own offline profile, if any)")
+    p.add_argument("--template", help="override the chat template (trl name, .jinja file, or Jinja text)")
+    p.add_argument("--no-tokens", action="store_true", help="structural checks only (no re-rendering)")
+    p.add_argument("--id", action="append", default=[], help="only these trace ids (repeatable)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def _bundle_for(trace, args, cache: dict):
+    from backend.tokenizers import PROFILES, load_tokenizer, trl_template_names
+
+    if args.no_tokens:
+        return None, None
+    name = args.tokenizer
+    template = args.template
+    if name is None:
+        name = trace.tokenizer.name
+        if name not in PROFILES:
+            return None, f"token-level checks skipped: the trace's tokenizer {name!r} is not an offline profile; pass --tokenizer"
+        if template is None and trace.tokenizer.template and trace.tokenizer.template in trl_template_names():
+            template = trace.tokenizer.template
+    key = (name, template)
+    if key not in cache:
+        try:
+            cache[key] = (load_tokenizer(name, template=template), None)
+        except (ValueError, OSError) as e:
+            if args.tokenizer:
+                raise CLIError(str(e).splitlines()[0]) from None
+            cache[key] = (None, f"token-level checks skipped: {str(e).splitlines()[0]}")
+    return cache[key]
+
+
+def run(args) -> int:
+    from backend.diagnostics import Finding, Location, check, summarize
+    from backend.export import load_any
+    from backend.trace import TraceFileError
+
+    if not os.path.exists(args.traces):
+        raise CLIError(f"trace file not found: {args.traces}")
+    try:
+        res = load_any(args.traces)
+    except TraceFileError as e:
+        raise CLIError(str(e)) from None
+    cache: dict = {}
+    out = []
+    totals = {"error": 0, "warning": 0, "info": 0}
+    text: list[str] = []
+    wanted = set(args.id)
+    for t in res.traces:
+        if wanted and t.id not in wanted:
+            continue
+        bundle, why = _bundle_for(t, args, cache)
+        fs = check(t, bundle)
+        if why:
+            fs.append(Finding("check_skipped", "info", why, Location(), {"check": "tokenizer"}))
+        counts = summarize(fs)
+        for k, v in counts.items():
+            totals[k] = totals.get(k, 0) + v
+        out.append({"id": t.id, "counts": counts, "findings": [f.to_dict() for f in fs]})
+        text.append(f"{t.id}: {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info")
+        for f in fs:
+            loc = ", ".join(f"{k} {v}" for k, v in f.location.to_dict().items() if v is not None)
+            text.append(f"  [{_ICON.get(f.severity, '?')}] {f.code}{' (' + loc + ')' if loc else ''}: {f.message}")
+    problems = [{"line": p.line, "reason": p.reason} for p in res.problems]
+    for p in problems:
+        text.append(f"line {p['line']}: not a trace: {p['reason']}")
+    summary = {"file": args.traces, "traces": out, "totals": totals, "problems": problems}
+    if not out and not problems:
+        text.append("no traces")
+    emit(summary, args.json, "\n".join(text))
+    return 0

@@ -1,0 +1,76 @@
+"""``import``: other tools' traces (Agents SDK runs, verl outputs, chat-completions logs,
+ShareGPT / HF datasets) → our trace JSONL."""
+
+from __future__ import annotations
+
+import os
+
+from backend.cli import CLIError, emit
+
+FORMAT_CHOICES = ("agents-sdk", "verl", "openai-chat", "sharegpt", "auto")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("import", help="import traces from another format (agents-sdk, verl, openai-chat, sharegpt)")
+    p.add_argument("input", metavar="INPUT", help="JSONL, JSON or Parquet file")
+    p.add_argument("--from", dest="fmt", choices=FORMAT_CHOICES, default="auto", help="source format (default: detect per record)")
+    p.add_argument("--out", required=True, help="trace file to write (JSONL)")
+    p.add_argument("--tokenizer", default="qwen3", help="tokenizer for rendering (sources without ids) or decoding (verl ids); default qwen3")
+    p.add_argument("--template", help="override the chat template (trl name, .jinja file, or Jinja text)")
+    p.add_argument("--tools", help="agents-sdk: JSON file of tool schemas when the run file has none")
+    p.add_argument("--parser", help="tool-call parser for text formats (default: the tokenizer profile's)")
+    p.add_argument("--max-problems", type=int, default=20, help="bad records to list in text output (all are in --json)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from backend.cli import read_json_file
+    from backend.importers import iter_import
+    from backend.trace import LoadProblem, TraceFileError
+
+    if not os.path.exists(args.input):
+        raise CLIError(f"input file not found: {args.input}")
+    if os.path.abspath(args.input) == os.path.abspath(args.out):
+        raise CLIError("--out must not be the input file")
+    options = {}
+    if args.tools:
+        options["tools"] = read_json_file(args.tools, "tools")
+    if args.parser:
+        options["parser"] = args.parser
+    unit = "row" if args.input.endswith(".parquet") else "line"
+    problems: list[dict] = []
+    formats: dict[str, int] = {}
+    ids_how: dict[str, int] = {}
+    n = 0
+    tmp = args.out + ".tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for num, item, name in iter_import(args.input, args.fmt, tokenizer=args.tokenizer, template=args.template, options=options):
+                if isinstance(item, LoadProblem):
+                    problems.append({unit: num, "reason": item.reason})
+                    continue
+                f.write(item.to_json())
+                f.write("\n")
+                n += 1
+                formats[name or "?"] = formats.get(name or "?", 0) + 1
+                how = str(item.metadata.get("ids", "given"))
+                ids_how[how] = ids_how.get(how, 0) + 1
+        os.replace(tmp, args.out)
+    except TraceFileError as e:
+        raise CLIError(str(e)) from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    summary = {"out": args.out, "traces": n, "formats": formats, "ids": ids_how, "problems": problems}
+    lines = [f"wrote {n} trace(s) to {args.out}" + (" (" + ", ".join(f"{k}: {v}" for k, v in sorted(formats.items())) + ")" if formats else "")]
+    if ids_how:
+        lines.append("token ids: " + ", ".join(f"{k}: {v}" for k, v in sorted(ids_how.items())))
+    if problems:
+        lines.append(f"{len(problems)} bad record(s):")
+        for p in problems[: args.max_problems]:
+            lines.append(f"  {unit} {p[unit]}: {p['reason']}")
+        if len(problems) > args.max_problems:
+            lines.append(f"  ... and {len(problems) - args.max_problems} more (--json lists all)")
+    emit(summary, args.json, "\n".join(lines))
+    return 0

@@ -1,0 +1,616 @@
+"""Diagnostics: what is wrong (or suspicious) in a trace, each finding pointing at a step, a
+message and/or a token position.
+
+``check(trace, bundle=None) -> list[Finding]``. Structural checks need only the trace; the
+token-level checks (``retokenization_drift``, ``mask_mismatch``, ``thinking_stripped``) need the
+tokenizer bundle the trace was made with (they re-render the final messages).
+
+Codes (severity):
+
+* ``orphan_tool_message`` (error) — a tool message that answers no assistant tool call: its
+  ``tool_call_id`` matches no earlier call, or no assistant message with calls precedes it, or
+  the turn has more tool messages than calls. The seed-000 render (a ``<tool_response>`` right
+  after the user turn) is this.
+* ``tool_call_without_response`` (warning; info when the loop stopped on a limit before running
+  the call) — an assistant tool call that no tool message answers.
+* ``unknown_tool`` (error) — a call to a tool not in ``trace.tools``.
+* ``invalid_arguments`` (error) — arguments that do not validate against the tool's parameters
+  JSON schema (jsonschema).
+* ``malformed_tool_call`` (error) — parse errors recorded on a step (text that looked like a call
+  but could not be read), or arguments that are not a JSON object.
+* ``truncated_tool_response`` (warning) — a tool result cut to ``max_tool_response_length``.
+* ``hit_response_length`` (warning) — the run ended on ``response_length`` or a generation
+  stopped on its token budget (finish_reason ``length``).
+* ``empty_response`` (warning) — a generated turn with no tokens, or only the end-of-turn token,
+  or an assistant message with no content, reasoning or calls.
+* ``retokenization_drift`` (warning) — the loop's token ids differ from a full re-render of the
+  final messages with the same template: first divergence, both token runs decoded around it,
+  and what differs (e.g. the ``\\n`` the template writes after ``<|im_end|>`` that the loop,
+  stopping at EOS, never has).
+* ``mask_mismatch`` (warning) — the loop's mask differs from the assistant mask of trl's
+  ``*_training.jinja`` variant (``return_assistant_tokens_mask``), per turn and per position.
+* ``thinking_stripped`` (warning) — reasoning of an assistant turn (``reasoning_content`` /
+  ``<think>``) that the template drops on re-render, so training on the re-render would not see it.
+* ``step_error`` (error) — a step that failed (generation, template, tool timeout ...).
+* ``tool_error`` (warning) — a tool call that ran and failed (its error text went back to the model).
+* ``check_skipped`` (info) — a token-level check that could not run, and why.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from backend.trace import Trace
+
+SEVERITIES = ("error", "warning", "info")
+_SEV_ORDER = {s: i for i, s in enumerate(SEVERITIES)}
+
+CODES = (
+    "orphan_tool_message",
+    "tool_call_without_response",
+    "unknown_tool",
+    "invalid_arguments",
+    "malformed_tool_call",
+    "truncated_tool_response",
+    "hit_response_length",
+    "empty_response",
+    "retokenization_drift",
+    "mask_mismatch",
+    "thinking_stripped",
+    "step_error",
+    "tool_error",
+    "check_skipped",
+)
+
+# termination reasons where the loop stopped on purpose before running the last calls
+_LIMIT_REASONS = {"response_length", "max_assistant_turns", "max_user_turns", "tool_error", "cancelled"}
+
+
+@dataclass
+class Location:
+    step: int | None = None  # index into trace.steps
+    message: int | None = None  # index into trace.messages
+    token: int | None = None  # position in prompt_ids + response_ids
+
+    def to_dict(self) -> dict[str, int | None]:
+        return {"step": self.step, "message": self.message, "token": self.token}
+
+
+@dataclass
+class Finding:
+    code: str
+    severity: str
+    message: str
+    location: Location = field(default_factory=Location)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "severity": self.severity,
+            "message": self.message,
+            "location": self.location.to_dict(),
+            "details": self.details,
+        }
+
+    def __getitem__(self, key: str) -> Any:  # findings read like the dicts they serialise to
+        return self.to_dict()[key]
+
+
+# ---- index helpers ------------------------------------------------------------------------------
+
+
+class _Index:
+    def __init__(self, trace: Trace):
+        self.trace = trace
+        self.step_of_message: dict[int, int] = {}
+        for s in trace.steps:
+            for m in s.messages_added:
+                self.step_of_message.setdefault(m, s.index)
+        self.token_of_message: dict[int, int] = {}
+        for sp in trace.message_spans:
+            if sp.message >= 0 and sp.end > sp.start:
+                self.token_of_message.setdefault(sp.message, sp.start)
+        self.n_tokens = len(trace.prompt_ids) + len(trace.response_ids)
+
+    def at_message(self, i: int) -> Location:
+        return Location(step=self.step_of_message.get(i), message=i, token=self.token_of_message.get(i))
+
+    def at_step(self, step_index: int, token: int | None = None) -> Location:
+        s = self.trace.steps[step_index] if 0 <= step_index < len(self.trace.steps) else None
+        msg = s.messages_added[0] if s is not None and s.messages_added else None
+        if token is None and s is not None and s.end > s.start:
+            token = s.start
+        return Location(step=step_index, message=msg, token=token)
+
+    def step_at_token(self, pos: int) -> int | None:
+        best = None
+        for s in self.trace.steps:
+            if s.start <= pos < s.end:
+                return s.index
+            if s.end == pos and s.end > s.start:
+                best = s.index
+        return best
+
+    def message_at_token(self, pos: int) -> int | None:
+        for sp in self.trace.message_spans:
+            if sp.start <= pos < sp.end and sp.message >= 0:
+                return sp.message
+        return None
+
+    def at_token(self, pos: int) -> Location:
+        return Location(step=self.step_at_token(pos), message=self.message_at_token(pos), token=pos)
+
+
+def _calls(msg: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for c in msg.get("tool_calls") or []:
+        if isinstance(c, dict):
+            fn = c.get("function", c)
+            if isinstance(fn, dict):
+                out.append({"id": c.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments")})
+    return out
+
+
+def _tool_schemas(trace: Trace) -> dict[str, dict[str, Any]]:
+    out = {}
+    for t in trace.tools:
+        fn = t.get("function", t) if isinstance(t, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            out[fn["name"]] = fn
+    return out
+
+
+def _short(s: str, n: int = 80) -> str:
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+# ---- structural checks --------------------------------------------------------------------------
+
+
+def _check_tool_pairing(trace: Trace, ix: _Index) -> list[Finding]:
+    out: list[Finding] = []
+    msgs = trace.messages
+    known_ids: dict[str, tuple[int, int]] = {}  # call id -> (assistant message, call index)
+    answered: set[tuple[int, int]] = set()
+    last_asst: int | None = None  # assistant message with calls whose tool block we are in
+    block_pos = 0
+    for i, m in enumerate(msgs):
+        role = m.get("role")
+        if role == "assistant":
+            calls = _calls(m)
+            last_asst = i if calls else None
+            block_pos = 0
+            for j, c in enumerate(calls):
+                if isinstance(c["id"], str) and c["id"]:
+                    known_ids[c["id"]] = (i, j)
+        elif role == "tool":
+            tid = m.get("tool_call_id")
+            if isinstance(tid, str) and tid:
+                if tid in known_ids:
+                    answered.add(known_ids[tid])
+                    block_pos += 1
+                    continue
+                reason = f"its tool_call_id {tid!r} matches no earlier assistant tool call"
+            elif last_asst is not None and block_pos < len(_calls(msgs[last_asst])):
+                answered.add((last_asst, block_pos))
+                block_pos += 1
+                continue
+            elif last_asst is not None:
+                reason = f"the assistant turn (message {last_asst}) made {len(_calls(msgs[last_asst]))} call(s) and this is tool message {block_pos + 1} after it"
+            else:
+                prev = next((k for k in range(i - 1, -1, -1) if msgs[k].get("role") != "tool"), None)
+                what = f"message {prev} is a {msgs[prev].get('role')} message" if prev is not None else "it is the first message"
+                reason = f"no assistant tool call precedes it ({what})"
+            block_pos += 1
+            content = m.get("content")
+            out.append(
+                Finding(
+                    "orphan_tool_message", "error",
+                    f"tool message {i} answers no tool call: {reason}. The template renders it as a tool response the model never asked for.",
+                    ix.at_message(i), {"tool_call_id": tid, "name": m.get("name"), "content": _short(content if isinstance(content, str) else json.dumps(content))},
+                )
+            )
+        else:
+            last_asst = None
+            block_pos = 0
+    for i, m in enumerate(msgs):
+        if m.get("role") != "assistant":
+            continue
+        for j, c in enumerate(_calls(m)):
+            if (i, j) in answered:
+                continue
+            is_last = not any(mm.get("role") == "assistant" for mm in msgs[i + 1 :])
+            limited = is_last and trace.termination_reason in _LIMIT_REASONS
+            sev = "info" if limited else "warning"
+            why = f" (the run ended with {trace.termination_reason} before running it)" if limited else ""
+            out.append(
+                Finding(
+                    "tool_call_without_response", sev,
+                    f"tool call {j} of message {i} ({c['name']!r}, id {c['id']!r}) has no tool message answering it{why}",
+                    ix.at_message(i), {"call_index": j, "name": c["name"], "id": c["id"]},
+                )
+            )
+    return out
+
+
+def _check_calls(trace: Trace, ix: _Index) -> list[Finding]:
+    out: list[Finding] = []
+    schemas = _tool_schemas(trace)
+    seen_unknown: set[tuple[int, int]] = set()
+    for i, m in enumerate(trace.messages):
+        if m.get("role") != "assistant":
+            continue
+        for j, c in enumerate(_calls(m)):
+            name, args = c["name"], c["arguments"]
+            loc = ix.at_message(i)
+            if name not in schemas:
+                seen_unknown.add((i, j))
+                avail = ", ".join(sorted(schemas)) or "none"
+                out.append(Finding("unknown_tool", "error", f"message {i} calls {name!r}, which is not among the trace's tools ({avail})", loc, {"call_index": j, "name": name}))
+                continue
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args) if args.strip() else {}
+                except json.JSONDecodeError as e:
+                    out.append(
+                        Finding("malformed_tool_call", "error", f"message {i}, call {j} ({name!r}): arguments are not valid JSON ({e.msg} at char {e.pos})", loc, {"call_index": j, "raw": _short(c["arguments"], 200)})
+                    )
+                    continue
+            if not isinstance(args, dict):
+                out.append(Finding("malformed_tool_call", "error", f"message {i}, call {j} ({name!r}): arguments must be a JSON object, got {type(args).__name__}", loc, {"call_index": j}))
+                continue
+            params = schemas[name].get("parameters")
+            if isinstance(params, dict) and params:
+                errs = _validate(args, params)
+                if errs:
+                    out.append(
+                        Finding(
+                            "invalid_arguments", "error",
+                            f"message {i}, call {j} ({name!r}): arguments do not match the tool's parameters: {errs[0]}"
+                            + (f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""),
+                            loc, {"call_index": j, "errors": errs[:10], "arguments": args},
+                        )
+                    )
+    # parse errors and tool failures recorded on steps
+    for s in trace.steps:
+        for k, e in enumerate(s.parse_errors):
+            tok = s.start if s.end > s.start else None
+            out.append(Finding("malformed_tool_call", "error", f"step {s.index}: {e.message}", ix.at_step(s.index, tok), {"raw": _short(e.raw or "", 200), "span": list(e.span) if e.span else None}))
+        for r in s.tool_results:
+            if r.truncated:
+                orig = f" from {r.original_length} characters" if r.original_length is not None else ""
+                out.append(
+                    Finding(
+                        "truncated_tool_response", "warning",
+                        f"step {s.index}: the result of {r.name!r} was truncated{orig} to {len(r.content)} characters; the model saw a partial tool response",
+                        ix.at_step(s.index), {"name": r.name, "call_id": r.call_id, "original_length": r.original_length, "length": len(r.content)},
+                    )
+                )
+            if not r.ok and r.error not in ("unknown_tool", "invalid_arguments"):
+                out.append(
+                    Finding("tool_error", "warning", f"step {s.index}: tool {r.name!r} failed ({r.error or 'error'}): {_short(r.error_detail or r.content, 160)}", ix.at_step(s.index), {"name": r.name, "error": r.error})
+                )
+            elif not r.ok and r.error == "invalid_arguments" and not any(f.code == "invalid_arguments" for f in out):
+                out.append(Finding("invalid_arguments", "error", f"step {s.index}: tool {r.name!r} rejected its arguments: {_short(r.error_detail or r.content, 160)}", ix.at_step(s.index), {"name": r.name}))
+            elif not r.ok and r.error == "unknown_tool" and not any(f.code == "unknown_tool" and f.details.get("name") == r.name for f in out):
+                out.append(Finding("unknown_tool", "error", f"step {s.index}: tool {r.name!r} is not registered", ix.at_step(s.index), {"name": r.name}))
+        if s.error:
+            out.append(Finding("step_error", "error", f"step {s.index} ({s.state}) failed: {_short(s.error, 200)}", ix.at_step(s.index), {"state": s.state}))
+    return out
+
+
+def _validate(args: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    try:
+        import jsonschema
+    except ImportError:  # pragma: no cover - jsonschema is a dependency
+        return []
+    try:
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        v = cls(schema)
+        errs = sorted(v.iter_errors(args), key=lambda e: list(e.absolute_path))
+    except jsonschema.SchemaError:
+        return []
+    out = []
+    for e in errs:
+        path = "/".join(str(p) for p in e.absolute_path)
+        out.append(f"{path + ': ' if path else ''}{e.message}")
+    return out
+
+
+def _check_lengths(trace: Trace, ix: _Index) -> list[Finding]:
+    out: list[Finding] = []
+    eos_id = trace.tokenizer.eos_token_id
+    ids = trace.input_ids
+    budget = trace.config.get("response_length") if isinstance(trace.config, dict) else None
+    length_steps = [s for s in trace.steps if s.state == "generating" and s.finish_reason == "length"]
+    for s in length_steps:
+        out.append(
+            Finding(
+                "hit_response_length", "warning",
+                f"step {s.index}: generation stopped on its token budget (max_tokens {s.info.get('max_tokens', '?')}) after {s.end - s.start} tokens, mid-turn",
+                ix.at_step(s.index, s.end - 1 if s.end > s.start else s.start), {"tokens": s.end - s.start, "max_tokens": s.info.get("max_tokens")},
+            )
+        )
+    if trace.termination_reason == "response_length" and not length_steps:
+        last = trace.steps[-1].index if trace.steps else None
+        dropped = next((s.info.get("would_append_tokens") for s in trace.steps if s.info.get("would_append_tokens")), None)
+        extra = f"; a tool turn of {dropped} tokens was dropped" if dropped else ""
+        out.append(
+            Finding(
+                "hit_response_length", "warning",
+                f"the run ended on response_length ({len(trace.response_ids)} response tokens, budget {budget}){extra}",
+                Location(step=last, token=ix.n_tokens or None), {"response_tokens": len(trace.response_ids), "budget": budget},
+            )
+        )
+    for s in trace.steps:
+        if s.state != "generating":
+            continue
+        n = s.end - s.start
+        only_eos = n == 1 and eos_id is not None and s.start < len(ids) and ids[s.start] == eos_id
+        if n == 0 and not s.error and s.finish_reason != "abort" and not s.info.get("imported"):
+            out.append(Finding("empty_response", "warning", f"step {s.index}: the model generated no tokens", ix.at_step(s.index, s.start), {}))
+        elif only_eos:
+            out.append(Finding("empty_response", "warning", f"step {s.index}: the model ended its turn at once (only the end-of-turn token)", ix.at_step(s.index), {}))
+    flagged = {f.location.message for f in out if f.code == "empty_response"}
+    for i, m in enumerate(trace.messages):
+        if m.get("role") != "assistant" or i in flagged:
+            continue
+        c = m.get("content")
+        if (c is None or (isinstance(c, str) and not c.strip())) and not m.get("tool_calls") and not m.get("reasoning_content"):
+            loc = ix.at_message(i)
+            if any(f.code == "empty_response" and f.location.step == loc.step and loc.step is not None for f in out):
+                continue
+            out.append(Finding("empty_response", "warning", f"assistant message {i} is empty (no content, reasoning or tool calls)", loc, {}))
+    return out
+
+
+# ---- token-level checks -------------------------------------------------------------------------
+
+
+def _render_tools(trace: Trace) -> list[dict[str, Any]] | None:
+    if trace.metadata.get("tools_in_system_prompt"):
+        return None
+    return list(trace.tools) or None
+
+
+def _template_kwargs(trace: Trace) -> dict[str, Any]:
+    kw = trace.config.get("apply_chat_template_kwargs") if isinstance(trace.config, dict) else None
+    return dict(kw) if isinstance(kw, dict) else {}
+
+
+def _tok_repr(tok: Any, ids: list[int]) -> str:
+    return tok.decode(ids, skip_special_tokens=False)
+
+
+def _show(s: str) -> str:
+    return json.dumps(s, ensure_ascii=False)[1:-1]  # escapes \n visibly, no quotes
+
+
+def _describe_op(tok: Any, tag: str, a: list[int], b: list[int], i1: int, i2: int, j1: int, j2: int) -> str:
+    loop_txt = _show(_tok_repr(tok, a[i1:i2]))
+    ren_txt = _show(_tok_repr(tok, b[j1:j2]))
+    before = _show(_tok_repr(tok, a[max(0, i1 - 1) : i1])) if i1 > 0 else ""
+    after_ctx = f" after '{before}'" if before else " at the start"
+    if tag == "insert":
+        return f"missing '{ren_txt}'{after_ctx} (loop token {i1}; the template writes {j2 - j1} token(s) the loop does not have)"
+    if tag == "delete":
+        return f"extra '{loop_txt}'{after_ctx} (loop tokens {i1}..{i2 - 1}; not in the re-render)"
+    return f"'{loop_txt}' vs '{ren_txt}'{after_ctx} (loop tokens {i1}..{i2 - 1} vs re-render tokens {j1}..{j2 - 1}: same text, different tokens)" if loop_txt == ren_txt else f"'{loop_txt}' in the loop vs '{ren_txt}' in the re-render{after_ctx} (loop tokens {i1}..{i2 - 1})"
+
+
+def _opcodes(a: list[int], b: list[int]) -> list[tuple[str, int, int, int, int]]:
+    return difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes()
+
+
+def _check_drift(trace: Trace, bundle: Any, ix: _Index, rendered: list[int]) -> list[Finding]:
+    tok = bundle.tokenizer
+    loop = trace.input_ids
+    if loop == rendered:
+        return []
+    n = min(len(loop), len(rendered))
+    first = next((k for k in range(n) if loop[k] != rendered[k]), n)
+    ops = [op for op in _opcodes(loop, rendered) if op[0] != "equal"]
+    loop_only = sum(i2 - i1 for _, i1, i2, _, _ in ops)
+    render_only = sum(j2 - j1 for _, _, _, j1, j2 in ops)
+    w = 6
+    ctx_loop = _tok_repr(tok, loop[max(0, first - w) : first + w])
+    ctx_ren = _tok_repr(tok, rendered[max(0, first - w) : first + w])
+    descs = [_describe_op(tok, tag, loop, rendered, i1, i2, j1, j2) for tag, i1, i2, j1, j2 in ops]
+    # group identical descriptions ("missing '\n' after '<|im_end|>'" at several places)
+    groups: dict[str, list[int]] = {}
+    for (tag, i1, i2, j1, j2), d in zip(ops, descs):
+        key = d.split(" (")[0]
+        groups.setdefault(key, []).append(i1)
+    summary = "; ".join(
+        f"{k} at {len(v)} place(s) (loop position{'s' if len(v) > 1 else ''} {', '.join(map(str, v[:6]))}{', ...' if len(v) > 6 else ''})"
+        for k, v in groups.items()
+    )
+    msg = (
+        f"the loop's {len(loop)} tokens differ from a re-render of the final messages ({len(rendered)} tokens) with template "
+        f"{bundle.template_name!r}: first divergence at token {first}; {summary}. "
+        f"{loop_only} loop token(s) and {render_only} re-render token(s) differ"
+    )
+    if any("<|im_end|>" in k or (tok.eos_token and tok.eos_token in k) for k in groups):
+        msg += f" (the engine stops at {tok.eos_token!r}; the template writes what follows it)"
+    details = {
+        "first_divergence": first,
+        "loop_tokens": len(loop),
+        "render_tokens": len(rendered),
+        "loop_only_tokens": loop_only,
+        "render_only_tokens": render_only,
+        "loop_context": ctx_loop,
+        "render_context": ctx_ren,
+        "loop_ids_at": loop[max(0, first - w) : first + w],
+        "render_ids_at": rendered[max(0, first - w) : first + w],
+        "differences": [
+            {"op": tag, "loop": [i1, i2], "render": [j1, j2], "loop_text": _tok_repr(tok, loop[i1:i2]), "render_text": _tok_repr(tok, rendered[j1:j2]), "description": d}
+            for (tag, i1, i2, j1, j2), d in list(zip(ops, descs))[:50]
+        ],
+    }
+    return [Finding("retokenization_drift", "warning", msg, ix.at_token(first), details)]
+
+
+def _runs(bits: list[int]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for b in bits:
+        if out and out[-1][0] == b:
+            out[-1][1] += 1
+        else:
+            out.append([b, 1])
+    return [(b, n) for b, n in out]
+
+
+def _check_mask(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
+    from backend.tokenizers import read_trl_template
+
+    tname = bundle.training_template
+    if not tname:
+        return [Finding("check_skipped", "info", f"mask_mismatch not checked: trl ships no *_training.jinja variant of template {bundle.template_name!r}", Location(), {"check": "mask_mismatch"})]
+    text = read_trl_template(tname)
+    tok = bundle.tokenizer
+    try:
+        enc = tok.apply_chat_template(
+            trace.messages, tools=_render_tools(trace), tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
+            chat_template=text, **_template_kwargs(trace),
+        )
+    except Exception as e:
+        return [Finding("check_skipped", "info", f"mask_mismatch not checked: the training template {tname!r} failed: {type(e).__name__}: {_short(str(e), 160)}", Location(), {"check": "mask_mismatch"})]
+    t_ids = list(enc["input_ids"])
+    t_mask = list(enc["assistant_masks"])
+    loop = trace.input_ids
+    lmask = trace.full_mask
+    p = len(trace.prompt_ids)
+    diffs: list[dict[str, Any]] = []
+    for tag, i1, i2, j1, j2 in _opcodes(loop, t_ids):
+        if tag == "equal":
+            for k in range(i2 - i1):
+                if lmask[i1 + k] != t_mask[j1 + k]:
+                    diffs.append({"loop_token": i1 + k, "render_token": j1 + k, "token": tok.decode([loop[i1 + k]], skip_special_tokens=False), "loop_mask": lmask[i1 + k], "training_mask": t_mask[j1 + k]})
+        else:
+            for k in range(j1, j2):
+                if t_mask[k]:
+                    diffs.append({"loop_token": None, "after_loop_token": i1 - 1, "render_token": k, "token": tok.decode([t_ids[k]], skip_special_tokens=False), "loop_mask": None, "training_mask": 1})
+            for k in range(i1, i2):
+                if lmask[k]:
+                    diffs.append({"loop_token": k, "render_token": None, "token": tok.decode([loop[k]], skip_special_tokens=False), "loop_mask": 1, "training_mask": None})
+    if not diffs:
+        return []
+    loop_runs = _runs(trace.response_mask)
+    # the training render's response region: after the same prompt, when the prompt matches
+    t_resp = t_mask[p:] if t_ids[:p] == trace.prompt_ids else t_mask[next((k for k, v in enumerate(t_mask) if v), len(t_mask)) :]
+    t_runs = _runs(t_resp)
+    fmt = lambda rs: "/".join(str(n) for _, n in rs)  # noqa: E731
+    ones = lambda rs: "/".join(str(n) for b, n in rs if b == 1)  # noqa: E731
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for d in diffs:
+        if d["loop_token"] is None:
+            prev = tok.decode([loop[d["after_loop_token"]]], skip_special_tokens=False) if d["after_loop_token"] >= 0 else ""
+            key = f"the training template counts '{_show(d['token'])}' after '{_show(prev)}' as assistant, a token the loop does not have"
+        elif d["render_token"] is None:
+            key = f"the loop masks '{_show(d['token'])}' as generated, a token the training render does not have"
+        elif d["loop_mask"] == 1:
+            key = f"'{_show(d['token'])}' is generated (mask 1) in the loop but not assistant in the training template"
+        else:
+            key = f"'{_show(d['token'])}' is assistant in the training template but mask 0 in the loop"
+        kinds.setdefault(key, []).append(d)
+    expl = "; ".join(
+        f"{k} ({len(v)}×, render position{'s' if len(v) > 1 else ''} {', '.join(str(x['render_token']) for x in v[:6])})" if v[0]["render_token"] is not None
+        else f"{k} ({len(v)}×, loop position{'s' if len(v) > 1 else ''} {', '.join(str(x['loop_token']) for x in v[:6])})"
+        for k, v in kinds.items()
+    )
+    msg = (
+        f"the loop's response mask ({fmt(loop_runs)}: assistant turns {ones(loop_runs)}) differs from the assistant mask of trl's "
+        f"{tname!r} ({fmt(t_runs)}: assistant turns {ones(t_runs)}) at {len(diffs)} position(s): {expl}"
+    )
+    first_loop = next((d["loop_token"] if d["loop_token"] is not None else max(d["after_loop_token"], 0) for d in diffs), None)
+    details = {
+        "training_template": tname,
+        "loop_runs": [list(r) for r in loop_runs],
+        "training_runs": [list(r) for r in t_runs],
+        "loop_assistant_tokens": sum(trace.response_mask),
+        "training_assistant_tokens": sum(t_mask),
+        "positions": diffs[:200],
+    }
+    loc = ix.at_token(first_loop) if first_loop is not None else Location()
+    return [Finding("mask_mismatch", "warning", msg, loc, details)]
+
+
+def _check_thinking(trace: Trace, bundle: Any, ix: _Index, rendered_text: str) -> list[Finding]:
+    out = []
+    for i, m in enumerate(trace.messages):
+        if m.get("role") != "assistant":
+            continue
+        r = m.get("reasoning_content")
+        if not (isinstance(r, str) and r.strip()):
+            c = m.get("content")
+            if isinstance(c, str) and "<think>" in c and "</think>" in c:
+                r = c.split("<think>", 1)[1].split("</think>", 1)[0]
+            else:
+                continue
+        if not r.strip() or r.strip() in rendered_text:
+            continue
+        out.append(
+            Finding(
+                "thinking_stripped", "warning",
+                f"assistant message {i}: its reasoning ({len(r)} characters, '{_show(_short(r.strip(), 60))}') is dropped when template "
+                f"{bundle.template_name!r} re-renders the conversation; the model generated it, a re-rendered training sample will not contain it",
+                ix.at_message(i), {"reasoning_chars": len(r)},
+            )
+        )
+    return out
+
+
+# ---- entry point --------------------------------------------------------------------------------
+
+
+def check(trace: Trace, bundle: Any = None) -> list[Finding]:
+    """All findings for ``trace``, most severe first, then by position. Never raises for a
+    trace that loaded; a check that cannot run becomes a ``check_skipped`` info finding."""
+    ix = _Index(trace)
+    findings: list[Finding] = []
+    findings += _check_tool_pairing(trace, ix)
+    findings += _check_calls(trace, ix)
+    findings += _check_lengths(trace, ix)
+    if bundle is not None:
+        findings += _token_checks(trace, bundle, ix)
+    findings.sort(key=lambda f: (_SEV_ORDER.get(f.severity, 9), f.location.token if f.location.token is not None else 1 << 60, f.location.message if f.location.message is not None else 1 << 30))
+    return findings
+
+
+def _token_checks(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
+    from backend.rendering import RenderError, render_text
+
+    out: list[Finding] = []
+    info = trace.tokenizer
+    if info.template_sha256 and info.template_sha256 != bundle.template_sha256:
+        out.append(
+            Finding(
+                "check_skipped", "info",
+                f"the trace was made with template {info.template!r} (sha {info.template_sha256[:12]}), not {bundle.template_name!r}; "
+                "token-level findings compare against the template given", Location(), {"check": "template", "trace_template": info.template},
+            )
+        )
+    try:
+        text = render_text(bundle, trace.messages, _render_tools(trace), add_generation_prompt=False, chat_template_kwargs=_template_kwargs(trace))
+    except RenderError as e:
+        return out + [Finding("check_skipped", "info", f"token-level checks skipped: the template cannot render the final messages: {_short(str(e), 200)}", Location(), {"check": "render"})]
+    out += _check_thinking(trace, bundle, ix, text)
+    if not trace.input_ids:
+        out.append(Finding("check_skipped", "info", "retokenization_drift and mask_mismatch not checked: the trace has no token ids", Location(), {"check": "tokens"}))
+        return out
+    rendered = bundle.tokenizer.encode(text, add_special_tokens=False)
+    out += _check_drift(trace, bundle, ix, rendered)
+    out += _check_mask(trace, bundle, ix)
+    return out
+
+
+def summarize(findings: list[Finding]) -> dict[str, int]:
+    counts = {s: 0 for s in SEVERITIES}
+    for f in findings:
+        counts[f.severity] = counts.get(f.severity, 0) + 1
+    return counts
