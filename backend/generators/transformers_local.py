@@ -202,32 +202,25 @@ class TransformersGenerator(Generator):
             raise NotImplementedError(
                 f"constraint {constraint.kind!r} with the transformers backend needs xgrammar (pip install xgrammar)"
             ) from e
-        if constraint.spec is None:
-            raise GenerationError(f"constraint {constraint.kind!r} has no spec")
         if self._grammar_compiler is None:
             vocab = int(getattr(self.model.config, "vocab_size", 0) or len(self.tokenizer))
             info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=vocab, stop_token_ids=self.eos_token_ids() or None)
             self._grammar_compiler = xgr.GrammarCompiler(info)
         comp = self._grammar_compiler
-        kind, spec = constraint.kind, constraint.spec
+        from backend.generators.vllm_server import normalize_constraint
+
         try:
-            if kind == "regex":
-                compiled = comp.compile_regex(str(spec))
-            elif kind == "json_schema":
+            field, spec = normalize_constraint(constraint)  # type: ignore[misc]
+            if field == "regex":
+                compiled = comp.compile_regex(spec)
+            elif field == "json":
                 compiled = comp.compile_json_schema(spec)
-            elif kind == "grammar":
-                text = str(spec)
-                compiled = comp.compile_grammar(text) if "::=" in text else comp.compile_lark(text)
-            elif kind == "structural_tag":
-                compiled = comp.compile_structural_tag(spec)
+            elif field == "grammar":
+                compiled = comp.compile_grammar(spec) if "::=" in spec else comp.compile_lark(spec)
             else:
-                raise GenerationError(
-                    f"unknown constraint kind {kind!r}; expected none, regex, json_schema, grammar or structural_tag"
-                )
-        except GenerationError:
-            raise
+                compiled = comp.compile_structural_tag(spec)
         except Exception as e:
-            raise GenerationError(f"invalid {kind} constraint: {e}") from e
+            raise GenerationError(f"invalid {constraint.kind} constraint: {e}") from e
         return XGrammarLogitsProcessor(compiled)
 
     # ---- generation ---------------------------------------------------------------------------

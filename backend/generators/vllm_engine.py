@@ -19,7 +19,6 @@ import asyncio
 import atexit
 import concurrent.futures
 import itertools
-import json
 import os
 import shutil
 import tempfile
@@ -38,8 +37,6 @@ from backend.generators.base import (
     SamplingParams,
     TokenCallback,
 )
-
-CONSTRAINT_KINDS = ("none", "regex", "json_schema", "grammar", "structural_tag")
 
 _ENV_SET_BY_US: dict[str, str] = {}
 _ENV_LOCK = threading.Lock()
@@ -120,22 +117,14 @@ def to_vllm_sampling_params(params: SamplingParams, constraint: Constraint | Non
 
 def structured_outputs_params(constraint: Constraint | None):
     """A :class:`Constraint` as ``vllm.sampling_params.StructuredOutputsParams`` (None: none)."""
-    if constraint is None or constraint.kind in ("none", "", None):
+    from backend.generators.vllm_server import normalize_constraint
+
+    norm = normalize_constraint(constraint)
+    if norm is None:
         return None
     from vllm.sampling_params import StructuredOutputsParams
 
-    kind, spec = constraint.kind, constraint.spec
-    if spec is None:
-        raise ValueError(f"constraint {kind!r} has no spec")
-    if kind == "regex":
-        return StructuredOutputsParams(regex=str(spec))
-    if kind == "json_schema":
-        return StructuredOutputsParams(json=spec if isinstance(spec, (dict, str)) else json.loads(json.dumps(spec)))
-    if kind == "grammar":
-        return StructuredOutputsParams(grammar=str(spec))
-    if kind == "structural_tag":
-        return StructuredOutputsParams(structural_tag=spec if isinstance(spec, str) else json.dumps(spec))
-    raise ValueError(f"unknown constraint kind {kind!r}; expected one of {', '.join(CONSTRAINT_KINDS)}")
+    return StructuredOutputsParams(**{norm[0]: norm[1]})
 
 
 def sampled_logprobs(token_ids: list[int], logprobs: Any) -> list[float]:

