@@ -1,0 +1,95 @@
+"""The Gradio app: one module per tab, the token view, and :func:`build_app` that puts them
+together. ``ui`` only calls ``backend``; ``backend`` never imports ``ui``.
+
+Per-user state is one :class:`ui.context.Session` in a ``gr.State``; what is shared (the model
+backend, tokenizers, the sample traces) is read-only or built for concurrent use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from ui.context import AppContext, Session, load_samples, new_session
+
+__all__ = ["CSS", "AppContext", "Session", "build_app", "launch_kwargs", "load_samples"]
+
+CSS = """
+.ali-summary { padding: 8px 10px; border: 1px solid var(--border-color-primary); border-radius: 8px; background: var(--background-fill-secondary); }
+.ali-label { font-weight: 600; margin-bottom: 4px; word-break: break-all; }
+.ali-desc { font-size: 13px; color: var(--body-text-color-subdued); margin-bottom: 6px; }
+.ali-kvs { display: flex; flex-wrap: wrap; gap: 6px 14px; font-size: 13px; }
+.ali-kv span { color: var(--body-text-color-subdued); margin-right: 4px; }
+.ali-kv b { font-family: ui-monospace, monospace; font-weight: 600; }
+.ali-note, .ali-warn { color: #92400e; background: #fef3c7; padding: 4px 8px; border-radius: 6px; font-size: 13px; margin-top: 4px; }
+.ali-err { color: #991b1b; background: #fee2e2; padding: 4px 8px; border-radius: 6px; font-size: 13px; margin-top: 4px; white-space: pre-wrap; }
+.ali-ok { color: #065f46; background: #d1fae5; padding: 4px 8px; border-radius: 6px; font-size: 13px; }
+.ali-info { color: var(--body-text-color); background: var(--background-fill-secondary); padding: 4px 8px; border-radius: 6px; font-size: 13px; }
+.ali-step-head { font-size: 13px; padding: 4px 0; }
+.ali-diff { font-family: ui-monospace, monospace; font-size: 12px; white-space: pre-wrap; word-break: break-all; border: 1px solid var(--border-color-primary); border-radius: 6px; max-height: 480px; overflow: auto; background: #fff; color: #111; }
+.ali-diff .d-head { color: #555; padding: 4px 6px; border-bottom: 1px solid #ddd; }
+.ali-diff .d-eq { padding: 0 6px; color: #444; }
+.ali-diff .d-del { padding: 0 6px; background: #fee2e2; }
+.ali-diff .d-add { padding: 0 6px; background: #dcfce7; }
+.ali-diff .d-skip { padding: 0 6px; color: #888; font-style: italic; }
+.ali-diff mark { background: #fde047; }
+#ali-header h1 { margin-bottom: 0; }
+"""
+
+
+def launch_kwargs() -> dict[str, Any]:
+    """What ``launch()`` needs besides host/port (Gradio 6 takes theme and css there)."""
+    return {"css": CSS, "theme": gr.themes.Soft()}
+
+
+def build_app(ctx: AppContext) -> gr.Blocks:
+    from ui import inspector, playground, template_lab, trace_files
+
+    def initial_session() -> Session:
+        s = new_session(ctx)
+        s.file_traces = [label for label, _ in ctx.samples]
+        s.file_name = "sample_traces"
+        return s
+
+    with gr.Blocks(title="Agent Loop Inspector") as demo:
+        session = gr.State(initial_session)
+        gr.Markdown(
+            "# Agent Loop Inspector\nEvery token of a tool-calling agent loop: what the model generated (mask 1), "
+            "what the loop injected (mask 0), step by step. Model: " + _md_escape(ctx.model.status()),
+            elem_id="ali-header",
+        )
+        with gr.Tabs(selected="playground", elem_id="ali-tabs") as tabs:
+            with gr.Tab("Playground", id="playground", elem_id="tab-playground"):
+                pg = playground.build(ctx)
+            with gr.Tab("Inspector", id="inspector", elem_id="tab-inspector"):
+                insp = inspector.build(ctx, session)
+            with gr.Tab("Trace files", id="files", elem_id="tab-files"):
+                tf = trace_files.build(ctx, session)
+            with gr.Tab("Template lab", id="lab", elem_id="tab-lab"):
+                template_lab.build(ctx)
+
+        insp_outputs = [session, *insp.trace_outputs()]
+
+        def refresh_inspector(sess: Session, decode: str | None):
+            return [sess, *inspector.show_trace(ctx, sess, sess.current, decode)]
+
+        def open_in_inspector(sess: Session, label: str):
+            sess.current = label
+            return [*refresh_inspector(sess, "auto"), gr.Tabs(selected="inspector"), gr.update(value="auto")]
+
+        trace_files.wire(ctx, tf, session, (open_in_inspector, [*insp_outputs, tabs, insp.decode_dd]))
+        playground.wire(ctx, pg, session, (refresh_inspector, [session, insp.decode_dd], insp_outputs))
+
+        def on_load(sess: Session):
+            return [*refresh_inspector(sess, "auto"), *trace_files.table_outputs(sess)]
+
+        demo.load(on_load, [session], [*insp_outputs, tf.reason_dd, tf.source_dd, tf.table, tf.dist])
+    demo.queue(default_concurrency_limit=ctx.concurrency_limit)
+    return demo
+
+
+def _md_escape(s: str) -> str:
+    import html
+
+    return html.escape(s).replace("*", "\\*").replace("_", "\\_")

@@ -1,0 +1,110 @@
+"""Plotly figures for one trace (tokens per turn by mask, step timeline) and for a set of
+traces (distributions of turns, response lengths, termination reasons).
+
+Text that comes from traces (reasons, sources) only goes into plotly data fields, which plotly
+renders as SVG text, never as HTML.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from backend.trace import Trace
+
+COLORS = {"prompt": "#9ca3af", "generated": "#22c55e", "injected": "#f97316", "tools": "#f97316", "render": "#60a5fa", "other": "#a78bfa"}
+_LAYOUT = dict(margin=dict(l=40, r=10, t=40, b=40), height=300, template="plotly_white", legend=dict(orientation="h", y=-0.25))
+
+
+def _empty(title: str, note: str) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(title=title, **_LAYOUT)
+    fig.add_annotation(text=note, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+def _turn_label(step: Any) -> str:
+    short = {"pending": "prompt", "generating": "gen", "processing_tools": "tools"}.get(step.state, step.state)
+    return f"{step.index}·{short}"
+
+
+def tokens_per_turn(trace: Trace | None) -> go.Figure:
+    """One bar per step that appended tokens, stacked by what the tokens are."""
+    title = "Tokens per step (by mask)"
+    if trace is None:
+        return _empty(title, "no trace")
+    steps = [s for s in trace.steps if s.end > s.start]
+    if not steps:
+        # imported traces without steps: prompt / generated / injected totals
+        gen = sum(trace.response_mask)
+        inj = len(trace.response_mask) - gen
+        steps_x = ["trace"]
+        data = {"prompt": [len(trace.prompt_ids)], "generated": [gen], "injected": [inj]}
+    else:
+        steps_x = [_turn_label(s) for s in steps]
+        data = {"prompt": [], "generated": [], "injected": []}
+        full = trace.full_mask
+        p = len(trace.prompt_ids)
+        for s in steps:
+            n_prompt = max(0, min(s.end, p) - s.start)
+            seg = full[max(s.start, p) : s.end]
+            g = sum(seg)
+            data["prompt"].append(n_prompt)
+            data["generated"].append(g)
+            data["injected"].append(len(seg) - g)
+    fig = go.Figure()
+    for k in ("prompt", "generated", "injected"):
+        if any(data[k]):
+            fig.add_bar(name=k if k == "prompt" else f"{k} (mask {1 if k == 'generated' else 0})", x=steps_x, y=data[k],
+                        marker_color=COLORS[k], hovertemplate="%{x}: %{y} tokens<extra>" + k + "</extra>")
+    fig.update_layout(title=title, barmode="stack", xaxis_title="step", yaxis_title="tokens", **_LAYOUT)
+    return fig
+
+
+def step_timeline(trace: Trace | None) -> go.Figure:
+    """Horizontal bars: when each step ran and for how long (generation vs tools vs rendering)."""
+    title = "Step timeline (seconds from start)"
+    if trace is None:
+        return _empty(title, "no trace")
+    steps = [s for s in trace.steps if s.state != "terminated"]
+    if not steps or all(not s.duration_s for s in steps):
+        return _empty(title, "this trace has no step timings")
+    t0 = min((s.started_at for s in steps if s.started_at), default=None)
+    fig = go.Figure()
+    kinds = {"generating": ("generation", COLORS["generated"]), "processing_tools": ("tools", COLORS["tools"]),
+             "pending": ("render prompt", COLORS["render"])}
+    clock = 0.0
+    seen: set[str] = set()
+    for s in steps:
+        start = (s.started_at - t0) if (t0 is not None and s.started_at) else clock
+        clock = start + s.duration_s
+        name, color = kinds.get(s.state, (s.state, COLORS["other"]))
+        tool_names = ", ".join(r.name for r in s.tool_results)
+        hover = f"step {s.index} {s.state}<br>{s.duration_s * 1000:.1f} ms" + (f"<br>{tool_names}" if tool_names else "")
+        fig.add_bar(
+            y=[_turn_label(s)], x=[max(s.duration_s, 1e-4)], base=[start], orientation="h", marker_color=color,
+            name=name, showlegend=name not in seen, hovertext=[hover], hoverinfo="text",
+        )
+        seen.add(name)
+    fig.update_layout(title=title, barmode="overlay", xaxis_title="seconds", **_LAYOUT)
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def file_distributions(traces: list[Trace]) -> go.Figure:
+    """Turns, response lengths and termination reasons of a set of traces."""
+    if not traces:
+        return _empty("Loaded traces", "no traces loaded")
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("assistant turns", "response tokens", "termination reason"))
+    fig.add_histogram(x=[t.num_turns for t in traces], marker_color="#3b82f6", name="turns", row=1, col=1)
+    fig.add_histogram(x=[len(t.response_ids) for t in traces], marker_color=COLORS["generated"], name="response tokens", row=1, col=2)
+    reasons = Counter((t.termination_reason or "(none)") for t in traces)
+    names = sorted(reasons, key=lambda r: -reasons[r])
+    fig.add_bar(x=names, y=[reasons[r] for r in names], marker_color=COLORS["injected"], name="termination", row=1, col=3)
+    fig.update_layout(title=f"{len(traces)} trace(s)", showlegend=False, **{**_LAYOUT, "height": 320})
+    return fig

@@ -1,0 +1,179 @@
+"""Trace messages → ``gr.Chatbot`` messages.
+
+Tool calls, tool results, reasoning and parse errors become collapsible assistant messages with
+``metadata`` (Gradio 6). Everything from a trace is shown as literal text: prose is HTML-escaped
+(the chatbot renders Markdown; escaped ``<`` shows as ``<``), JSON and raw model output go in
+fenced code blocks whose fence is longer than any backtick run inside. The chatbot's own HTML
+sanitiser stays on as a second line of defence.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from typing import Any
+
+from backend.trace import Step, ToolResult, Trace
+
+
+def esc(text: Any) -> str:
+    """Plain text for a Markdown message: HTML-escaped, Markdown punctuation backslashed at line
+    starts only where it would change the layout (headings, lists, quotes)."""
+    s = html.escape("" if text is None else str(text), quote=False)
+    return re.sub(r"(?m)^(\s*)([#>+\-*]|\d+\.)", lambda m: m.group(1) + "\\" + m.group(2), s)
+
+
+def title_text(text: Any, limit: int = 120) -> str:
+    """A metadata title/log: one line, no markup characters at all."""
+    s = "" if text is None else str(text)
+    s = " ".join(s.split())
+    s = s.replace("<", "‹").replace(">", "›").replace("&", "＆").replace("`", "'")
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def code_block(text: Any, lang: str = "") -> str:
+    s = "" if text is None else str(text)
+    longest = max((len(m) for m in re.findall(r"`+", s)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{lang}\n{s}\n{fence}"
+
+
+def _json(v: Any) -> str:
+    try:
+        return json.dumps(v, ensure_ascii=False, indent=2)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def _content_text(content: Any) -> str:
+    """Message content as text (strings, or lists of {type: text} parts)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for p in content:
+            if isinstance(p, dict):
+                parts.append(str(p.get("text", p.get("content", "")) if p.get("type", "text") == "text" else f"[{p.get('type')}]"))
+            else:
+                parts.append(str(p))
+        return "\n".join(parts)
+    return str(content)
+
+
+def _call_parts(call: Any) -> tuple[str, Any, str | None]:
+    if isinstance(call, dict):
+        fn = call.get("function") if isinstance(call.get("function"), dict) else call
+        return str(fn.get("name", "?")), fn.get("arguments", {}), call.get("id")
+    return "?", call, None
+
+
+def _result_by_call(trace: Trace | None) -> dict[str, tuple[Step, ToolResult]]:
+    out: dict[str, tuple[Step, ToolResult]] = {}
+    if trace is None:
+        return out
+    for s in trace.steps:
+        for r in s.tool_results:
+            if r.call_id:
+                out[r.call_id] = (s, r)
+    return out
+
+
+def _step_of_message(trace: Trace | None) -> dict[int, Step]:
+    out: dict[int, Step] = {}
+    if trace is None:
+        return out
+    for s in trace.steps:
+        if s.state in ("generating", "processing_tools"):
+            for i in s.messages_added:
+                out[i] = s
+    return out
+
+
+def message_to_chat(
+    msg: dict[str, Any], index: int, *, step: Step | None = None, result: ToolResult | None = None
+) -> list[dict[str, Any]]:
+    """Chatbot messages for one HF chat message (``index`` into the trace's messages)."""
+    role = msg.get("role")
+    content = _content_text(msg.get("content"))
+    out: list[dict[str, Any]] = []
+    if role == "system":
+        out.append({"role": "assistant", "content": esc(content) or "(empty)",
+                    "metadata": {"title": "System prompt", "status": "done", "id": f"m{index}"}})
+    elif role == "user":
+        out.append({"role": "user", "content": esc(content) or "(empty)"})
+    elif role == "assistant":
+        reasoning = msg.get("reasoning_content") or msg.get("reasoning")
+        if reasoning:
+            out.append({"role": "assistant", "content": esc(reasoning),
+                        "metadata": {"title": "Thinking", "status": "done", "id": f"m{index}r"}})
+        if content.strip():
+            out.append({"role": "assistant", "content": esc(content)})
+        for j, call in enumerate(msg.get("tool_calls") or []):
+            name, args, cid = _call_parts(call)
+            meta: dict[str, Any] = {"title": f"🛠 Tool call: {title_text(name, 60)}", "status": "done", "id": f"m{index}c{j}"}
+            if cid:
+                meta["log"] = title_text(cid, 40)
+            out.append({"role": "assistant", "content": code_block(_json({"name": name, "arguments": args}), "json"), "metadata": meta})
+        if step is not None:
+            for j, err in enumerate(step.parse_errors):
+                body = esc(err.message)
+                if err.raw:
+                    body += "\n\n" + code_block(err.raw)
+                out.append({"role": "assistant", "content": body,
+                            "metadata": {"title": "⚠ Malformed tool call", "status": "done", "id": f"m{index}e{j}"}})
+            if step.error:
+                out.append({"role": "assistant", "content": esc(step.error),
+                            "metadata": {"title": "⚠ Generation error", "status": "done", "id": f"m{index}g"}})
+        if not out:
+            out.append({"role": "assistant", "content": "*(empty turn)*"})
+    elif role == "tool":
+        name = msg.get("name") or (result.name if result else "tool")
+        meta = {"title": f"📎 Tool result: {title_text(name, 60)}", "status": "done", "id": f"m{index}"}
+        logs = []
+        if result is not None:
+            meta["duration"] = round(float(result.duration_s), 3)
+            if not result.ok:
+                logs.append(f"error: {result.error}")
+            if result.truncated:
+                logs.append(f"truncated from {result.original_length} chars")
+        if logs:
+            meta["log"] = title_text("; ".join(logs), 80)
+        out.append({"role": "assistant", "content": code_block(content), "metadata": meta})
+    else:
+        out.append({"role": "assistant", "content": esc(content),
+                    "metadata": {"title": f"{title_text(role, 30)} message", "status": "done", "id": f"m{index}"}})
+    return out
+
+
+def trace_to_chat(trace: Trace | None) -> list[dict[str, Any]]:
+    if trace is None:
+        return []
+    results = _result_by_call(trace)
+    steps = _step_of_message(trace)
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(trace.messages):
+        if not isinstance(m, dict):
+            continue
+        res = results.get(m.get("tool_call_id") or "", (None, None))[1] if m.get("role") == "tool" else None
+        out.extend(message_to_chat(m, i, step=steps.get(i), result=res))
+    # steps that added no message (a failed generation, a dropped tool turn) still deserve a line
+    for s in trace.steps:
+        if s.state == "processing_tools" and not s.messages_added and s.info.get("not_appended"):
+            out.append({"role": "assistant", "content": esc(s.info["not_appended"]),
+                        "metadata": {"title": "⚠ Tool turn not appended", "status": "done", "id": f"s{s.index}"}})
+        if s.state == "generating" and not s.messages_added and s.error:
+            out.append({"role": "assistant", "content": esc(s.error),
+                        "metadata": {"title": "⚠ Generation error", "status": "done", "id": f"s{s.index}"}})
+    if trace.termination_reason:
+        out.append({"role": "assistant", "content": f"Run ended: **{esc(trace.termination_reason)}**",
+                    "metadata": {"title": f"■ {title_text(trace.termination_reason, 40)}", "status": "done", "id": "end"}})
+    return out
+
+
+def pending_message(text: str, state: str = "generating") -> dict[str, Any]:
+    """The streaming view of the turn being generated: the raw model output so far."""
+    return {"role": "assistant", "content": code_block(text or " "),
+            "metadata": {"title": "⏳ generating…" if state == "generating" else f"⏳ {state}", "status": "pending", "id": "live"}}

@@ -1,0 +1,288 @@
+"""What the app shares between sessions (read-only configuration, the lazily started model,
+cached tokenizers, the sample traces) and what each browser session owns (:class:`Session`).
+
+Sharing rules: a :class:`Trace` is never mutated after it is built, so sample traces can be
+shown to every session; everything a user does (uploads, runs, selections, the cancel event of
+a run) lives in that user's :class:`Session`, kept in a ``gr.State``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from backend.trace import Trace
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_DIR = ROOT / "sample_traces"
+
+
+class UserError(ValueError):
+    """A problem the user can fix; shown in the UI as a one-line message."""
+
+
+def short_error(e: BaseException) -> str:
+    """One readable line for an exception (never a traceback)."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    name = type(e).__name__
+    if isinstance(e, (UserError,)) or name.endswith(("LoadError", "FormatError", "FileError", "ConfigError", "ScriptError")):
+        return msg or name
+    return f"{name}: {msg}" if msg else name
+
+
+@dataclass
+class ModelOptions:
+    backend: str  # vllm, vllm-server, transformers
+    model: str | None = None
+    server_urls: list[str] = field(default_factory=list)
+    tokenizer: str | None = None
+    template: str | None = None
+    engine_opts: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        what = self.model or ("the server's model" if self.backend == "vllm-server" else "SmolLM2-135M-Instruct (embedded)")
+        s = f"{self.backend} · {what}"
+        if self.server_urls:
+            s += " · " + ", ".join(self.server_urls)
+        return s
+
+
+class ModelService:
+    """The model backend, started on first use (the app opens instantly; browsing traces never
+    needs a model). One generator serves all sessions: vLLM batches concurrent requests, and
+    each run has its own cancel event."""
+
+    def __init__(self, options: ModelOptions | None):
+        self.options = options
+        self._lock: asyncio.Lock | None = None
+        self._state = "not started" if options else "disabled"
+        self.generator: Any = None
+        self.bundle: Any = None
+        self.error: str | None = None
+        self.load_seconds: float | None = None
+
+    @property
+    def available(self) -> bool:
+        return self.options is not None
+
+    def status(self) -> str:
+        if self.options is None:
+            return "no model (started with --no-model or the scripted backend)"
+        if self.error:
+            return f"failed to load: {self.error}"
+        if self.generator is not None:
+            return f"ready ({self.options.describe()}, loaded in {self.load_seconds:.1f} s)"
+        return f"{self._state} ({self.options.describe()}); it starts on the first playground run"
+
+    async def get(self) -> tuple[Any, Any]:
+        """``(generator, tokenizer bundle)``; raises :class:`UserError` with a clear message."""
+        if self.options is None:
+            raise UserError("this app was started without a model (--no-model); use the scripted backend")
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self.generator is not None:
+                return self.generator, self.bundle
+            self._state = "loading"
+            t0 = time.time()
+            try:
+                self.bundle, self.generator = await asyncio.to_thread(self._build)
+                # the vLLM engine starts on its first request; warm it so the first run's
+                # latency is the model's, and a start-up failure is reported here
+                start = getattr(self.generator, "start", None)
+                if callable(start):
+                    r = start()
+                    if asyncio.iscoroutine(r):
+                        await r
+            except Exception as e:  # noqa: BLE001 - shown to the user, kept for the log
+                self.error = short_error(e)
+                self.generator = None
+                self._state = "failed"
+                traceback.print_exc()
+                raise UserError(f"could not load the model ({self.options.describe()}): {self.error}") from None
+            self.error = None
+            self.load_seconds = time.time() - t0
+            self._state = "ready"
+            return self.generator, self.bundle
+
+    def _build(self) -> tuple[Any, Any]:
+        from backend.generators.factory import create_generator
+        from backend.tokenizers import load_tokenizer
+
+        o = self.options
+        assert o is not None
+        tok_name = o.tokenizer or o.model or "smollm2"
+        bundle = load_tokenizer(tok_name, template=o.template)
+        gen = create_generator(o.backend, model=o.model, server_urls=o.server_urls, tokenizer=bundle, **o.engine_opts)
+        return bundle, gen
+
+    async def close(self) -> None:
+        if self.generator is not None:
+            await self.generator.close()
+
+
+class TokenizerCache:
+    """Tokenizer bundles by (name, template), loaded once, shared (they are read-only and the
+    bundle carries its own lock for the engine)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[str, str | None], Any] = {}
+        self._errors: dict[tuple[str, str | None], str] = {}
+
+    def get(self, name: str, template: str | None = None) -> Any:
+        from backend.tokenizers import load_tokenizer
+
+        key = (name, template)
+        with self._lock:
+            if key in self._cache:
+                return self._cache[key]
+        bundle = load_tokenizer(name, template=template)
+        with self._lock:
+            self._cache.setdefault(key, bundle)
+            return self._cache[key]
+
+    def for_trace(self, trace: Trace, override: str | None = None) -> tuple[Any | None, str]:
+        """A tokenizer bundle to decode this trace's ids (with the trace's own template when it
+        can be found: a trl template name, or the template text kept in the metadata), and a
+        note when there is none.
+
+        Offline profiles and local folders load; hub ids are not fetched (no Hub here) unless
+        that tokenizer is already loaded by the model service."""
+        from backend.tokenizers import PROFILES
+
+        name = override if override and override != "auto" else (trace.tokenizer.name or "")
+        if not name:
+            return None, "this trace names no tokenizer: showing token ids only (pick one under 'decode with')"
+        bundle = None
+        if name in PROFILES or os.path.isdir(name):
+            try:
+                bundle = self.get(name)
+            except Exception as e:  # noqa: BLE001
+                return None, f"tokenizer {name!r} failed to load ({short_error(e)}): showing token ids only"
+        else:
+            with self._lock:
+                for (n, _), b in self._cache.items():
+                    if n == name:
+                        bundle = b
+                        break
+        if bundle is None:
+            return None, f"tokenizer {name!r} is not available offline: showing token ids only (pick one under 'decode with')"
+        return self._with_trace_template(bundle, trace), ""
+
+    def _with_trace_template(self, bundle: Any, trace: Trace) -> Any:
+        want = trace.tokenizer.template_sha256
+        if not want or want == bundle.template_sha256:
+            return bundle
+        candidates = []
+        text = trace.metadata.get("chat_template") if isinstance(trace.metadata, dict) else None
+        if isinstance(text, str) and text:
+            candidates.append(text)
+        if trace.tokenizer.template and trace.tokenizer.template != "custom":
+            candidates.append(trace.tokenizer.template)
+        for spec in candidates:
+            key = (bundle.name, spec)
+            with self._lock:
+                hit = self._cache.get(key)
+            if hit is None:
+                try:
+                    hit = bundle.with_template(spec)
+                except Exception:  # noqa: BLE001 - not this one
+                    continue
+            if hit.template_sha256 == want:
+                with self._lock:
+                    self._cache.setdefault(key, hit)
+                return hit
+        return bundle
+
+
+@dataclass
+class AppContext:
+    """Everything build_app needs; built by app.py from the command line."""
+
+    model: ModelService = field(default_factory=lambda: ModelService(None))
+    enable_code_tools: bool = False
+    concurrency_limit: int = 4
+    default_script: list[Any] | None = None
+    default_tokenizer: str = "qwen3"
+    samples: list[tuple[str, Trace]] = field(default_factory=list)
+    sample_problems: list[str] = field(default_factory=list)
+    tokenizers: TokenizerCache = field(default_factory=TokenizerCache)
+    max_upload_bytes: int = 200 << 20
+
+    @property
+    def default_backend_choice(self) -> str:
+        return self.model.options.backend if self.model.available and self.default_script is None else "scripted"
+
+
+def load_samples(folder: Path = SAMPLE_DIR) -> tuple[list[tuple[str, Trace]], list[str]]:
+    """The shipped sample traces, labelled ``file: id``."""
+    from backend.trace import load_traces
+
+    out: list[tuple[str, Trace]] = []
+    problems: list[str] = []
+    if not folder.is_dir():
+        return out, [f"no sample folder at {folder}"]
+    for path in sorted(folder.glob("*.jsonl")):
+        try:
+            res = load_traces(str(path))
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"{path.name}: {short_error(e)}")
+            continue
+        for p in res.problems:
+            problems.append(f"{path.name} line {p.line}: {p.reason}")
+        for t in res.traces:
+            label = t.metadata.get("title") if isinstance(t.metadata.get("title"), str) else t.id
+            out.append((f"sample · {path.stem} · {label}", t))
+    return out, problems
+
+
+@dataclass
+class Session:
+    """One browser session's state (in a ``gr.State``; never shared)."""
+
+    traces: dict[str, Trace] = field(default_factory=dict)  # label → trace, in insertion order
+    current: str | None = None
+    file_traces: list[str] = field(default_factory=list)  # labels from the last uploaded file
+    file_name: str = ""
+    file_problems: list[tuple[int, str]] = field(default_factory=list)
+    # playground
+    history: list[dict[str, Any]] = field(default_factory=list)  # conversation so far (no system)
+    last_run: str | None = None
+    runs: int = 0
+    script_cursor: int = 0
+    running: bool = False
+    cancel: Any = None  # asyncio.Event of the run in progress
+
+    def add(self, label: str, trace: Trace) -> str:
+        base, n = label, 2
+        while label in self.traces:
+            label = f"{base} ({n})"
+            n += 1
+        self.traces[label] = trace
+        return label
+
+    def get(self, label: str | None) -> Trace | None:
+        if label is None:
+            return None
+        return self.traces.get(label)
+
+    def __deepcopy__(self, memo: dict) -> Session:
+        # gr.State deep-copies its initial value per session; traces are immutable, share them
+        s = Session(traces=dict(self.traces), current=self.current)
+        return s
+
+
+def new_session(ctx: AppContext) -> Session:
+    s = Session()
+    for label, t in ctx.samples:
+        s.traces[label] = t
+    if ctx.samples:
+        s.current = ctx.samples[0][0]
+    return s

@@ -1,0 +1,478 @@
+"""Playground tab: run the agent loop live.
+
+A run is one :class:`backend.engine.AgentLoop` run over the conversation so far plus the new
+user message. Events from the engine stream into the chatbot (the turn being generated shows
+the raw model output; finished turns show content, tool calls and tool results as collapsible
+messages). Stop sets the run's cancel event: the engine aborts the generation and ends the run
+with ``cancelled``, keeping what was generated. Everything per user lives in the session
+(``gr.State``); the model backend is shared and starts on the first run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from backend.trace import Trace
+from ui.chat import message_to_chat, pending_message, trace_to_chat
+from ui.context import AppContext, Session, UserError, short_error
+
+WEATHER_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_current_temperature",
+            "description": "Get current temperature at a location.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": "The location, as \"City, State, Country\"."}},
+                "required": ["city"],
+            },
+        },
+        "mock": {"template": {"temperature": 72, "city": "{city}"}},
+    }
+]
+WEATHER_SCRIPT = [
+    '<tool_call>\n{"name": "get_current_temperature", "arguments": {"city": "Seattle, WA, USA"}}\n</tool_call>',
+    "The current temperature in Seattle, WA, USA is 72°F.",
+]
+EXAMPLE_CODE_TOOLS = '''def get_current_temperature(city: str):
+    """Get current temperature at a location.
+
+    Args:
+        city: The location, as "City, State, Country".
+    """
+    return {"temperature": 72, "city": city}
+'''
+TRUNCATE_SIDES = ["middle", "left", "right"]
+
+
+@dataclass
+class PlaygroundUI:
+    backend: gr.Radio
+    model_status: gr.HTML
+    script: gr.Code
+    token_delay: gr.Slider
+    tokenizer: gr.Dropdown
+    template: gr.Textbox
+    parser: gr.Dropdown
+    system: gr.Textbox
+    tools: gr.Code
+    code_tools: gr.Code | None
+    temperature: gr.Slider
+    top_p: gr.Slider
+    max_tokens: gr.Number
+    seed: gr.Number
+    response_length: gr.Number
+    max_assistant_turns: gr.Number
+    max_user_turns: gr.Number
+    max_parallel_calls: gr.Number
+    max_tool_response_length: gr.Number
+    truncate_side: gr.Dropdown
+    tool_timeout: gr.Number
+    on_tool_error: gr.Radio
+    template_kwargs: gr.Textbox
+    chat: gr.Chatbot
+    message: gr.Textbox
+    send: gr.Button
+    stop: gr.Button
+    reset: gr.Button
+    save: gr.DownloadButton
+    status: gr.HTML
+
+    def settings(self) -> list[Any]:
+        comps = [self.backend, self.script, self.token_delay, self.tokenizer, self.template, self.parser, self.system, self.tools,
+                 self.temperature, self.top_p, self.max_tokens, self.seed, self.response_length, self.max_assistant_turns,
+                 self.max_user_turns, self.max_parallel_calls, self.max_tool_response_length, self.truncate_side, self.tool_timeout,
+                 self.on_tool_error, self.template_kwargs]
+        if self.code_tools is not None:
+            comps.append(self.code_tools)
+        return comps
+
+
+@dataclass
+class RunSettings:
+    backend: str = "scripted"
+    script: str = ""
+    token_delay: float = 0.0
+    tokenizer: str = "qwen3"
+    template: str = ""
+    parser: str = "auto"
+    system: str = ""
+    tools: str = "[]"
+    temperature: float = 0.7
+    top_p: float = 1.0
+    max_tokens: int = 512
+    seed: int | None = None
+    response_length: int = 4096
+    max_assistant_turns: int | None = None
+    max_user_turns: int | None = None
+    max_parallel_calls: int = 1
+    max_tool_response_length: int | None = 256
+    truncate_side: str = "middle"
+    tool_timeout: float = 30.0
+    on_tool_error: str = "feed_back"
+    template_kwargs: str = "{}"
+    code_tools: str = ""
+
+
+def _opt_int(v: Any) -> int | None:
+    if v is None or v == "":
+        return None
+    n = int(v)
+    return n if n > 0 else None
+
+
+def loop_config(s: RunSettings) -> Any:
+    from backend.engine import ConfigError, LoopConfig
+
+    try:
+        kwargs = json.loads(s.template_kwargs or "{}")
+    except json.JSONDecodeError as e:
+        raise UserError(f"chat_template_kwargs: invalid JSON ({e.msg})") from None
+    if not isinstance(kwargs, dict):
+        raise UserError("chat_template_kwargs must be a JSON object")
+    sampling: dict[str, Any] = {"temperature": float(s.temperature), "top_p": float(s.top_p), "max_tokens": int(s.max_tokens or 512)}
+    if s.seed not in (None, ""):
+        sampling["seed"] = int(s.seed)
+    try:
+        return LoopConfig(
+            response_length=int(s.response_length or 4096),
+            max_assistant_turns=_opt_int(s.max_assistant_turns),
+            max_user_turns=_opt_int(s.max_user_turns),
+            max_parallel_calls=int(s.max_parallel_calls or 1),
+            max_tool_response_length=_opt_int(s.max_tool_response_length),
+            tool_response_truncate_side=s.truncate_side or "middle",
+            apply_chat_template_kwargs=kwargs,
+            parser=None if s.parser in (None, "", "auto") else s.parser,
+            sampling=sampling,
+            tool_timeout_s=float(s.tool_timeout or 30.0),
+            on_tool_error=s.on_tool_error or "feed_back",
+        )
+    except (ConfigError, ValueError, TypeError) as e:
+        raise UserError(f"loop settings: {e}") from None
+
+
+def parse_script(text: str) -> list[Any]:
+    from backend.generators.scripted import ScriptError, _check_entry
+
+    try:
+        data = json.loads(text or "[]")
+    except json.JSONDecodeError as e:
+        raise UserError(f"script: invalid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    if isinstance(data, dict) and "script" in data:
+        data = data["script"]
+    if not isinstance(data, list) or not data:
+        raise UserError("script: a non-empty JSON list of model outputs (one string per assistant turn)")
+    try:
+        for i, e in enumerate(data):
+            _check_entry(i, e)
+    except ScriptError as e:
+        raise UserError(f"script: {e}") from None
+    return data
+
+
+def build_tools(ctx: AppContext, s: RunSettings) -> Any:
+    """The run's tool registry: JSON schemas with mocks, plus Python functions when the app was
+    started with --enable-code-tools (run sandboxed in a subprocess)."""
+    try:
+        schemas = json.loads(s.tools or "[]")
+    except json.JSONDecodeError as e:
+        raise UserError(f"tools: invalid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    if not isinstance(schemas, list):
+        raise UserError("tools: a JSON list of tool schemas")
+    code = (s.code_tools or "").strip() if ctx.enable_code_tools else ""
+    if not schemas and not code:
+        return None
+    try:
+        from backend.tools import ToolRegistry
+    except ImportError as e:
+        raise UserError(f"tools are not available in this build ({e})") from None
+    try:
+        reg = ToolRegistry.from_schemas(schemas) if schemas else None
+        if code:
+            code_reg = ToolRegistry.from_python_source(code, sandboxed=True)
+            reg = code_reg if reg is None else _merge(reg, code_reg)
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - bad tool definitions are user errors
+        raise UserError(f"tools: {short_error(e)}") from None
+    return reg
+
+
+def _merge(a: Any, b: Any) -> Any:
+    try:
+        return a + b  # ToolRegistry.__add__; a name defined twice is an error
+    except Exception as e:  # noqa: BLE001
+        raise UserError(f"tools: {short_error(e)}") from None
+
+
+def _tmp_trace_file(trace: Trace) -> str:
+    from backend.trace import write_jsonl
+
+    d = tempfile.mkdtemp(prefix="ali-run-")
+    path = os.path.join(d, f"trace-{trace.id}.jsonl")
+    write_jsonl([trace], path)
+    return path
+
+
+def _status(kind: str, text: str) -> str:
+    return f'<div class="ali-{kind}" data-status="{kind}">{html.escape(text)}</div>'
+
+
+class LiveView:
+    """Chatbot messages for a run in progress, built from the engine's events with the same
+    helpers that render a finished trace."""
+
+    def __init__(self, loop: Any, bundle: Any, messages: list[dict[str, Any]]):
+        self.loop = loop
+        self.bundle = bundle
+        self.base = messages
+        self.added: list[dict[str, Any]] = []  # chat messages of finished steps
+        self.n_messages = len(messages)
+        self.streaming: list[int] = []
+        self.stream_step: int | None = None
+        self.state = "pending"
+        self.dirty = True
+
+    def on_event(self, ev: Any) -> None:
+        self.dirty = True
+        if ev.kind == "state":
+            self.state = ev.state or self.state
+            if ev.state == "generating":
+                self.streaming = []
+        elif ev.kind == "tokens":
+            self.streaming.extend(ev.token_ids)
+        elif ev.kind == "step" and ev.step is not None:
+            self._step(ev.step)
+
+    def _step(self, step: Any) -> None:
+        if step.state == "generating":
+            self.streaming = []
+            text = step.text
+            eos = self.bundle.tokenizer.eos_token
+            if eos and text.endswith(eos):
+                text = text[: -len(eos)]
+            parsed = self.loop.parser.parse(text)
+            msg: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+            if parsed.reasoning is not None:
+                msg["reasoning_content"] = parsed.reasoning
+            if step.tool_calls:
+                msg["tool_calls"] = [c.to_message_call() for c in step.tool_calls]
+            self.added += message_to_chat(msg, self.n_messages, step=step)
+            self.n_messages += 1
+        elif step.state == "processing_tools":
+            for r in step.tool_results:
+                self.added += message_to_chat({"role": "tool", "name": r.name, "content": r.content}, self.n_messages, result=r)
+                self.n_messages += 1
+            if step.info.get("not_appended"):
+                self.added.append({"role": "assistant", "content": html.escape(str(step.info["not_appended"])),
+                                   "metadata": {"title": "⚠ Tool turn not appended", "status": "done"}})
+
+    def chat(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for i, m in enumerate(self.base):
+            out += message_to_chat(m, i)
+        out += self.added
+        if self.state == "generating":
+            text = self.bundle.tokenizer.decode(self.streaming, skip_special_tokens=False) if self.streaming else ""
+            out.append(pending_message(text))
+        elif self.state == "processing_tools":
+            out.append(pending_message("running tools…", "running tools"))
+        self.dirty = False
+        return out
+
+
+async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSettings):
+    """Async generator of ``(chat, status html, trace or None)`` for one user message."""
+    from backend.engine import AgentLoop
+    from backend.generators.scripted import ScriptedGenerator
+
+    user_text = (user_text or "").strip()
+    if not user_text:
+        raise UserError("type a message first")
+    cfg = loop_config(s)
+    tools = build_tools(ctx, s)
+    if s.backend == "scripted":
+        script = parse_script(s.script)
+        if session.script_cursor >= len(script):
+            raise UserError(f"the script's {len(script)} turn(s) are used up; press Reset or add entries")
+        yield None, _status("info", f"loading tokenizer {s.tokenizer}…"), None
+        try:
+            bundle = await asyncio.to_thread(ctx.tokenizers.get, s.tokenizer or "qwen3", (s.template or "").strip() or None)
+        except Exception as e:  # noqa: BLE001
+            raise UserError(f"tokenizer: {short_error(e)}") from None
+        gen = ScriptedGenerator(bundle.tokenizer, script[session.script_cursor :], token_delay_s=float(s.token_delay or 0.0))
+    else:
+        yield None, _status("info", f"starting the model ({ctx.model.options.describe() if ctx.model.options else '?'}), "
+                                    "this can take a minute the first time…"), None
+        gen, bundle = await ctx.model.get()
+        if (s.template or "").strip():
+            try:
+                bundle = await asyncio.to_thread(bundle.with_template, s.template.strip())
+            except Exception as e:  # noqa: BLE001
+                raise UserError(f"template: {short_error(e)}") from None
+
+    messages: list[dict[str, Any]] = []
+    if (s.system or "").strip():
+        messages.append({"role": "system", "content": s.system.strip()})
+    messages += session.history
+    messages.append({"role": "user", "content": user_text})
+
+    loop = AgentLoop(gen, bundle, tools=tools, config=cfg)
+    view = LiveView(loop, bundle, messages)
+    cancel = asyncio.Event()
+    session.cancel = cancel
+    session.running = True
+    t0 = time.time()
+    task = asyncio.ensure_future(loop.run(messages, on_event=view.on_event, cancel=cancel, metadata={"source": "playground"}))
+    try:
+        last = 0.0
+        while not task.done():
+            await asyncio.wait({task}, timeout=0.08)
+            now = time.time()
+            if view.dirty and (now - last >= 0.08 or task.done()):
+                last = now
+                yield view.chat(), _status("info", f"running · {view.state} · {now - t0:.1f} s"), None
+        trace = task.result()
+    finally:
+        if not task.done():  # the browser went away: abort the generation
+            cancel.set()
+            task.cancel()
+        session.running = False
+        session.cancel = None
+    if s.backend == "scripted":
+        session.script_cursor += getattr(gen, "calls", 0)
+    session.history = [m for m in trace.messages if m.get("role") != "system"]
+    session.runs += 1
+    label = session.add(f"run {session.runs} · {user_text[:40]}", trace)
+    session.last_run = label
+    session.current = label
+    kind = "ok" if trace.termination_reason in ("no_tool_calls",) else "warn"
+    yield trace_to_chat(trace), _status(kind, f"run {session.runs} ended: {trace.termination_reason} · "
+                                              f"{len(trace.response_ids)} response tokens · {time.time() - t0:.2f} s "
+                                              "(open the Inspector tab for every token)"), trace
+
+
+def build(ctx: AppContext) -> PlaygroundUI:
+    from backend.parsers import available_parsers
+    from backend.tokenizers import PROFILES
+
+    backends = ["scripted"] + ([ctx.model.options.backend] if ctx.model.available else [])
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2, min_width=320):
+            backend = gr.Radio(backends, value=ctx.default_backend_choice, label="Backend", elem_id="pg-backend",
+                               info="scripted replays the script below (no model needed)")
+            model_status = gr.HTML(_status("info", "model: " + ctx.model.status()), elem_id="pg-model-status")
+            with gr.Accordion("Script (scripted backend)", open=True):
+                script = gr.Code(json.dumps(ctx.default_script or WEATHER_SCRIPT, ensure_ascii=False, indent=2), language="json",
+                                 label="model outputs, one per assistant turn (JSON list)", lines=6, max_lines=20, elem_id="pg-script")
+                token_delay = gr.Slider(0, 0.5, value=0.02, step=0.01, label="delay per token (s)", elem_id="pg-delay")
+            with gr.Accordion("Tokenizer, template, parser", open=False):
+                tokenizer = gr.Dropdown(list(PROFILES), value=ctx.default_tokenizer, allow_custom_value=True,
+                                        label="tokenizer (scripted backend; a model uses its own)", elem_id="pg-tokenizer")
+                template = gr.Textbox(label="template override (trl name, file or Jinja text; empty = default)", lines=1,
+                                      elem_id="pg-template")
+                parser = gr.Dropdown(["auto", *available_parsers()], value="auto", label="tool-call parser", elem_id="pg-parser")
+                template_kwargs = gr.Textbox("{}", label="chat_template_kwargs (JSON)", elem_id="pg-kwargs")
+            system = gr.Textbox(label="System prompt", lines=2, elem_id="pg-system")
+            with gr.Accordion("Tools", open=True):
+                tools = gr.Code(json.dumps(WEATHER_TOOLS, indent=2), language="json", lines=10, max_lines=30,
+                                label='tool schemas with "mock" results (JSON list)', elem_id="pg-tools")
+                code_tools = None
+                if ctx.enable_code_tools:
+                    code_tools = gr.Code(EXAMPLE_CODE_TOOLS, language="python", lines=10, max_lines=40, elem_id="pg-code-tools",
+                                         label="Python tools (documented functions; run in a sandboxed subprocess)")
+            with gr.Accordion("Sampling", open=False):
+                temperature = gr.Slider(0, 2, value=0.7, step=0.05, label="temperature", elem_id="pg-temperature")
+                top_p = gr.Slider(0.05, 1, value=1.0, step=0.05, label="top_p", elem_id="pg-top-p")
+                max_tokens = gr.Number(512, precision=0, label="max_tokens per turn", elem_id="pg-max-tokens")
+                seed = gr.Number(None, precision=0, label="seed (empty: random)", elem_id="pg-seed")
+            with gr.Accordion("Loop limits (LoopConfig)", open=False):
+                response_length = gr.Number(4096, precision=0, label="response_length (all response tokens)", elem_id="pg-response-length")
+                max_assistant_turns = gr.Number(0, precision=0, label="max_assistant_turns (0 = no limit)", elem_id="pg-max-assistant")
+                max_user_turns = gr.Number(0, precision=0, label="max_user_turns (0 = no limit)", elem_id="pg-max-user")
+                max_parallel_calls = gr.Number(1, precision=0, label="max_parallel_calls", elem_id="pg-parallel")
+                max_tool_response_length = gr.Number(256, precision=0, label="max_tool_response_length (chars, 0 = no limit)",
+                                                     elem_id="pg-max-tool-len")
+                truncate_side = gr.Dropdown(TRUNCATE_SIDES, value="middle", label="tool_response_truncate_side", elem_id="pg-trunc")
+                tool_timeout = gr.Number(30, label="tool_timeout_s", elem_id="pg-tool-timeout")
+                on_tool_error = gr.Radio(["feed_back", "terminate"], value="feed_back", label="on_tool_error", elem_id="pg-on-error")
+        with gr.Column(scale=3):
+            chat = gr.Chatbot(label="Agent loop", elem_id="pg-chat", height=520, feedback_options=None, sanitize_html=True,
+                              group_consecutive_messages=False, buttons=["copy"],
+                              placeholder="Send a message to start a run. With the scripted backend the model's turns come from the script.")
+            with gr.Row():
+                message = gr.Textbox(value="What's the weather in Seattle?", label="User message", lines=1, scale=5, elem_id="pg-message")
+                send = gr.Button("Send", variant="primary", scale=1, elem_id="pg-send")
+            with gr.Row():
+                stop = gr.Button("Stop", variant="stop", elem_id="pg-stop")
+                reset = gr.Button("Reset", elem_id="pg-reset")
+                save = gr.DownloadButton("Save trace (JSONL)", interactive=False, elem_id="pg-save")
+            status = gr.HTML(elem_id="pg-status")
+    return PlaygroundUI(backend, model_status, script, token_delay, tokenizer, template, parser, system, tools, code_tools,
+                        temperature, top_p, max_tokens, seed, response_length, max_assistant_turns, max_user_turns,
+                        max_parallel_calls, max_tool_response_length, truncate_side, tool_timeout, on_tool_error,
+                        template_kwargs, chat, message, send, stop, reset, save, status)
+
+
+def wire(ctx: AppContext, ui: PlaygroundUI, session: gr.State, after_run) -> None:
+    """Events. ``after_run`` is ``(fn, inputs, outputs)`` refreshing the Inspector with the run."""
+    names = list(RunSettings.__dataclass_fields__)
+    if ui.code_tools is None:
+        names.remove("code_tools")
+
+    async def on_send(sess: Session, text: str, *values: Any):
+        s = RunSettings(**dict(zip(names, values)))
+        if sess.running:
+            yield sess, gr.update(), _status("warn", "a run is in progress: press Stop first"), gr.update(), gr.update(), gr.update()
+            return
+        try:
+            async for chat, status, trace in run_turn(ctx, sess, text, s):
+                if trace is None:
+                    yield sess, (chat if chat is not None else gr.update()), status, gr.update(), gr.update(), _model_status(ctx)
+                else:
+                    yield sess, chat, status, "", gr.update(value=_tmp_trace_file(trace), interactive=True), _model_status(ctx)
+        except UserError as e:
+            yield sess, gr.update(), _status("err", str(e)), gr.update(), gr.update(), _model_status(ctx)
+        except Exception as e:  # noqa: BLE001 - never a traceback in the UI
+            import traceback
+
+            traceback.print_exc()
+            yield sess, gr.update(), _status("err", f"the run failed: {short_error(e)}"), gr.update(), gr.update(), _model_status(ctx)
+
+    async def on_stop(sess: Session):
+        if sess.cancel is not None and not sess.cancel.is_set():
+            sess.cancel.set()
+            return _status("warn", "stopping: the generation is being aborted…")
+        return _status("info", "nothing is running")
+
+    async def on_reset(sess: Session):
+        if sess.cancel is not None:
+            sess.cancel.set()
+        sess.history = []
+        sess.script_cursor = 0
+        sess.last_run = None
+        return sess, [], _status("info", "conversation cleared (past runs stay in the Inspector's trace list)"), gr.update(
+            value=None, interactive=False)
+
+    fn, inputs, outputs = after_run
+    outs = [session, ui.chat, ui.status, ui.message, ui.save, ui.model_status]
+    ev_args = dict(concurrency_limit=ctx.concurrency_limit, concurrency_id="agent_run")
+    for trigger in (ui.send.click, ui.message.submit):
+        trigger(on_send, [session, ui.message, *ui.settings()], outs, **ev_args).then(fn, inputs, outputs)
+    ui.stop.click(on_stop, [session], [ui.status], queue=False)
+    ui.reset.click(on_reset, [session], [session, ui.chat, ui.status, ui.save], queue=False)
+
+
+def _model_status(ctx: AppContext) -> str:
+    kind = "err" if ctx.model.error else "info"
+    return _status(kind, "model: " + ctx.model.status())

@@ -1,0 +1,510 @@
+"""The token view: one ``<span>`` per token, coloured by mask, rendered on the server.
+
+Built for ``gr.HTML`` and for 32k-token traces: the markup per token is as small as it can be
+(a two-letter class and a ``title``), the per-id work (byte decoding, escaping) is cached per
+tokenizer, and everything that comes from a trace or a tokenizer goes through
+:func:`html.escape`. Nothing the trace contains is ever interpreted as markup.
+
+Classes of a token span: ``p`` prompt, ``g`` generated (mask 1), ``j`` injected (mask 0, tool
+output and template text the loop appended), each with a parity digit (``g0``/``g1``) so
+neighbouring tokens are told apart, and ``s`` for special/added tokens (``<|im_start|>``,
+``<tool_call>``). Whitespace inside tokens is wrapped in ``<i class=w?>`` so a CSS class on the
+view (toggled by a checkbox, no round trip) can show it as ``·``/``↵``/``→``.
+
+Token text: byte-level BPE tokens (GPT-2/Qwen/SmolLM2 style) are mapped back to their bytes;
+bytes that do not form complete UTF-8 characters inside one token are shown as ``\\xe2\\x80``
+escapes, never as U+FFFD. SentencePiece tokens (``▁word``, ``<0xE2>``) are handled the same
+way. Tokenizers of any other kind fall back to ``decode([id])``.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+PROMPT, GENERATED, INJECTED = 0, 1, 2
+KIND_NAMES = {PROMPT: "prompt", GENERATED: "generated", INJECTED: "injected"}
+_KIND_CLASS = {PROMPT: "p", GENERATED: "g", INJECTED: "j"}
+
+# ---- bytes of a token -------------------------------------------------------------------------
+
+
+def _byte_level_decoder() -> dict[str, int]:
+    """The reversible byte → printable-character table of byte-level BPE (GPT-2 and
+    descendants): printable Latin-1 bytes stand for themselves, the other 68 bytes are
+    shifted to code points 256.. in byte order."""
+    keep = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
+    table: dict[str, int] = {}
+    shift = 0
+    for b in range(256):
+        if b in keep:
+            table[chr(b)] = b
+        else:
+            table[chr(256 + shift)] = b
+            shift += 1
+    return table
+
+
+_BYTE_LEVEL = _byte_level_decoder()
+_SP_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+
+
+def show_bytes(data: bytes) -> str:
+    """Text for bytes: valid UTF-8 as characters, anything else as ``\\xNN`` escapes."""
+    return data.decode("utf-8", errors="backslashreplace")
+
+
+def _tokenizer_kind(tokenizer: Any) -> str:
+    """"byte_level", "sentencepiece" or "decode" (ask the tokenizer per token)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    dec = getattr(backend, "decoder", None) if backend is not None else None
+    desc = repr(dec) if dec is not None else ""
+    if "ByteLevel" in desc:
+        return "byte_level"
+    if "ByteFallback" in desc or "Metaspace" in desc or "▁" in desc:
+        return "sentencepiece"
+    return "decode"
+
+
+@dataclass
+class TokenInfo:
+    text: str  # what to show (valid UTF-8 text, with \\xNN for broken bytes)
+    raw: bytes | None  # the token's bytes, when known
+    special: bool  # an added/special token (shown as its literal content)
+    complete: bool  # its bytes are valid UTF-8 on their own
+
+
+class TokenDecoder:
+    """Per-tokenizer, per-id cache of what a token looks like. Thread-safe."""
+
+    def __init__(self, tokenizer: Any | None):
+        self.tokenizer = tokenizer
+        self.kind = _tokenizer_kind(tokenizer) if tokenizer is not None else "none"
+        self._lock = threading.Lock()
+        self._info: dict[int, TokenInfo] = {}
+        self._frag: dict[int, tuple[str, str, bool]] = {}
+        added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+        self.added: dict[int, str] = {int(i): str(getattr(t, "content", t)) for i, t in added.items()}
+        try:
+            self.special_ids = {int(i) for i in (getattr(tokenizer, "all_special_ids", None) or [])}
+        except Exception:  # noqa: BLE001 - a tokenizer without special ids is fine
+            self.special_ids = set()
+        try:
+            self.vocab_size = len(tokenizer) if tokenizer is not None else None
+        except TypeError:
+            self.vocab_size = None
+
+    def special_strings(self) -> list[str]:
+        return sorted(set(self.added.values()), key=len, reverse=True)
+
+    def _compute(self, tid: int, piece: str | None) -> TokenInfo:
+        if tid in self.added or tid in self.special_ids:
+            content = self.added.get(tid) or piece or ""
+            return TokenInfo(content, content.encode("utf-8"), True, True)
+        if piece is None:
+            if self.tokenizer is None or (self.vocab_size is not None and not 0 <= tid < self.vocab_size):
+                return TokenInfo(f"⟨{tid}⟩", None, False, True)
+            try:
+                text = self.tokenizer.decode([tid], skip_special_tokens=False)
+            except Exception:  # noqa: BLE001 - unknown ids show as their number
+                return TokenInfo(f"⟨{tid}⟩", None, False, True)
+            return TokenInfo(text, text.encode("utf-8"), False, "\ufffd" not in text)
+        if self.kind == "byte_level" and all(c in _BYTE_LEVEL for c in piece):
+            raw = bytes(_BYTE_LEVEL[c] for c in piece)
+        elif self.kind == "sentencepiece":
+            m = _SP_BYTE.match(piece)
+            raw = bytes([int(m.group(1), 16)]) if m else piece.replace("▁", " ").encode("utf-8")
+        else:
+            try:
+                text = self.tokenizer.decode([tid], skip_special_tokens=False)
+            except Exception:  # noqa: BLE001
+                text = piece
+            return TokenInfo(text, text.encode("utf-8"), False, "\ufffd" not in text)
+        try:
+            return TokenInfo(raw.decode("utf-8"), raw, False, True)
+        except UnicodeDecodeError:
+            return TokenInfo(show_bytes(raw), raw, False, False)
+
+    def infos(self, ids: Sequence[int]) -> list[TokenInfo]:
+        missing = [t for t in dict.fromkeys(ids) if t not in self._info]
+        if missing:
+            pieces: list[str | None]
+            if self.tokenizer is not None and self.kind in ("byte_level", "sentencepiece"):
+                ok = [t for t in missing if self.vocab_size is None or 0 <= t < self.vocab_size]
+                try:
+                    conv = self.tokenizer.convert_ids_to_tokens(ok)
+                except Exception:  # noqa: BLE001
+                    conv = [None] * len(ok)
+                got = dict(zip(ok, conv))
+                pieces = [got.get(t) for t in missing]
+            else:
+                pieces = [None] * len(missing)
+            computed = {t: self._compute(t, p) for t, p in zip(missing, pieces)}
+            with self._lock:
+                self._info.update(computed)
+        return [self._info[t] for t in ids]
+
+    def info(self, tid: int) -> TokenInfo:
+        return self.infos([tid])[0]
+
+    def fragments(self, ids: Sequence[int]) -> list[tuple[str, str, bool]]:
+        """``(inner_html, title, special)`` per id, escaped and cached."""
+        missing = [t for t in dict.fromkeys(ids) if t not in self._frag]
+        if missing:
+            made = {t: _fragment(t, i) for t, i in zip(missing, self.infos(missing))}
+            with self._lock:
+                self._frag.update(made)
+        return [self._frag[t] for t in ids]
+
+
+_DECODERS: "weakref.WeakKeyDictionary[Any, TokenDecoder]" = weakref.WeakKeyDictionary()
+_NONE_DECODER = TokenDecoder(None)
+_DECODERS_LOCK = threading.Lock()
+
+
+def decoder_for(tokenizer: Any | None) -> TokenDecoder:
+    if tokenizer is None:
+        return _NONE_DECODER
+    with _DECODERS_LOCK:
+        d = _DECODERS.get(tokenizer)
+        if d is None:
+            d = TokenDecoder(tokenizer)
+            _DECODERS[tokenizer] = d
+        return d
+
+
+# ---- markup -------------------------------------------------------------------------------------
+
+# Runs of spaces/tabs become one <i>; the whitespace toggle paints them (one dot per space via a
+# background pattern, an arrow over each tab run) without changing the text, so copying works.
+_WS_RE = re.compile(r" +|\t+|\n|\r|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _ws_sub(m: re.Match[str]) -> str:
+    c = m.group(0)
+    first = c[0]
+    if first == " ":
+        return f"<i class=ws>{c}</i>"
+    if first == "\t":
+        return f"<i class=wt>{c}</i>"
+    if first == "\n":
+        return "<i class=wn></i>\n"
+    if first == "\r":
+        return "<i class=wr></i>"
+    return f"<i class=wc>\\x{ord(c):02x}</i>"
+
+
+def _inner(text: str) -> str:
+    """Escaped text with whitespace and control characters wrapped for the toggle."""
+    return _WS_RE.sub(_ws_sub, html.escape(text, quote=False))
+
+
+def split_utf8(raw: bytes) -> list[tuple[bool, bytes]]:
+    """``raw`` cut into ``(True, valid UTF-8)`` and ``(False, bytes that are not)`` pieces."""
+    out: list[tuple[bool, bytes]] = []
+    i = 0
+    while i < len(raw):
+        try:
+            raw[i:].decode("utf-8")
+        except UnicodeDecodeError as e:
+            if e.start:
+                out.append((True, raw[i : i + e.start]))
+            out.append((False, raw[i + e.start : i + e.end]))
+            i += e.end
+            continue
+        out.append((True, raw[i:]))
+        break
+    return out
+
+
+def _hex(data: bytes) -> str:
+    return "".join("\\x%02x" % b for b in data)
+
+
+def _fragment(tid: int, info: TokenInfo) -> tuple[str, str, bool]:
+    # Titles stay short (they are repeated for every token); the hover bar adds the text and
+    # its UTF-8 bytes client side. Incomplete tokens carry their bytes here.
+    if info.special:
+        title = f"id {tid} special"
+        inner = _inner(info.text)
+    elif info.raw is not None and not info.complete:
+        title = f"id {tid} bytes {_hex(info.raw)}"
+        inner = "".join(
+            _inner(part.decode("utf-8")) if ok else f"<i class=wc>{_hex(part)}</i>" for ok, part in split_utf8(info.raw)
+        )
+    else:
+        title = f"id {tid}"
+        inner = _inner(info.text)
+    return inner or "<i class=we></i>", html.escape(title, quote=True), info.special
+
+
+@dataclass
+class StepMark:
+    """A loop step's token range, for anchors and the step bar."""
+
+    index: int
+    start: int
+    end: int
+    state: str
+    label: str = ""
+
+
+@dataclass
+class TokenCounts:
+    total: int = 0
+    by_kind: dict[int, int] = field(default_factory=dict)
+    special: int = 0
+
+    def summary(self) -> str:
+        parts = [f"{self.total} tokens"]
+        for k in (PROMPT, GENERATED, INJECTED):
+            if self.by_kind.get(k):
+                parts.append(f"{KIND_NAMES[k]} {self.by_kind[k]}")
+        parts.append(f"special {self.special}")
+        return " · ".join(parts)
+
+
+def count_tokens(kinds: Sequence[int], fragments: Sequence[tuple[str, str, bool]]) -> TokenCounts:
+    c = TokenCounts(total=len(kinds))
+    for k in (PROMPT, GENERATED, INJECTED):
+        n = sum(1 for x in kinds if x == k)
+        if n:
+            c.by_kind[k] = n
+    c.special = sum(1 for f in fragments if f[2])
+    return c
+
+
+def _legend(counts: TokenCounts, prefix: str) -> str:
+    items = []
+    for k in (PROMPT, GENERATED, INJECTED):
+        n = counts.by_kind.get(k, 0)
+        mask = {PROMPT: "prompt", GENERATED: "mask 1", INJECTED: "mask 0"}[k]
+        items.append(
+            f'<span class="tv-key {_KIND_CLASS[k]}0" data-kind="{KIND_NAMES[k]}">{KIND_NAMES[k]} '
+            f'<small>({mask})</small> <b data-count="{KIND_NAMES[k]}">{n}</b></span>'
+        )
+    items.append(f'<span class="tv-key sp">special <b data-count="special">{counts.special}</b></span>')
+    items.append(f'<span class="tv-key">total <b data-count="total">{counts.total}</b></span>')
+    return "".join(items)
+
+
+def render_tokens(
+    ids: Sequence[int],
+    kinds: Sequence[int],
+    tokenizer: Any | None,
+    *,
+    steps: Sequence[StepMark] = (),
+    prefix: str = "tv",
+    title: str = "",
+    note: str = "",
+    show_whitespace: bool = False,
+    selected_step: int | None = None,
+) -> str:
+    """The whole view: toolbar (counts, whitespace toggle, step jumps), then the tokens.
+
+    ``kinds`` gives PROMPT/GENERATED/INJECTED per token. ``prefix`` keeps element ids unique
+    when several views share a page; step anchors are ``{prefix}-step-{index}``.
+    """
+    if len(kinds) != len(ids):
+        raise ValueError(f"{len(ids)} token ids but {len(kinds)} mask entries")
+    prefix = re.sub(r"[^A-Za-z0-9_-]", "", prefix) or "tv"
+    dec = decoder_for(tokenizer)
+    frags = dec.fragments(ids)
+    counts = count_tokens(kinds, frags)
+
+    # step starts → anchor markup, inserted before the step's first token
+    marks: dict[int, list[str]] = {}
+    for s in steps:
+        if s.end < s.start:
+            continue
+        label = html.escape(s.label or f"{s.index} {s.state}", quote=False)
+        sel = " sel" if selected_step == s.index else ""
+        marks.setdefault(min(s.start, len(ids)), []).append(
+            f'<a class="tv-mark{sel}" id="{prefix}-step-{s.index}" data-step="{s.index}" '
+            f'data-start="{s.start}" data-end="{s.end}" title="step {s.index}: tokens {s.start}–{s.end}">{label}</a>'
+        )
+
+    out: list[str] = []
+    append = out.append
+    cls = {(k, p): f"{_KIND_CLASS.get(k, 'p')}{p}" for k in (PROMPT, GENERATED, INJECTED) for p in (0, 1)}
+    for i, (frag, k) in enumerate(zip(frags, kinds)):
+        m = marks.get(i)
+        if m:
+            append("".join(m))
+        if frag[2]:
+            append(f'<span class="{cls[(k, i & 1)]} s" title="{frag[1]}">{frag[0]}</span>')
+        else:
+            append(f'<span class={cls[(k, i & 1)]} title="{frag[1]}">{frag[0]}</span>')
+    tail = marks.get(len(ids))
+    if tail:
+        append("".join(tail))
+
+    jump = ""
+    if steps:
+        chips = "".join(
+            f'<button type="button" class="tv-jump" data-jump="{prefix}-step-{s.index}">'
+            f"{html.escape(s.label or f'{s.index} {s.state}', quote=False)} <small>{s.end - s.start}</small></button>"
+            for s in steps
+        )
+        jump = f'<div class="tv-steps">{chips}</div>'
+    head = f'<div class="tv-title">{html.escape(title, quote=False)}</div>' if title else ""
+    note_html = f'<div class="tv-note">{html.escape(note, quote=False)}</div>' if note else ""
+    ws_cls = " tv-ws" if show_whitespace else ""
+    checked = " checked" if show_whitespace else ""
+    return (
+        f'<div class="tv{ws_cls}" id="{prefix}" data-tokens="{len(ids)}">'
+        f"{head}"
+        f'<div class="tv-bar">{_legend(counts, prefix)}'
+        f'<label class="tv-ws-label"><input type="checkbox" class="tv-ws-toggle"{checked}> show whitespace</label></div>'
+        f"{note_html}{jump}"
+        f'<div class="tv-info" aria-live="polite">hover a token for its id and bytes</div>'
+        f'<div class="tv-body">{"".join(out)}</div></div>'
+    )
+
+
+def empty_view(message: str) -> str:
+    return f'<div class="tv tv-empty">{html.escape(message, quote=False)}</div>'
+
+
+# ---- from a trace ------------------------------------------------------------------------------
+
+_STATE_SHORT = {"pending": "prompt", "generating": "gen", "processing_tools": "tools", "terminated": "end"}
+
+
+def trace_kinds(trace: Any) -> list[int]:
+    return [PROMPT] * len(trace.prompt_ids) + [GENERATED if m == 1 else INJECTED for m in trace.response_mask]
+
+
+def trace_steps(trace: Any) -> list[StepMark]:
+    marks = []
+    for s in trace.steps:
+        if s.end <= s.start and s.state != "terminated":
+            continue
+        if s.state == "terminated":
+            continue
+        marks.append(StepMark(s.index, s.start, s.end, s.state, f"{s.index} {_STATE_SHORT.get(s.state, s.state)}"))
+    return marks
+
+
+def render_trace(
+    trace: Any, tokenizer: Any | None, *, prefix: str = "tv", note: str = "", show_whitespace: bool = False,
+    selected_step: int | None = None,
+) -> str:
+    ids = trace.prompt_ids + trace.response_ids
+    return render_tokens(
+        ids, trace_kinds(trace), tokenizer, steps=trace_steps(trace), prefix=prefix, note=note,
+        show_whitespace=show_whitespace, selected_step=selected_step,
+    )
+
+
+# ---- rendered template text with special tokens marked -----------------------------------------
+
+
+def mark_special_text(text: str, tokenizer: Any | None, *, extra: Sequence[str] = ()) -> str:
+    """Escaped ``<pre>`` of template text with each special/added token string marked."""
+    specials = list(decoder_for(tokenizer).special_strings()) if tokenizer is not None else []
+    specials += [s for s in extra if s and s not in specials]
+    if not specials:
+        return f'<pre class="tv-text">{html.escape(text, quote=False)}</pre>'
+    pat = re.compile("|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True)))
+    out: list[str] = []
+    pos = 0
+    for m in pat.finditer(text):
+        out.append(html.escape(text[pos : m.start()], quote=False))
+        out.append(f'<mark class="tv-sp">{html.escape(m.group(0), quote=False)}</mark>')
+        pos = m.end()
+    out.append(html.escape(text[pos:], quote=False))
+    return f'<pre class="tv-text">{"".join(out)}</pre>'
+
+
+# ---- styling and behaviour for gr.HTML ---------------------------------------------------------
+
+# css_template of gr.HTML is scoped to the component; no "${" or "{{" may appear (it is a template).
+CSS = """
+.tv { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 13px; line-height: 1.55; }
+.tv-empty { color: var(--body-text-color-subdued); padding: 8px; font-family: inherit; }
+.tv-title { font-weight: 600; margin-bottom: 4px; font-family: var(--font); }
+.tv-bar { display: flex; flex-wrap: wrap; gap: 6px; align-items: center; margin-bottom: 6px; font-family: var(--font); }
+.tv-key { padding: 1px 8px; border-radius: 10px; font-size: 12px; border: 1px solid #0002; }
+.tv-key.sp { border: 2px solid #7c3aed; }
+.tv-ws-label { margin-left: auto; font-size: 12px; cursor: pointer; user-select: none; }
+.tv-note { font-size: 12px; color: #92400e; margin-bottom: 4px; font-family: var(--font); }
+.tv-steps { display: flex; flex-wrap: wrap; gap: 4px; margin-bottom: 6px; }
+.tv-jump { font-size: 11px; padding: 1px 6px; border-radius: 6px; border: 1px solid #0003; background: var(--background-fill-secondary); cursor: pointer; color: var(--body-text-color); }
+.tv-jump:hover { background: var(--background-fill-primary); }
+.tv-info { font-size: 12px; min-height: 18px; color: var(--body-text-color-subdued); margin-bottom: 4px; white-space: pre; overflow: hidden; text-overflow: ellipsis; }
+.tv-body { white-space: pre-wrap; word-break: break-all; max-height: 560px; overflow: auto; padding: 6px; border: 1px solid var(--border-color-primary); border-radius: 6px; background: #fff; color: #111; }
+.tv-body > span { border-radius: 2px; }
+.tv-body > span:hover { outline: 2px solid #111; }
+.p0 { background: #e5e7eb; } .p1 { background: #d1d5db; }
+.g0 { background: #bbf7d0; } .g1 { background: #86efac; }
+.j0 { background: #fed7aa; } .j1 { background: #fdba74; }
+.tv-body > span.s { box-shadow: inset 0 0 0 2px #7c3aed; color: #5b21b6; font-weight: 600; }
+.tv-mark { display: inline-block; font-size: 10px; line-height: 1.2; padding: 0 4px; margin: 0 2px; border-radius: 4px; background: #1e3a8a; color: #fff !important; text-decoration: none; vertical-align: middle; white-space: nowrap; scroll-margin-top: 30px; }
+.tv-mark.sel { background: #dc2626; }
+.tv-body > span.tv-in-sel { text-decoration: underline 2px #dc2626; }
+.wc { color: #b91c1c; font-style: normal; }
+i.ws, i.wn, i.wt, i.wr, i.we { font-style: normal; }
+.tv-ws i.ws { background: radial-gradient(circle at 50% 55%, #6b7280 0 1.3px, transparent 1.7px) 0 0 / 1ch 100% repeat-x; }
+.tv-ws i.wn::before { content: "↵"; color: #6b7280; }
+.tv-ws i.wr::before { content: "␍"; color: #6b7280; }
+.tv-ws i.wt { position: relative; }
+.tv-ws i.wt::before { content: "→"; position: absolute; left: 0; color: #6b7280; }
+.tv-text { white-space: pre-wrap; word-break: break-word; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12.5px; line-height: 1.5; max-height: 420px; overflow: auto; padding: 8px; margin: 0; border: 1px solid var(--border-color-primary); border-radius: 6px; background: #fff; color: #111; }
+.tv-sp { background: #ede9fe; color: #5b21b6; font-weight: 600; border-radius: 3px; padding: 0 1px; }
+"""
+
+# js_on_load of gr.HTML: runs once per component; `element` survives value updates, so all
+# behaviour is delegated from it. Reads only data attributes and text of our own markup.
+JS = r"""
+const hex = (s) => Array.from(new TextEncoder().encode(s), (b) => b.toString(16).padStart(2, '0')).join(' ');
+const info = (el) => {
+  const box = element.querySelector('.tv-info');
+  if (!box) return;
+  let idx = 0;
+  for (let n = el.previousElementSibling; n; n = n.previousElementSibling) { if (n.tagName === 'SPAN') idx++; }
+  const title = el.getAttribute('title') || '';
+  const text = el.textContent;
+  const bytes = title.includes(' bytes ') ? '' : '  bytes ' + hex(text);
+  box.textContent = '#' + idx + '  ' + title + '  ' + JSON.stringify(text) + bytes;
+};
+element.addEventListener('mouseover', (e) => {
+  const el = e.target.closest('.tv-body > span');
+  if (el && element.contains(el)) info(el);
+});
+element.addEventListener('change', (e) => {
+  const t = e.target;
+  if (t && t.classList && t.classList.contains('tv-ws-toggle')) {
+    const tv = t.closest('.tv');
+    if (tv) tv.classList.toggle('tv-ws', t.checked);
+  }
+});
+element.addEventListener('click', (e) => {
+  const b = e.target.closest('[data-jump]');
+  if (!b || !element.contains(b)) return;
+  e.preventDefault();
+  const a = element.querySelector('#' + CSS.escape(b.dataset.jump));
+  if (!a) return;
+  element.querySelectorAll('.tv-mark.sel').forEach((m) => m.classList.remove('sel'));
+  a.classList.add('sel');
+  const body = a.closest('.tv-body');
+  if (body) body.scrollTop = a.offsetTop - body.offsetTop - 8;
+});
+"""
+
+
+def select_step_js(prefix: str) -> str:
+    """JS for an event's ``js=``: scroll view ``prefix`` to the step given as the first input."""
+    prefix = re.sub(r"[^A-Za-z0-9_-]", "", prefix)
+    return (
+        "(step, ...rest) => { if (step === null || step === undefined || step < 0) return [step, ...rest];"
+        f" const a = document.getElementById('{prefix}-step-' + step);"
+        " if (a) { const tv = a.closest('.tv'); tv.querySelectorAll('.tv-mark.sel').forEach((m) => m.classList.remove('sel'));"
+        " a.classList.add('sel'); const body = a.closest('.tv-body'); if (body) body.scrollTop = a.offsetTop - body.offsetTop - 8; }"
+        " return [step, ...rest]; }"
+    )
