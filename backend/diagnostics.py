@@ -240,15 +240,18 @@ def _check_tool_pairing(trace: Trace, ix: _Index) -> list[Finding]:
 def _check_calls(trace: Trace, ix: _Index) -> list[Finding]:
     out: list[Finding] = []
     schemas = _tool_schemas(trace)
-    seen_unknown: set[tuple[int, int]] = set()
+    steps_with_parse_errors = {s.index for s in trace.steps if s.parse_errors}
+    any_calls = False
     for i, m in enumerate(trace.messages):
         if m.get("role") != "assistant":
             continue
         for j, c in enumerate(_calls(m)):
+            any_calls = True
             name, args = c["name"], c["arguments"]
             loc = ix.at_message(i)
+            if not schemas:
+                continue  # nothing to check against (reported once below)
             if name not in schemas:
-                seen_unknown.add((i, j))
                 avail = ", ".join(sorted(schemas)) or "none"
                 out.append(Finding("unknown_tool", "error", f"message {i} calls {name!r}, which is not among the trace's tools ({avail})", loc, {"call_index": j, "name": name}))
                 continue
@@ -256,11 +259,15 @@ def _check_calls(trace: Trace, ix: _Index) -> list[Finding]:
                 try:
                     args = json.loads(args) if args.strip() else {}
                 except json.JSONDecodeError as e:
+                    if loc.step in steps_with_parse_errors:
+                        continue  # the step's parse error reports it
                     out.append(
                         Finding("malformed_tool_call", "error", f"message {i}, call {j} ({name!r}): arguments are not valid JSON ({e.msg} at char {e.pos})", loc, {"call_index": j, "raw": _short(c["arguments"], 200)})
                     )
                     continue
             if not isinstance(args, dict):
+                if loc.step in steps_with_parse_errors:
+                    continue
                 out.append(Finding("malformed_tool_call", "error", f"message {i}, call {j} ({name!r}): arguments must be a JSON object, got {type(args).__name__}", loc, {"call_index": j}))
                 continue
             params = schemas[name].get("parameters")
@@ -275,6 +282,13 @@ def _check_calls(trace: Trace, ix: _Index) -> list[Finding]:
                             loc, {"call_index": j, "errors": errs[:10], "arguments": args},
                         )
                     )
+    if any_calls and not schemas:
+        out.append(
+            Finding(
+                "check_skipped", "info", "the trace has tool calls but no tool schemas: unknown_tool and invalid_arguments not checked",
+                Location(), {"check": "tools"},
+            )
+        )
     # parse errors and tool failures recorded on steps
     for s in trace.steps:
         for k, e in enumerate(s.parse_errors):
@@ -329,10 +343,11 @@ def _check_lengths(trace: Trace, ix: _Index) -> list[Finding]:
     budget = trace.config.get("response_length") if isinstance(trace.config, dict) else None
     length_steps = [s for s in trace.steps if s.state == "generating" and s.finish_reason == "length"]
     for s in length_steps:
+        mt = s.info.get("max_tokens")
         out.append(
             Finding(
                 "hit_response_length", "warning",
-                f"step {s.index}: generation stopped on its token budget (max_tokens {s.info.get('max_tokens', '?')}) after {s.end - s.start} tokens, mid-turn",
+                f"step {s.index}: generation stopped on its token budget{f' (max_tokens {mt})' if mt is not None else ''} after {s.end - s.start} tokens, mid-turn",
                 ix.at_step(s.index, s.end - 1 if s.end > s.start else s.start), {"tokens": s.end - s.start, "max_tokens": s.info.get("max_tokens")},
             )
         )

@@ -303,8 +303,6 @@ def trace_from_conversation(conv: Conversation, bundle: Any, source: str) -> Tra
     text, ids = r.text, r.token_ids
     starts = [o[0] for o in r.offsets]
     spans_by_msg = {s.message: s for s in r.message_spans if s.message >= 0}
-    eos = getattr(bundle.tokenizer, "eos_token", None)
-
     # each assistant message: [start, end) in tokens
     asst: list[tuple[int, int, int]] = []
     for i, m in enumerate(messages):
@@ -320,11 +318,7 @@ def trace_from_conversation(conv: Conversation, bundle: Any, source: str) -> Tra
                 gp = None
             if gp is not None and cs <= len(gp) <= ce and text.startswith(gp):
                 start_c = len(gp)
-        end_c = ce
-        if eos:
-            k = text.rfind(eos, start_c, ce)
-            if k >= 0:
-                end_c = k + len(eos)
+        end_c = ce  # through the template's text after the end-of-turn token, as trl's training templates mark it
         ts, te = _token_at(starts, start_c), _token_at(starts, end_c)
         if te > ts:
             asst.append((ts, te, i))
@@ -428,12 +422,16 @@ _TOOLS_BLOCK = re.compile(r"<tools>\n?(.*?)\n?</tools>", re.S)
 def tools_from_text(text: str) -> list[dict[str, Any]] | None:
     """Tool schemas written in a system prompt between ``<tools>`` tags (Hermes / Qwen): one
     JSON object per line, or one JSON list. None if there is no such block or it does not parse."""
-    m = _TOOLS_BLOCK.search(text)
-    if not m:
-        return None
-    body = m.group(1).strip()
-    if not body:
-        return []
+    for m in _TOOLS_BLOCK.finditer(text):
+        body = m.group(1).strip()
+        if body:
+            found = _parse_tools_body(body)
+            if found is not None:
+                return found
+    return None
+
+
+def _parse_tools_body(body: str) -> list[dict[str, Any]] | None:
     try:
         v = json.loads(body)
         items = v if isinstance(v, list) else [v]
@@ -458,13 +456,31 @@ def tool_responses_in(text: str) -> list[str] | None:
     return found or None
 
 
+def content_keeping_errors(text: str, res: Any) -> str:
+    """The parser's content, except when some call could not be read: then the turn's text with
+    only the well-formed calls (and the reasoning block) cut out, so the unreadable call stays
+    visible in the message (a parser drops it from ``content``)."""
+    if not res.errors:
+        return res.content
+    cuts = [c.span for c in res.tool_calls if c.span is not None]
+    if res.reasoning is not None and "</think>" in text:
+        cuts.append((0, text.index("</think>") + len("</think>")))
+    out, pos = [], 0
+    for a, b in sorted(cuts):
+        if a >= pos:
+            out.append(text[pos:a])
+            pos = b
+    out.append(text[pos:])
+    return "".join(out).strip()
+
+
 def assistant_message(text: str, parser: Any, eos: str | None) -> tuple[dict[str, Any], list[ParseError]]:
     """An assistant message from a generated turn's text (EOS stripped), via the tool-call parser."""
     body = text
     if eos and body.endswith(eos):
         body = body[: -len(eos)]
     res = parser.parse(body)
-    msg: dict[str, Any] = {"role": "assistant", "content": res.content}
+    msg: dict[str, Any] = {"role": "assistant", "content": content_keeping_errors(body, res)}
     if res.reasoning is not None:
         msg["reasoning_content"] = res.reasoning
     if res.tool_calls:

@@ -24,6 +24,7 @@ from backend.importers.common import (
     Conversation,
     RecordError,
     check_messages,
+    content_keeping_errors,
     fill_tool_message_names,
     normalize_tools,
     parse_json_arguments,
@@ -81,7 +82,7 @@ class _Builder:
         if res is None:
             self.messages.append({"role": "assistant", "content": value})
             return
-        msg: dict[str, Any] = {"role": "assistant", "content": res.content}
+        msg: dict[str, Any] = {"role": "assistant", "content": content_keeping_errors(value, res)}
         if res.reasoning is not None:
             msg["reasoning_content"] = res.reasoning
         if res.tool_calls:
@@ -256,8 +257,4 @@ class ShareGPTImporter(Importer):
         for k in ("category", "subcategory", "task", "source", "dataset"):
             if isinstance(record.get(k), (str, int, float)):
                 meta.setdefault("record", {})[k if k != "source" else "dataset_source"] = record[k]
-        for k, v in errors.items():
-            for e in v:
-                if e.raw is None:
-                    pass
         return [Conversation(messages=messages, tools=tools, metadata=meta, id=record_id(record), parse_errors=errors, render_tools=render_tools)]

@@ -1,0 +1,99 @@
+"""``rollout``: many agent loops concurrently (one per prompt) → traces appended as they finish."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from backend.cli import CLIError, emit, read_json_file
+
+
+def register(sub) -> None:
+    p = sub.add_parser("rollout", help="run agent loops for a file of prompts, concurrently, resumable")
+    p.add_argument("--prompts", required=True, help='JSONL: {"id": ..., "messages": [...]} or {"id": ..., "prompt": "text"} per line')
+    p.add_argument("--tools", help="a .py file of documented functions, a .json list of schemas with mock results, or a verl .yaml")
+    p.add_argument("--backend", "--generator", dest="backend", default="vllm-server", help="vllm-server (default), vllm, transformers, scripted")
+    p.add_argument("--server-url", action="append", default=[], help="vllm-server base URL (repeatable; requests are balanced)")
+    p.add_argument("--model", help="vllm/transformers: hub id or local path; vllm-server: the served model name (default: discovered)")
+    p.add_argument("--script", help="scripted backend: JSON list of the model's outputs, replayed for every item")
+    p.add_argument("--tokenizer", default=None, help="offline profile, hub id or path (default: smollm2, or qwen3 for scripted)")
+    p.add_argument("--template", help="override the chat template (trl name, .jinja file, or Jinja text)")
+    p.add_argument("--config", help="JSON file of LoopConfig fields (response_length, sampling, tool_choice, ...)")
+    p.add_argument("--concurrency", type=int, default=8, help="agent loops in flight (default 8)")
+    p.add_argument("--samples", type=int, default=1, help="rollouts per prompt (ids ID#0, ID#1, ...)")
+    p.add_argument("--out", required=True, help="trace JSONL to append to")
+    p.add_argument("--no-resume", action="store_true", help="start over: truncate --out instead of skipping ids already in it")
+    p.add_argument("--retry-errors", action="store_true", help="on resume, run again items whose trace ended in error/generation_error")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from backend.engine import LoopConfig
+    from backend.rollout import Progress, RolloutError, RolloutStats, load_prompts, run_rollouts
+    from backend.tokenizers import load_tokenizer
+
+    if args.concurrency < 1:
+        raise CLIError("--concurrency must be at least 1")
+    try:
+        items = load_prompts(args.prompts, samples=args.samples)
+    except RolloutError as e:
+        raise CLIError(str(e)) from None
+    cfg = LoopConfig.from_dict(read_json_file(args.config, "config") if args.config else {})
+    tools = None
+    if args.tools:
+        if not os.path.exists(args.tools):
+            raise CLIError(f"tools file not found: {args.tools}")
+        from backend.tools import ToolRegistry
+
+        tools = ToolRegistry.from_file(args.tools)
+    backend = (args.backend or "").lower()
+    generator = None
+    make_generator = None
+    if backend in ("scripted", "script"):
+        from backend.generators.scripted import ScriptedGenerator, load_script
+
+        if not args.script:
+            raise CLIError("--backend scripted needs --script FILE")
+        if not os.path.exists(args.script):
+            raise CLIError(f"script file not found: {args.script}")
+        script = load_script(args.script)
+        bundle = load_tokenizer(args.tokenizer or "qwen3", template=args.template)
+        make_generator = lambda item: ScriptedGenerator(bundle.tokenizer, script)  # noqa: E731
+    else:
+        from backend.generators.factory import create_generator, normalize_backend
+
+        b = normalize_backend(backend)
+        if b == "vllm-server" and not args.server_url:
+            raise CLIError("--backend vllm-server needs at least one --server-url")
+        bundle = load_tokenizer(args.tokenizer or args.model or "smollm2", template=args.template)
+        generator = create_generator(b, model=args.model, server_urls=args.server_url, tokenizer=bundle)
+
+    stats = RolloutStats()
+    progress = Progress(stats, enabled=not args.no_progress)
+
+    async def go():
+        try:
+            return await run_rollouts(
+                items, bundle=bundle, out_path=args.out, generator=generator, make_generator=make_generator, tools=tools,
+                config=cfg, concurrency=args.concurrency, resume=not args.no_resume, retry_errors=args.retry_errors,
+                progress=progress, stats=stats,
+            )
+        finally:
+            if generator is not None:
+                await generator.close()
+
+    try:
+        st = asyncio.run(go())
+    except RolloutError as e:
+        raise CLIError(str(e)) from None
+    d = st.to_dict()
+    d["out"] = args.out
+    text = (
+        f"{d['done']} item(s) written to {args.out} ({d['skipped']} already there), {d['errors']} error(s); "
+        f"{d['items_per_s']} items/s, {d['tokens_per_s']} generated tok/s in {d['elapsed_s']} s; "
+        + ", ".join(f"{k}: {v}" for k, v in sorted(d["termination"].items()))
+    )
+    emit(d, args.json, text)
+    return 0

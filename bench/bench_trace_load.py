@@ -1,0 +1,240 @@
+"""Benchmark: the trace table of a 100 MB JSONL file, and opening one trace.
+
+Generates realistic traces with the real engine (scripted model, qwen3 profile, token-exact):
+the seed-001 weather run, a multi-step research run with long tool results, parallel calls, a
+malformed call, and a run that hits response_length. Copies of them with varied ids fill the
+file to the target size. Then, in the same process:
+
+* baseline: read every line and ``json.loads`` it (nothing else);
+* table: :func:`backend.trace_table.build_table` (the pandas DataFrame the UI lists);
+* open: :meth:`TraceTable.open` of rows at the start, middle and end (seek + validate one trace),
+  against ``json.loads`` of the same line;
+* optionally (``--full``) :func:`backend.trace.load_traces`, which validates every trace.
+
+Targets: table ≤ 5 s, open ≤ 300 ms. Usage::
+
+    python bench/bench_trace_load.py [--size-mb 100] [--full] [--keep PATH] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+TABLE_TARGET_S = 5.0
+OPEN_TARGET_S = 0.3
+
+
+def _registry(tools: dict):
+    """backend.tools.ToolRegistry when it is there; else a minimal stand-in (same duck type)."""
+    try:
+        from backend.tools import ToolRegistry
+
+        return ToolRegistry.from_functions(list(tools.values()))
+    except Exception:
+        from transformers.utils import get_json_schema
+
+        from backend.trace import ToolResult
+
+        class _Reg:
+            schemas = [get_json_schema(f) for f in tools.values()]
+
+            def __len__(self):
+                return len(self.schemas)
+
+            async def execute(self, call, max_response_length=None, **kw):
+                fn = tools.get(call.name)
+                if fn is None:
+                    return ToolResult(call_id=call.id, name=call.name, ok=False, error="unknown_tool", content=f"Error: unknown tool {call.name!r}")
+                out = fn(**call.arguments)
+                text = out if isinstance(out, str) else json.dumps(out)
+                trunc = max_response_length is not None and len(text) > max_response_length
+                return ToolResult(call_id=call.id, name=call.name, content=text[:max_response_length] if trunc else text, truncated=trunc, original_length=len(text))
+
+        return _Reg()
+
+
+def get_current_temperature(city: str):
+    """Get current temperature at a location.
+
+    Args:
+        city: The location to get the temperature for, in the format "City, State, Country".
+    """
+    return {"temperature": 72, "city": city}
+
+
+def search(query: str):
+    """Search the web.
+
+    Args:
+        query: what to look for
+    """
+    return [{"title": f"Result {i} for {query}", "snippet": ("Lorem ipsum dolor sit amet, consectetur adipiscing elit. " * 6).strip(), "url": f"https://example.org/{i}"} for i in range(8)]
+
+
+def call(name: str, **args) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
+
+
+def make_traces() -> list:
+    from backend.engine import AgentLoop, LoopConfig
+    from backend.generators.scripted import ScriptedGenerator
+    from backend.tokenizers import load_tokenizer
+
+    b = load_tokenizer("qwen3")
+    reg = _registry({"get_current_temperature": get_current_temperature, "search": search})
+    long_answer = " ".join(f"Finding {i}: the evidence from source {i % 8} suggests a steady trend, with caveats noted." for i in range(40))
+    scenarios = [
+        ([call("get_current_temperature", city="Seattle, WA, USA"), "The current temperature in Seattle, WA, USA is 72°F."], {}, "What's the weather in Seattle?"),
+        ([call("search", query=f"topic {k}") for k in range(5)] + [long_answer], {"max_tool_response_length": 4000}, "Research the topic thoroughly."),
+        ([call("get_current_temperature", city="Paris") + "\n" + call("get_current_temperature", city="Tokyo") + "\n" + call("get_current_temperature", city="Lima"), "Paris 72, Tokyo 72, Lima 72."], {"max_parallel_calls": 3}, "Weather in Paris, Tokyo and Lima?"),
+        (['<tool_call>\n{"name": "search", "arguments": {"query": "x"}\n</tool_call>'], {}, "Find x."),
+        ([long_answer], {"response_length": 200}, "Write a long report."),
+    ]
+    traces = []
+    for script, cfg, q in scenarios:
+        loop = AgentLoop(ScriptedGenerator(b.tokenizer, script), b, tools=reg, config=LoopConfig(**cfg))
+        traces.append(asyncio.run(loop.run([{"role": "system", "content": "You are a careful assistant."}, {"role": "user", "content": q}])))
+    return traces
+
+
+def write_file(path: str, size_mb: float) -> tuple[int, int]:
+    traces = make_traces()
+    blobs = []
+    for t in traces:
+        s = t.to_json()
+        head = '{"format_version":1,"id":"'
+        assert s.startswith(head), s[:60]
+        rest = s[len(head) + len(t.id) :]
+        blobs.append(rest)
+    target = int(size_mb * 1e6)
+    n = 0
+    written = 0
+    with open(path, "w", encoding="utf-8") as f:
+        while written < target:
+            rest = blobs[n % len(blobs)]
+            line = f'{head}bench-{n:07d}{rest}\n'
+            f.write(line)
+            written += len(line.encode("utf-8"))
+            n += 1
+    return n, written
+
+
+def baseline(path: str) -> float:
+    t0 = time.perf_counter()
+    with open(path, "rb") as f:
+        for raw in f:
+            json.loads(raw)
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size-mb", type=float, default=100.0)
+    ap.add_argument("--full", action="store_true", help="also time load_traces (validates every trace)")
+    ap.add_argument("--keep", help="write the generated file here (and reuse it if it exists)")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = ap.parse_args()
+
+    from backend.trace_table import build_table
+
+    tmpdir = None
+    if args.keep:
+        path = args.keep
+    else:
+        tmpdir = tempfile.mkdtemp(prefix="ali-bench-")
+        path = os.path.join(tmpdir, "traces.jsonl")
+    t0 = time.perf_counter()
+    if not (args.keep and os.path.exists(path)):
+        n, size = write_file(path, args.size_mb)
+    else:
+        size = os.path.getsize(path)
+        n = sum(1 for _ in open(path, "rb"))
+    gen_s = time.perf_counter() - t0
+
+    base_s = baseline(path)  # also warms the page cache for both measurements
+    base_s = min(base_s, baseline(path))
+    t0 = time.perf_counter()
+    table = build_table(path)
+    table_s = time.perf_counter() - t0
+    assert len(table) == n and not table.problems, (len(table), n, table.problems[:3])
+
+    opens = {}
+    for label, row in (("first", 0), ("middle", n // 2), ("last", n - 1)):
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            tr = table.open(row)
+            times.append(time.perf_counter() - t0)
+        assert tr.id == f"bench-{row:07d}"
+        off, ln = int(table.df.at[row, "offset"]), int(table.df.at[row, "length"])
+        with open(path, "rb") as f:
+            f.seek(off)
+            raw = f.read(ln)
+        bt = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            json.loads(raw)
+            bt.append(time.perf_counter() - t0)
+        opens[label] = {"row": row, "open_ms": round(statistics.median(times) * 1e3, 2), "json_loads_ms": round(statistics.median(bt) * 1e3, 3), "bytes": ln}
+    by_id_t0 = time.perf_counter()
+    table.open(f"bench-{n // 3:07d}")
+    by_id_ms = (time.perf_counter() - by_id_t0) * 1e3
+
+    full_s = None
+    if args.full:
+        from backend.trace import load_traces
+
+        t0 = time.perf_counter()
+        res = load_traces(path)
+        full_s = time.perf_counter() - t0
+        assert len(res.traces) == n
+
+    worst_open = max(v["open_ms"] for v in opens.values()) / 1e3
+    out = {
+        "file_mb": round(size / 1e6, 1),
+        "traces": n,
+        "generate_s": round(gen_s, 2),
+        "baseline_json_loads_s": round(base_s, 3),
+        "table_s": round(table_s, 3),
+        "table_vs_baseline": round(table_s / base_s, 2),
+        "table_mb_per_s": round(size / 1e6 / table_s, 1),
+        "table_target_s": TABLE_TARGET_S,
+        "table_ok": table_s <= TABLE_TARGET_S,
+        "open": opens,
+        "open_by_id_ms": round(by_id_ms, 2),
+        "open_target_ms": OPEN_TARGET_S * 1e3,
+        "open_ok": worst_open <= OPEN_TARGET_S,
+        "full_validate_s": round(full_s, 2) if full_s is not None else None,
+        "full_vs_table": round(full_s / table_s, 1) if full_s is not None else None,
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"file: {out['file_mb']} MB, {n} traces (generated in {out['generate_s']} s)")
+        print(f"baseline (read + json.loads per line): {base_s:.3f} s")
+        print(f"trace table (DataFrame, {len(table.df.columns)} columns): {table_s:.3f} s = {out['table_vs_baseline']}x baseline, "
+              f"{out['table_mb_per_s']} MB/s  [target <= {TABLE_TARGET_S} s: {'OK' if out['table_ok'] else 'MISSED'}]")
+        for k, v in opens.items():
+            print(f"open one trace ({k}, row {v['row']}, {v['bytes']} bytes): {v['open_ms']} ms "
+                  f"(json.loads of that line {v['json_loads_ms']} ms, {v['open_ms'] / max(v['json_loads_ms'], 1e-6):.1f}x)  "
+                  f"[target <= {OPEN_TARGET_S * 1e3:.0f} ms: {'OK' if v['open_ms'] <= OPEN_TARGET_S * 1e3 else 'MISSED'}]")
+        print(f"open by id: {out['open_by_id_ms']} ms")
+        if full_s is not None:
+            print(f"full load_traces (pydantic, every trace): {full_s:.2f} s = {out['full_vs_table']}x the table")
+    if tmpdir:
+        os.remove(path)
+        os.rmdir(tmpdir)
+    return 0 if out["table_ok"] and out["open_ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
