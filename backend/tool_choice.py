@@ -44,7 +44,7 @@ FORMATS: dict[str, CallFormat] = {
     "hermes": CallFormat("", "", "<tool_call>\n", "\n</tool_call>", "\n", forbid="<tool_call>"),
     "hunyuan": CallFormat("<tool_calls>[", "]</tool_calls>", "", "", ", ", forbid="<tool_calls>"),
     "llama3_json": CallFormat("", "", "", "", "; ", args_key="parameters", forbid='{"name"'),
-    "mistral": CallFormat("[TOOL_CALLS][", "]", "", "", ", ", forbid="[TOOL_CALLS]"),
+    "mistral": CallFormat("[TOOL_CALLS] [", "]", "", "", ", ", forbid="[TOOL_CALLS]"),  # as Mistral v0.3 writes it
 }
 
 

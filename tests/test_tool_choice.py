@@ -1,0 +1,132 @@
+"""tool_choice: grammar construction checked by xgrammar's own matcher on real token ids, the
+per-turn policy, and the scripted backend refusing scripts that break the constraint."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from backend.engine import AgentLoop, ConfigError, LoopConfig
+from backend.generators.scripted import ScriptedGenerator
+from backend.parsers import get_parser
+from backend.tokenizers import load_tokenizer
+from backend.tool_choice import FORMATS, ToolChoiceError, build_constraint, check_ids, choice_for_turn, normalize_policy
+from backend.tools import ToolRegistry
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+        "required": ["city"]}}, "mock": {"value": {"temperature": 21}}},
+    {"type": "function", "function": {"name": "add", "description": "Add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}},
+     "mock": {"value": 3}},
+]
+SCHEMAS = [{k: v for k, v in t.items() if k != "mock"} for t in TOOLS]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer("qwen3").tokenizer
+
+
+def ids(tok, text):
+    return tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_required_grammar_accepts_what_the_parser_writes(tok, fmt):
+    """Each format's own writer (parser.format_calls) produces text the grammar accepts, and the
+    parser reads the calls back: grammar, writer and parser agree."""
+    parser = get_parser(fmt)
+    calls = [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "add", "arguments": {"a": 1, "b": 2}}]
+    text = parser.format_calls(calls)
+    c = build_constraint("required", fmt, SCHEMAS)
+    assert check_ids(c, tok, ids(tok, text)) is None, text
+    parsed = parser.parse(text)
+    assert [(x.name, x.arguments) for x in parsed.tool_calls] == [(d["name"], d["arguments"]) for d in calls]
+
+
+def test_required_rejects_prose_bad_arguments_and_missing_eos(tok):
+    c = build_constraint("required", "hermes", SCHEMAS)
+    good = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    assert check_ids(c, tok, ids(tok, good)) is None
+    assert "not allowed" in check_ids(c, tok, ids(tok, "It is sunny."))
+    assert "not allowed" in check_ids(c, tok, ids(tok, good.replace('"Paris"', "42")))  # city must be a string
+    assert "not allowed" in check_ids(c, tok, ids(tok, good.replace('"city"', '"town"')))
+    assert "not allowed" in check_ids(c, tok, ids(tok, good.replace("get_weather", "get_wether")))
+    assert "not allowed" in check_ids(c, tok, ids(tok, good.replace('"Paris"}', '"Paris", "unit": "k"}')))  # enum
+    assert "complete" in check_ids(c, tok, ids(tok, good)[:-1])  # no EOS
+    assert "not allowed" in check_ids(c, tok, ids(tok, good + " and more"))
+
+
+def test_named_tool_allows_only_that_tool(tok):
+    c = build_constraint("add", "hermes", SCHEMAS)
+    assert check_ids(c, tok, ids(tok, '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>')) is None
+    assert check_ids(c, tok, ids(tok, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "x"}}\n</tool_call>'))
+    two = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
+    assert check_ids(c, tok, ids(tok, two))  # exactly one call
+
+
+def test_none_forbids_the_call_tag(tok):
+    c = build_constraint("none", "hermes", SCHEMAS)
+    assert c.kind == "forbid"
+    assert check_ids(c, tok, ids(tok, "Sunny.")) is None
+    assert check_ids(c, tok, ids(tok, '<tool_call>\n{"name": "add", "arguments": {}}\n</tool_call>'))
+    assert build_constraint("auto", "hermes", SCHEMAS) is None
+
+
+def test_policy_parsing():
+    assert normalize_policy("required,auto") == ("required", "auto")
+    assert normalize_policy(["required", "add"]) == ("required", "add")
+    assert normalize_policy({"type": "function", "function": {"name": "add"}}) == ("add",)
+    assert [choice_for_turn(("required", "auto"), i) for i in range(4)] == ["required", "auto", "auto", "auto"]
+    with pytest.raises(ToolChoiceError):
+        normalize_policy({"type": "function"})
+    with pytest.raises(ToolChoiceError):
+        normalize_policy(",")
+
+
+def run(tok_bundle, script, **cfg):
+    gen = ScriptedGenerator(tok_bundle.tokenizer, script)
+    loop = AgentLoop(gen, tok_bundle, tools=ToolRegistry.from_schemas(TOOLS), config=LoopConfig(**cfg))
+    return asyncio.run(loop.run([{"role": "user", "content": "Weather in Paris?"}]))
+
+
+def test_engine_records_constraint_per_turn():
+    b = load_tokenizer("qwen3")
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    t = run(b, [call, "It is 21 degrees."], tool_choice=["required", "auto"])
+    gens = [s for s in t.steps if s.state == "generating"]
+    assert gens[0].constraint["tool_choice"] == "required" and gens[0].constraint["kind"] == "grammar"
+    assert gens[1].constraint is None
+    assert t.termination_reason == "no_tool_calls"
+    # constrained tokens are generated tokens: mask 1
+    assert all(m == 1 for m in t.full_mask[gens[0].start : gens[0].end])
+
+
+def test_scripted_backend_refuses_a_script_that_breaks_the_choice():
+    b = load_tokenizer("qwen3")
+    t = run(b, ["It is sunny, no tool needed."], tool_choice="required")
+    assert t.termination_reason == "generation_error"
+    assert "does not obey" in t.steps[1].error
+
+
+def test_bad_tool_choice_is_a_config_error():
+    b = load_tokenizer("qwen3")
+    with pytest.raises(ConfigError, match="not defined"):
+        run(b, ["x"], tool_choice="nope")
+    gen = ScriptedGenerator(b.tokenizer, ["x"])
+    with pytest.raises(ConfigError, match="needs at least one tool"):
+        AgentLoop(gen, b, tools=None, config=LoopConfig(tool_choice="required"))
+
+
+def test_transformers_style_arguments_json_roundtrip(tok):
+    """Arguments with nested objects and unicode still satisfy the schema-derived grammar."""
+    schema = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "o": {"type": "object", "properties": {"x": {"type": "array", "items": {"type": "number"}}}, "required": ["x"]},
+        "s": {"type": "string"}}, "required": ["o", "s"]}}}]
+    c = build_constraint("required", "hermes", schema)
+    text = "<tool_call>\n" + json.dumps({"name": "f", "arguments": {"o": {"x": [1, 2.5]}, "s": "Zürich"}}, ensure_ascii=False) + "\n</tool_call>"
+    assert check_ids(c, tok, ids(tok, text)) is None
