@@ -24,7 +24,7 @@ from typing import Any
 
 from backend.generators.base import Constraint, Generation, GenerationError, Generator, SamplingParams
 from backend.parsers import get_parser
-from backend.rendering import RenderError, empty_render_prefix, render, render_tool_turn
+from backend.rendering import RenderError, decode, empty_render_prefix, render, render_tool_turn
 from backend.tokenizers import TokenizerBundle
 from backend.tool_choice import ToolChoiceError, build_constraint, choice_for_turn, normalize_policy, validate_policy
 from backend.trace import MessageSpan, Step, ToolCall, ToolResult, Trace
@@ -42,6 +42,10 @@ TOOL_ERROR = "tool_error"
 GENERATION_ERROR = "generation_error"
 RENDER_ERROR = "render_error"
 CANCELLED = "cancelled"
+
+
+# Tokenizer work on inputs smaller than this runs on the event loop (see AgentLoop._off_loop).
+INLINE_WORK_CHARS = 16_384
 
 
 class ConfigError(ValueError):
@@ -99,7 +103,11 @@ class LoopConfig:
 
     @property
     def sampling_params(self) -> SamplingParams:
-        return SamplingParams.from_dict(self.sampling)
+        cached = self.__dict__.get("_sampling_params")
+        if cached is None:
+            cached = SamplingParams.from_dict(self.sampling)
+            object.__setattr__(self, "_sampling_params", cached)  # frozen: cache by hand
+        return cached
 
     def to_dict(self) -> dict[str, Any]:
         return copy.deepcopy(asdict(self))
@@ -181,18 +189,22 @@ class AgentLoop:
     def tool_schemas(self) -> list[dict[str, Any]]:
         return list(self.tools.schemas) if self.tools is not None and len(self.tools) else []
 
-    async def _off_loop(self, fn, *args, **kwargs):
-        """Tokenizer/template work runs in a thread (verl's run_in_executor), serialised per
-        tokenizer because HF fast tokenizers mutate shared state on each call."""
+    async def _off_loop(self, fn, *args, _size_hint: int | None = None, **kwargs):
+        """Tokenizer/template work, serialised per tokenizer (HF fast tokenizers mutate shared
+        state on each call). Large inputs run in a thread, as verl's run_in_executor does, so a
+        10 MB tool output cannot stall other runs; small ones (the common tool turn, ~0.2 ms of
+        work) run inline, where a thread hop would cost more than the work."""
 
         def locked():
             with self.bundle._lock:
                 return fn(*args, **kwargs)
 
+        if _size_hint is not None and _size_hint < INLINE_WORK_CHARS:
+            return locked()
         return await asyncio.to_thread(locked)
 
     def _decode(self, ids: list[int]) -> str:
-        return self.bundle.tokenizer.decode(ids, skip_special_tokens=False)
+        return decode(self.bundle, ids)
 
     def _emit(self, cb: EventCallback | None, ev: LoopEvent) -> None:
         if cb is not None:
@@ -351,9 +363,12 @@ class AgentLoop:
         step.error = error
         step.text = self._decode(ids)
 
-        # parse for display and for the assistant message, whatever happens next
-        body = ids[:-1] if ids and ids[-1] == self.bundle.eos_token_id else ids
-        text = step.text if body is ids else self._decode(body)
+        # parse for display and for the assistant message, whatever happens next; the parser
+        # sees the text without the final EOS
+        text = step.text
+        if ids and ids[-1] == self.bundle.eos_token_id:
+            eos = self.bundle.tokenizer.eos_token or ""
+            text = text[: -len(eos)] if eos and text.endswith(eos) else self._decode(ids[:-1])
         parsed = self.parser.parse(text)
         calls = [
             c if c.id else c.model_copy(update={"id": f"call_{run.assistant_turns}_{i}"})
@@ -426,6 +441,7 @@ class AgentLoop:
             text, ids, info = await self._off_loop(
                 render_tool_turn, self.bundle, new_messages,
                 chat_template_kwargs=self.config.apply_chat_template_kwargs, system_prefix=self._system_prefix,
+                _size_hint=sum(len(m["content"]) for m in new_messages),
             )
         except RenderError as e:
             step.error = str(e)

@@ -79,8 +79,26 @@ def render_text(
     return out
 
 
+def _fast(bundle: TokenizerBundle):
+    """The Rust tokenizer under a transformers fast tokenizer, or None. Calling it directly
+    skips ~0.3 ms of Python wrapping per call; tests hold the results equal to
+    ``apply_chat_template(tokenize=True)``."""
+    return getattr(bundle.tokenizer, "backend_tokenizer", None) if getattr(bundle.tokenizer, "is_fast", False) else None
+
+
 def encode(bundle: TokenizerBundle, text: str) -> list[int]:
+    fast = _fast(bundle)
+    if fast is not None:
+        return fast.encode(text, add_special_tokens=False).ids
     return bundle.tokenizer.encode(text, add_special_tokens=False)
+
+
+def decode(bundle: TokenizerBundle, ids: list[int]) -> str:
+    """Text of ``ids`` with special tokens kept (what the model emitted, verbatim)."""
+    fast = _fast(bundle)
+    if fast is not None:
+        return fast.decode(ids, skip_special_tokens=False)
+    return bundle.tokenizer.decode(ids, skip_special_tokens=False)
 
 
 def encode_with_offsets(bundle: TokenizerBundle, text: str) -> tuple[list[int], list[tuple[int, int]]]:

@@ -66,13 +66,24 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--tokenizer", default="qwen3")
+    ap.add_argument("--tool", choices=["mock", "function"], default="mock",
+                    help="mock: a JSON-schema tool with a fixed result (pure engine overhead); "
+                         "function: a Python function (adds the tool runner's thread dispatch)")
     args = ap.parse_args()
 
     bundle = load_tokenizer(args.tokenizer)
     tok = bundle.tokenizer
     texts = turn_texts(args.turns)
     ids = [tok.encode(t, add_special_tokens=False) + [tok.eos_token_id] for t in texts]
-    tools = ToolRegistry.from_functions([get_current_temperature])
+    if args.tool == "mock":
+        tools = ToolRegistry.from_schemas([{
+            "type": "function",
+            "function": {"name": "get_current_temperature", "description": "Get current temperature at a location.",
+                         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+            "mock": {"value": {"temperature": 72}},
+        }])
+    else:
+        tools = ToolRegistry.from_functions([get_current_temperature])
     cfg = LoopConfig(response_length=1_000_000, max_tool_response_length=None, max_parallel_calls=1)
     messages = [{"role": "system", "content": "You are a weather bot."}, {"role": "user", "content": "Weather in many cities, one by one."}]
 
@@ -105,6 +116,7 @@ def main() -> None:
     all_turns = statistics.median([x for v in per_turn.values() for x in v])
     res = {
         "tokenizer": args.tokenizer,
+        "tool": args.tool,
         "turns": n,
         "repeats": args.repeats,
         "final_tokens": len(last_trace.input_ids),

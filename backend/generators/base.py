@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,9 +30,7 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def replace(self, **kw: Any) -> SamplingParams:
-        d = asdict(self)
-        d.update(kw)
-        return SamplingParams(**d)
+        return dataclasses.replace(self, **kw)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> SamplingParams:
