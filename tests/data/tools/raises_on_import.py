@@ -1,0 +1,3 @@
+import os
+
+CONFIG = os.environ["ALI_SURELY_MISSING_VARIABLE"]

@@ -1,0 +1,646 @@
+"""backend.tools: schemas, mocks, validation, execution, truncation and the file loaders."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import sys
+import time
+from typing import Literal
+
+import pytest
+from transformers.utils import get_json_schema
+
+from backend.tools import (
+    SandboxLimits,
+    Tool,
+    ToolLoadError,
+    ToolRegistry,
+    truncate_tool_response,
+    validate_truncate_side,
+)
+from backend.trace import ToolCall, ToolResult
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "tools")
+
+
+def data(name: str) -> str:
+    return os.path.join(DATA, name)
+
+
+def call(tool_name: str, **arguments) -> ToolCall:
+    return ToolCall(name=tool_name, arguments=arguments, id=f"call_{tool_name}")
+
+
+# ---- tool functions --------------------------------------------------------------------------
+
+
+def get_current_temperature(city: str, unit: Literal["celsius", "fahrenheit"] = "celsius"):
+    """Get current temperature at a location.
+
+    Args:
+        city: The location to get the temperature for, in the format "City, State, Country".
+        unit: The unit to return the temperature in.
+
+    Returns:
+        the temperature, the location, and the unit in a dict
+    """
+    return {"temperature": 22, "city": city, "unit": unit}
+
+
+async def search(query: str, limit: int | None = None, tags: list[str] | None = None) -> list:
+    """Search the web.
+
+    Args:
+        query: What to look for
+        limit: Maximum number of hits
+        tags: Filter tags
+    """
+    await asyncio.sleep(0)
+    return [f"{query} #{i}" for i in range(limit or 2)]
+
+
+def greet(name: str) -> str:
+    """Say hello.
+
+    Args:
+        name: who to greet
+    """
+    print(f"greeting {name}")
+    return f"Hello, {name}! ünïcödé"
+
+
+def fail(x: str):
+    """Always fails.
+
+    Args:
+        x: anything
+    """
+    raise RuntimeError(f"backend down for {x}")
+
+
+def sleepy(seconds: float):
+    """Blocks.
+
+    Args:
+        seconds: how long
+    """
+    time.sleep(seconds)
+    return "woke up"
+
+
+async def async_sleepy(seconds: float):
+    """Sleeps without blocking.
+
+    Args:
+        seconds: how long
+    """
+    await asyncio.sleep(seconds)
+    return "woke up"
+
+
+def long_text(n: int):
+    """Returns n letters.
+
+    Args:
+        n: how many
+    """
+    return "".join(chr(ord("a") + i % 26) for i in range(n))
+
+
+def returns_set(n: int):
+    """Returns a set (not JSON).
+
+    Args:
+        n: size
+    """
+    return set(range(n))
+
+
+def no_docstring(x: int):
+    return x
+
+
+# ---- schemas from functions ----------------------------------------------------------------------
+
+
+def test_schemas_from_functions_equal_get_json_schema():
+    fns = [get_current_temperature, search, greet]
+    reg = ToolRegistry.from_functions(fns)
+    assert reg.schemas == [get_json_schema(f) for f in fns]
+    assert reg.names == ["get_current_temperature", "search", "greet"]
+    assert len(reg) == 3 and "search" in reg and "nope" not in reg
+    assert isinstance(reg.get("greet"), Tool) and reg.get("nope") is None
+    assert all("mock" not in s for s in reg.schemas)
+
+
+def test_schemas_are_copies():
+    reg = ToolRegistry.from_functions([greet])
+    reg.schemas[0]["function"]["name"] = "changed"
+    assert reg.schemas[0]["function"]["name"] == "greet"
+
+
+def test_function_without_docstring_is_a_load_error():
+    with pytest.raises(ToolLoadError, match="no_docstring.*docstring"):
+        ToolRegistry.from_functions([no_docstring])
+
+
+def test_duplicate_names_are_rejected():
+    with pytest.raises(ToolLoadError, match="two tools are named 'greet'"):
+        ToolRegistry.from_functions([greet, greet])
+
+
+# ---- running functions -----------------------------------------------------------------------
+
+
+async def test_function_result_as_json_text():
+    reg = ToolRegistry.from_functions([get_current_temperature])
+    r = await reg.execute(call("get_current_temperature", city="Paris"))
+    assert isinstance(r, ToolResult) and r.ok and r.error is None
+    assert r.content == '{"temperature": 22, "city": "Paris", "unit": "celsius"}'
+    assert r.call_id == "call_get_current_temperature" and r.name == "get_current_temperature"
+    assert r.duration_s > 0 and not r.truncated and r.original_length is None
+
+
+async def test_string_result_as_is_and_stdout_captured(capsys):
+    reg = ToolRegistry.from_functions([greet])
+    r = await reg.execute(call("greet", name="Ann"))
+    assert r.ok and r.content == "Hello, Ann! ünïcödé"
+    assert r.stdout == "greeting Ann\n"
+    assert "greeting" not in capsys.readouterr().out  # the print went to the result, not the terminal
+    print("after")  # stdout is restored
+    assert capsys.readouterr().out == "after\n"
+
+
+async def test_async_function_and_list_result():
+    reg = ToolRegistry.from_functions([search])
+    r = await reg.execute(call("search", query="cats", limit=3))
+    assert r.ok and json.loads(r.content) == ["cats #0", "cats #1", "cats #2"]
+
+
+async def test_unicode_is_not_escaped():
+    def where(city: str):
+        """Where.
+
+        Args:
+            city: a city
+        """
+        return {"city": city}
+
+    r = await ToolRegistry.from_functions([where]).execute(call("where", city="Zürich"))
+    assert r.content == '{"city": "Zürich"}'
+
+
+async def test_non_serialisable_result_uses_str_and_a_note():
+    r = await ToolRegistry.from_functions([returns_set]).execute(call("returns_set", n=3))
+    assert r.ok and r.error is None and r.error_detail is None
+    assert r.content == "{0, 1, 2}"
+    assert "not JSON-serialisable" in r.note
+
+
+async def test_arguments_given_as_json_string():
+    reg = ToolRegistry.from_functions([greet])
+    r = await reg.execute(ToolCall(name="greet", arguments='{"name": "Bo"}'))
+    assert r.ok and r.content.startswith("Hello, Bo!")
+
+
+# ---- errors ----------------------------------------------------------------------------------
+
+
+async def test_unknown_tool_lists_available_tools():
+    reg = ToolRegistry.from_functions([greet, fail])
+    r = await reg.execute(call("foo"))
+    assert not r.ok and r.error == "unknown_tool"
+    assert r.content == "Error: unknown tool 'foo'. Available tools: greet, fail"
+    r = await ToolRegistry().execute(call("foo"))
+    assert r.content == "Error: unknown tool 'foo'. No tools are available."
+
+
+@pytest.mark.parametrize(
+    "arguments,needles",
+    [
+        ({"city": 3}, ["city: 3 is not of type 'string'"]),  # wrong type
+        ({}, ["'city' is a required property"]),  # missing required
+        ({"city": "Paris", "unit": "kelvin"}, ["unit: 'kelvin' is not one of ['celsius', 'fahrenheit']"]),
+        ({"city": "Paris", "town": "x"}, ["unexpected keyword argument 'town'"]),  # not a parameter of the function
+    ],
+)
+async def test_invalid_arguments_for_functions(arguments, needles):
+    reg = ToolRegistry.from_functions([get_current_temperature])
+    r = await reg.execute(ToolCall(name="get_current_temperature", arguments=arguments))
+    assert not r.ok and r.error == "invalid_arguments"
+    assert r.content.startswith("Error: invalid arguments for tool 'get_current_temperature': ")
+    for n in needles:
+        assert n in r.content
+    assert "Expected parameters: city (string, required), unit (string)" in r.content
+
+
+async def test_invalid_arguments_extra_property_and_several_problems():
+    reg = ToolRegistry.from_file(data("mock_tools.json"))  # get_weather has additionalProperties: false
+    r = await reg.execute(call("get_weather", city="Oslo", country="NO"))
+    assert r.error == "invalid_arguments"
+    assert "Additional properties are not allowed ('country' was unexpected)" in r.content
+    r = await reg.execute(call("get_weather", unit="k", extra=1))
+    assert r.error == "invalid_arguments"
+    for needle in ("'city' is a required property", "('extra' was unexpected)", "unit: 'k' is not one of ['c', 'f']"):
+        assert needle in r.content
+
+
+@pytest.mark.parametrize("arguments,needle", [("[1, 2]", "got an array"), ("{not json", "not valid JSON"), (7, "got a number")])
+async def test_arguments_that_are_not_an_object(arguments, needle):
+    r = await ToolRegistry.from_functions([greet]).execute(ToolCall(name="greet", arguments=arguments))
+    assert r.error == "invalid_arguments" and needle in r.content
+
+
+async def test_exception_becomes_an_error_result():
+    r = await ToolRegistry.from_functions([fail]).execute(call("fail", x="db"))
+    assert not r.ok and r.error == "exception"
+    assert r.content == "Error: tool 'fail' raised RuntimeError: backend down for db"
+    assert "Traceback" in r.error_detail and "raise RuntimeError" in r.error_detail
+
+
+async def test_sys_exit_and_base_exceptions_are_caught():
+    def quits(code: int):
+        """Exits.
+
+        Args:
+            code: exit code
+        """
+        sys.exit(code)
+
+    class Weird(BaseException):
+        pass
+
+    async def weird():
+        """Raises a BaseException subclass."""
+        raise Weird("odd")
+
+    async def async_quits():
+        """Exits from a coroutine."""
+        raise SystemExit(4)
+
+    reg = ToolRegistry.from_functions([quits, weird, async_quits])
+    r = await reg.execute(call("quits", code=3))
+    assert r.error == "exception" and r.content == "Error: tool 'quits' called sys.exit(3)"
+    r = await reg.execute(call("weird"))
+    assert r.error == "exception" and "Weird: odd" in r.content
+    r = await reg.execute(call("async_quits"))
+    assert r.error == "exception" and "sys.exit(4)" in r.content
+
+
+async def test_timeout_blocking_function():
+    reg = ToolRegistry.from_functions([sleepy])
+    t0 = time.perf_counter()
+    r = await reg.execute(call("sleepy", seconds=5), timeout_s=0.3)
+    elapsed = time.perf_counter() - t0
+    assert r.error == "timeout" and not r.ok and elapsed < 0.3 + 0.5
+    assert r.content == "Error: tool 'sleepy' timed out after 0.3 s"
+    r = await reg.execute(call("sleepy", seconds=0.01), timeout_s=2)
+    assert r.ok and r.content == "woke up"
+
+
+async def test_timeout_async_function():
+    reg = ToolRegistry.from_functions([async_sleepy])
+    t0 = time.perf_counter()
+    r = await reg.execute(call("async_sleepy", seconds=5), timeout_s=0.3)
+    assert r.error == "timeout" and time.perf_counter() - t0 < 0.3 + 0.5
+
+
+async def test_timeout_when_the_tool_ignores_cancellation():
+    async def stubborn():
+        """Refuses to be cancelled."""
+        for _ in range(3):
+            try:
+                await asyncio.sleep(0.5)
+            except asyncio.CancelledError:
+                pass
+        return "done"
+
+    t0 = time.perf_counter()
+    r = await ToolRegistry.from_functions([stubborn]).execute(call("stubborn"), timeout_s=0.2)
+    assert r.error == "timeout" and time.perf_counter() - t0 < 0.7
+
+
+async def test_concurrent_calls_run_in_parallel():
+    reg = ToolRegistry.from_functions([sleepy, async_sleepy])
+    t0 = time.perf_counter()
+    rs = await asyncio.gather(*[reg.execute(call("sleepy", seconds=0.3)) for _ in range(4)],
+                              *[reg.execute(call("async_sleepy", seconds=0.3)) for _ in range(4)])
+    assert all(r.ok for r in rs) and time.perf_counter() - t0 < 1.0
+
+
+async def test_execute_is_cancellable():
+    reg = ToolRegistry.from_functions([async_sleepy])
+    task = asyncio.ensure_future(reg.execute(call("async_sleepy", seconds=5)))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+# ---- truncation ------------------------------------------------------------------------------
+
+ALPHA = "abcdefghijklmnopqrst"  # 20 characters
+
+
+@pytest.mark.parametrize(
+    "side,n,expected",
+    [
+        ("left", 10, "abcdefghij...(truncated)"),
+        ("right", 10, "(truncated)...klmnopqrst"),
+        ("middle", 10, "abcde...(truncated)...pqrst"),
+        ("middle", 7, "abc...(truncated)...rst"),  # n // 2 == 3 from each end
+        ("middle", 1, "...(truncated)..."),  # verl's text[-0:] would keep everything
+        ("left", 0, "...(truncated)"),
+        ("right", 0, "(truncated)..."),
+    ],
+)
+def test_truncate_tool_response(side, n, expected):
+    assert truncate_tool_response(ALPHA, n, side) == (expected, True)
+
+
+def test_truncate_only_when_longer():
+    for side in ("left", "right", "middle"):
+        assert truncate_tool_response(ALPHA, 20, side) == (ALPHA, False)
+        assert truncate_tool_response(ALPHA, None, side) == (ALPHA, False)
+
+
+def test_validate_truncate_side():
+    assert validate_truncate_side("left") == "left"
+    with pytest.raises(ValueError, match="left, right, middle"):
+        validate_truncate_side("top")
+    with pytest.raises(ValueError):
+        truncate_tool_response(ALPHA, 3, "top")
+
+
+@pytest.mark.parametrize(
+    "side,expected",
+    [("left", "abcdefghij...(truncated)"), ("right", "(truncated)...klmnopqrst"), ("middle", "abcde...(truncated)...pqrst")],
+)
+async def test_execute_truncates(side, expected):
+    reg = ToolRegistry.from_functions([long_text])
+    r = await reg.execute(call("long_text", n=20), max_response_length=10, truncate_side=side)
+    assert r.ok and r.content == expected and r.truncated and r.original_length == 20
+    r = await reg.execute(call("long_text", n=10), max_response_length=10, truncate_side=side)
+    assert r.content == "abcdefghij" and not r.truncated and r.original_length is None
+
+
+async def test_error_messages_are_truncated_too():
+    r = await ToolRegistry.from_functions([greet]).execute(call("nope"), max_response_length=10, truncate_side="left")
+    assert r.content == "Error: unk...(truncated)" and r.truncated and r.error == "unknown_tool"
+
+
+# ---- mocks -----------------------------------------------------------------------------------
+
+
+def weather_schema(**extra_props):
+    props = {"city": {"type": "string"}, "days": {"type": "integer"}, **extra_props}
+    return {"type": "function", "function": {"name": "weather", "description": "Weather.",
+                                             "parameters": {"type": "object", "properties": props, "required": ["city"]}}}
+
+
+@pytest.mark.parametrize(
+    "mock,arguments,expected",
+    [
+        ({"temperature": 21}, {"city": "Rome"}, '{"temperature": 21}'),  # plain value shorthand
+        ("It is sunny in {city}", {"city": "Rome"}, "It is sunny in {city}"),  # a plain string is NOT a template
+        (21.5, {"city": "Rome"}, "21.5"),
+        (None, {"city": "Rome"}, "null"),
+        ({"value": {"template": "x"}}, {"city": "Rome"}, '{"template": "x"}'),  # explicit value form
+        ({"value": "ünï"}, {"city": "Rome"}, "ünï"),
+        ({"template": "It is 22C in {city}"}, {"city": "Rome"}, "It is 22C in Rome"),
+        ({"template": "{city} for {days} days"}, {"city": "Rome", "days": 3}, "Rome for 3 days"),
+        ({"template": "{{literal}} {city}"}, {"city": "Rome"}, "{literal} Rome"),
+        ({"template": {"city": "{city}", "days": "{days}", "note": "in {city}"}}, {"city": "Rome", "days": 3},
+         '{"city": "Rome", "days": 3, "note": "in Rome"}'),  # a lone placeholder keeps the type
+        ({"template": ["{city}", 1]}, {"city": "Rome"}, '["Rome", 1]'),
+    ],
+)
+async def test_mock_results(mock, arguments, expected):
+    reg = ToolRegistry.from_schemas([{**weather_schema(), "mock": mock}])
+    assert reg.schemas == [weather_schema()]
+    r = await reg.execute(ToolCall(name="weather", arguments=arguments))
+    assert r.ok, r.content
+    assert r.content == expected
+
+
+async def test_mock_template_missing_argument_is_an_error_result():
+    reg = ToolRegistry.from_schemas([{**weather_schema(), "mock": {"template": "{city} for {days} days"}}])
+    r = await reg.execute(call("weather", city="Rome"))
+    assert not r.ok and r.error == "invalid_arguments"
+    assert r.content == "Error: tool 'weather' needs the argument 'days' (its mock result uses it) but it was not given"
+
+
+async def test_mock_template_uses_schema_default():
+    schema = weather_schema(unit={"type": "string", "default": "C"})
+    reg = ToolRegistry.from_schemas([{**schema, "mock": {"template": "21{unit} in {city}"}}])
+    assert (await reg.execute(call("weather", city="Rome"))).content == "21C in Rome"
+    assert (await reg.execute(call("weather", city="Rome", unit="F"))).content == "21F in Rome"
+
+
+@pytest.mark.parametrize(
+    "mock,needle",
+    [
+        ({"template": "in {town}"}, "uses {town} but the tool has no such parameter"),
+        ({"template": "a { b"}, "unbalanced brace"),
+        ({"template": "{not valid}"}, "bad placeholder"),
+        ({"template": 3}, "must be a string, an object or a list"),
+    ],
+)
+def test_bad_mock_templates_fail_at_load(mock, needle):
+    with pytest.raises(ToolLoadError) as e:
+        ToolRegistry.from_schemas([{**weather_schema(), "mock": mock}])
+    assert needle in str(e.value) and "weather" in str(e.value)
+
+
+def test_schema_without_mock_is_a_load_error():
+    with pytest.raises(ToolLoadError, match="'weather' has no \"mock\" result"):
+        ToolRegistry.from_schemas([weather_schema()])
+
+
+def test_flat_schema_is_normalised():
+    reg = ToolRegistry.from_schemas([{"name": "ping", "description": "Ping.", "parameters": {"type": "object", "properties": {}}, "mock": "pong"}])
+    assert reg.schemas == [{"type": "function", "function": {"name": "ping", "description": "Ping.", "parameters": {"type": "object", "properties": {}}}}]
+
+
+# ---- files -----------------------------------------------------------------------------------
+
+
+async def test_json_file():
+    reg = ToolRegistry.from_file(data("mock_tools.json"))
+    with open(data("mock_tools.json")) as f:
+        raw = json.load(f)
+    assert reg.schemas == [{k: v for k, v in t.items() if k != "mock"} for t in raw]
+    r = await reg.execute(call("get_weather", city="Oslo"))
+    assert r.content == '{"city": "Oslo", "temperature": 21, "unit": "c"}'
+    assert (await reg.execute(call("ping"))).content == "pong"
+
+
+async def test_py_file_loads_only_documented_functions_defined_there():
+    reg = ToolRegistry.from_file(data("weather_tools.py"))
+    assert reg.names == ["get_current_temperature", "get_forecast"]
+    assert {s["name"]: s["reason"] for s in reg.skipped} == {"helper_without_docstring": "no docstring"}
+    mod = importlib.import_module("tests.data.tools.weather_tools")
+    assert reg.schemas == [get_json_schema(mod.get_current_temperature), get_json_schema(mod.get_forecast)]
+    r = await reg.execute(call("get_forecast", city="Lima", days=2))
+    assert r.content == "2 sunny days in Lima"
+    r = await reg.execute(call("get_current_temperature", city="Lima"))
+    assert json.loads(r.content) == {"city": "Lima", "temperature": 22, "unit": "celsius"}
+    assert reg.get("get_forecast").source.endswith("weather_tools.py:19")
+
+
+async def test_yaml_verl_style_tools():
+    from tests.data.tools.verl_style import WeatherTool
+
+    WeatherTool.events.clear()
+    reg = ToolRegistry.from_file(data("verl_tools.yaml"))
+    assert reg.names == ["get_weather", "count"]
+    assert reg.schemas[0] == {
+        "type": "function",
+        "function": {"name": "get_weather", "description": "Weather in a city.", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string", "description": "The city"}}, "required": ["city"]}},
+    }
+    assert reg.schemas[1]["function"]["parameters"] == {"type": "object", "properties": {"step": {"type": "integer"}}}
+    assert reg.get("get_weather").instance.name == "get_weather"  # the class read tool_schema.function.name
+
+    r = await reg.execute(call("get_weather", city="Lyon"))
+    assert r.ok and r.content == "Lyon: 21F" and r.reward == 0.5 and r.metrics == {"calls": 1}
+    assert [e[0] for e in WeatherTool.events] == ["create", "execute", "release"]
+    assert len({e[1] for e in WeatherTool.events}) == 1  # one instance id through the whole call
+
+    WeatherTool.events.clear()
+    r = await reg.execute(call("get_weather", city="Nowhere"))
+    assert r.error == "exception" and "LookupError: no weather station in Nowhere" in r.content
+    assert [e[0] for e in WeatherTool.events] == ["create", "execute", "release"]  # released after the error
+
+    r = await reg.execute(call("get_weather", city="Slowtown"), timeout_s=0.2)
+    assert r.error == "timeout"
+
+    r = await reg.execute(call("get_weather"))
+    assert r.error == "invalid_arguments" and "'city' is a required property" in r.content
+
+    assert (await reg.execute(call("count", step=5))).content == "15"  # create() -> id, execute() -> str
+    assert (await reg.execute(call("count"))).content == "16"
+
+
+def test_yaml_list_of_mock_schemas(tmp_path):
+    p = tmp_path / "t.yml"
+    p.write_text("- type: function\n  function: {name: ping, parameters: {type: object, properties: {}}}\n  mock: pong\n")
+    assert ToolRegistry.from_file(str(p)).names == ["ping"]
+
+
+@pytest.mark.parametrize(
+    "name,needles",
+    [
+        ("bad_syntax.py", ["syntax error in bad_syntax.py at line 10", "def broken(x: int)"]),
+        ("raises_on_import.py", ["raises_on_import.py raised KeyError while loading (line 3)", "ALI_SURELY_MISSING_VARIABLE"]),
+        ("no_tools.py", ["no tools found in no_tools.py", "helper (no docstring)"]),
+        ("missing_hints.py", ["function 'add' (line 1)", "type hint"]),
+        ("bad_json.json", ["bad_json.json: invalid JSON at line 3"]),
+        ("no_mock.json", ["tool 'lookup' has no \"mock\" result"]),
+        ("bad_parameters.json", ["tool 'lookup': its parameters are not a valid JSON schema", "properties/q/type"]),
+        ("bad_yaml.yaml", ["bad_yaml.yaml: invalid YAML at line"]),
+        ("missing_class.yaml", ["tools[0]", "has no attribute 'NoSuchTool'"]),
+        ("missing_module.yaml", ["cannot import no_such_package_xyz.tools.Weather", "No module named 'no_such_package_xyz'"]),
+        ("broken_init.yaml", ["raised RuntimeError: cannot connect to the weather service"]),
+        ("mcp.yaml", ["MCP tools are not supported"]),
+        ("does_not_exist.json", ["does not exist"]),
+        ("__init__.py", ["no tools found"]),
+    ],
+)
+def test_bad_files_raise_tool_load_error(name, needles):
+    with pytest.raises(ToolLoadError) as e:
+        ToolRegistry.from_file(data(name))
+    for n in needles:
+        assert n in str(e.value), str(e.value)
+
+
+def test_other_bad_inputs(tmp_path):
+    (tmp_path / "t.txt").write_text("x")
+    with pytest.raises(ToolLoadError, match="use a .py, .json, .yaml or .yml file"):
+        ToolRegistry.from_file(str(tmp_path / "t.txt"))
+    (tmp_path / "e.json").write_text("[]")
+    with pytest.raises(ToolLoadError, match="defines no tools"):
+        ToolRegistry.from_file(str(tmp_path / "e.json"))
+    (tmp_path / "s.json").write_text('"just a string"')
+    with pytest.raises(ToolLoadError, match="expected a list of tool schemas"):
+        ToolRegistry.from_file(str(tmp_path / "s.json"))
+    (tmp_path / "b.json").write_bytes(b"\xff\xfe[]")
+    with pytest.raises(ToolLoadError, match="not UTF-8"):
+        ToolRegistry.from_file(str(tmp_path / "b.json"))
+    (tmp_path / "exit.py").write_text("import sys\nsys.exit(2)\n")
+    with pytest.raises(ToolLoadError, match="raised SystemExit while loading"):
+        ToolRegistry.from_file(str(tmp_path / "exit.py"))
+    with pytest.raises(ToolLoadError, match="only \"type\": \"function\""):
+        ToolRegistry.from_schemas([{"type": "retrieval", "function": {"name": "x"}, "mock": 1}])
+
+
+# ---- python source ---------------------------------------------------------------------------
+
+SOURCE = '''
+import math
+
+
+def hypot(a: float, b: float) -> float:
+    """Length of the hypotenuse.
+
+    Args:
+        a: first side
+        b: second side
+    """
+    print("computing")
+    return math.hypot(a, b)
+
+
+async def shout(text: str) -> str:
+    """Upper-case text.
+
+    Args:
+        text: what to shout
+    """
+    return text.upper()
+
+
+def _helper(x):
+    return x
+'''
+
+
+async def test_python_source_in_process():
+    reg = ToolRegistry.from_python_source(SOURCE, sandboxed=False)
+    assert reg.names == ["hypot", "shout"]
+    r = await reg.execute(call("hypot", a=3, b=4))
+    assert r.content == "5.0" and r.stdout == "computing\n"
+
+
+def test_python_source_syntax_error_has_the_line():
+    bad = "def f(x: int):\n    '''Doc.'''\n    return (x\n\n"
+    with pytest.raises(ToolLoadError, match="line 3"):
+        ToolRegistry.from_python_source(bad, sandboxed=False)
+    with pytest.raises(ToolLoadError, match="syntax error in the tool code at line 3"):
+        ToolRegistry.from_python_source(bad, sandboxed=True)
+
+
+async def test_python_source_sandboxed():
+    reg = await asyncio.to_thread(ToolRegistry.from_python_source, SOURCE, sandboxed=True)
+    ns: dict = {}
+    exec(compile(SOURCE, "<tools>", "exec"), ns)  # the same functions, here, for the expected schemas
+    assert reg.schemas == [get_json_schema(ns["hypot"]), get_json_schema(ns["shout"])]
+    assert [t.kind for t in reg] == ["sandboxed", "sandboxed"]
+    r = await reg.execute(call("hypot", a=3, b=4))
+    assert r.ok and r.content == "5.0" and r.stdout == "computing\n" and r.sandbox["returncode"] == 0
+    r = await reg.execute(call("shout", text="hey"))
+    assert r.ok and r.content == "HEY"
+    r = await reg.execute(call("hypot", a="x", b=4))
+    assert r.error == "invalid_arguments"  # validated here, before any process starts
+    # loading the same code again is served from the discovery cache
+    t0 = time.perf_counter()
+    ToolRegistry.from_python_source(SOURCE)
+    assert time.perf_counter() - t0 < 0.5
+
+
+def test_sandbox_limits_are_hashable_settings():
+    assert SandboxLimits() == SandboxLimits() and hash(SandboxLimits(memory_mb=256))
+    assert SandboxLimits().child_limits(2.0)["cpu_s"] == 3
