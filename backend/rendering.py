@@ -62,7 +62,21 @@ def render_text(
     chat_template_kwargs: dict[str, Any] | None = None,
     chat_template: str | None = None,
 ) -> str:
-    """The template's text for ``messages`` (transformers' sandboxed Jinja environment)."""
+    """The template's text for ``messages`` (transformers' sandboxed Jinja environment; user
+    templates additionally in the guarded worker process)."""
+    if bundle.untrusted_template or chat_template is not None and chat_template != bundle.chat_template:
+        from backend.template_guard import TemplateGuardError, guarded_render
+
+        try:
+            return guarded_render(
+                chat_template or bundle.chat_template, messages, tools or None,
+                add_generation_prompt=add_generation_prompt,
+                kwargs={**bundle.tokenizer.special_tokens_map, **_template_kwargs(bundle, chat_template_kwargs)},
+            )
+        except TemplateGuardError as e:
+            raise RenderError(f"chat template {bundle.template_name!r} stopped: {e}") from e
+        except ValueError as e:
+            raise RenderError(f"chat template {bundle.template_name!r} failed: {e}") from e
     try:
         out = bundle.tokenizer.apply_chat_template(
             messages,

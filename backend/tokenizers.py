@@ -320,6 +320,9 @@ class TokenizerBundle:
     chat_template: str
     parser: str = "hermes"
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # a template typed by a user or read from a user's file: rendered by the guarded worker
+    # (backend.template_guard) with time/size/memory limits
+    untrusted_template: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -345,7 +348,11 @@ class TokenizerBundle:
 
     def with_template(self, spec: str) -> TokenizerBundle:
         name, text = resolve_template(spec)
-        return TokenizerBundle(self.tokenizer, self.name, name, text, guess_parser(text), dict(self.chat_template_kwargs))
+        untrusted = name not in _trl_template_names()
+        return TokenizerBundle(
+            self.tokenizer, self.name, name, text, guess_parser(text), dict(self.chat_template_kwargs),
+            untrusted_template=untrusted,
+        )
 
 
 @lru_cache(maxsize=16)

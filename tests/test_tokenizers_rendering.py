@@ -248,3 +248,39 @@ def test_rendering_to_dict_is_json():
     s = json.dumps(d)
     assert len(d["tokens"]) == d["num_tokens"] == len(d["token_ids"])
     assert json.loads(s)["text"] == d["text"]
+
+
+# ---- hostile user templates (issue: adversarial suite) -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "tmpl,needle",
+    [
+        # nested loops: 10^10 iterations, never finishes on its own
+        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "within"),
+        # 100 MB of output
+        ("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "limit"),
+        # recursion through a macro
+        ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "failed"),
+    ],
+)
+def test_hostile_templates_are_stopped_with_a_clear_error(tmpl, needle, monkeypatch):
+    import time
+
+    from backend import template_guard
+
+    b = load_tokenizer("qwen3", template=tmpl)
+    assert b.untrusted_template
+    t0 = time.time()
+    with pytest.raises(RenderError) as e:
+        render_text(b, [{"role": "user", "content": "hi"}])
+    assert needle in str(e.value)
+    assert time.time() - t0 < template_guard.TIMEOUT_S + 35  # includes the worker's first start
+    # the app stays up: the next render with a sane user template works
+    ok = load_tokenizer("qwen3", template="{{ messages[0].content }}!")
+    assert render_text(ok, [{"role": "user", "content": "hi"}]) == "hi!"
+
+
+def test_trusted_templates_do_not_use_the_worker():
+    assert not load_tokenizer("qwen3").untrusted_template
+    assert not load_tokenizer("qwen3", template="qwen2_5").untrusted_template
