@@ -32,6 +32,7 @@ def _load_runtime():
 
 
 MODULE_NAME = "__tool_source__"
+_THIS_FILE = os.path.abspath(__file__)
 MAX_MESSAGE = 4000
 MAX_TRACEBACK = 20000
 
@@ -182,7 +183,10 @@ def _error_payload(status, exc, limits):
         try:
             import traceback
 
-            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            frames = exc.__traceback__
+            while frames is not None and frames.tb_frame.f_code.co_filename == _THIS_FILE:
+                frames = frames.tb_next  # the child's own frames say nothing about the tool
+            tb = "".join(traceback.format_exception(type(exc), exc, frames))
         except BaseException:  # noqa: BLE001
             tb = f"{etype}: {msg}"
         if len(tb) > MAX_TRACEBACK:

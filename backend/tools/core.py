@@ -445,17 +445,15 @@ class FunctionTool(Tool):
                 status, value = await run_coroutine(lambda: self.fn(**arguments), options.timeout_s, ctx=ctx)
                 if status == _OK and not isinstance(value, str):
                     # conversion (json.dumps, a user __str__) runs off the loop, under the same deadline
-                    status, value = await run_blocking(lambda v=value: _Converted(*to_content(v)), remaining(), ctx=ctx,
+                    status, value = await run_blocking(lambda v=value: _convert(v), remaining(), ctx=ctx,
                                                        thread_name=f"tool-{self.name}")
-                    if status == _RAISED:
-                        return self._finish(bad_result_outcome(self.name, value), cap)
             else:
 
                 def call() -> Any:
                     r = self.fn(**arguments)
                     if inspect.isawaitable(r):
                         return _Awaitable(r)
-                    return _Converted(*to_content(r))
+                    return _convert(r)
 
                 status, value = await run_blocking(call, options.timeout_s, ctx=ctx, thread_name=f"tool-{self.name}")
                 if status == _OK and isinstance(value, _Awaitable):
@@ -464,7 +462,7 @@ class FunctionTool(Tool):
 
                     status, value = await run_coroutine(again, remaining(), ctx=ctx)
                     if status == _OK:
-                        status, value = await run_blocking(lambda v=value: _Converted(*to_content(v)), remaining(), ctx=ctx)
+                        status, value = await run_blocking(lambda v=value: _convert(v), remaining(), ctx=ctx)
         if status == "timeout":
             extra = "" if self.is_async else "; the worker thread could not be stopped and was left running"
             return self._finish(timeout_outcome(self.name, options.timeout_s, extra), cap)
@@ -472,6 +470,8 @@ class FunctionTool(Tool):
             return self._finish(exception_outcome(self.name, value), cap)
         if isinstance(value, str):
             return self._finish(Outcome(content=clean_text(value)[0]), cap)
+        if isinstance(value, _BadResult):
+            return self._finish(bad_result_outcome(self.name, value.exc), cap)
         if isinstance(value, _Converted):
             return self._finish(Outcome(content=value.text, note=value.note), cap)
         return self._finish(Outcome(content=safe_str(value)), cap)  # pragma: no cover - not reached
@@ -492,6 +492,18 @@ class _Converted:
 @dataclass
 class _Awaitable:
     aw: Any
+
+
+@dataclass
+class _BadResult:
+    exc: BaseException
+
+
+def _convert(value: Any) -> _Converted | _BadResult:
+    try:
+        return _Converted(*to_content(value))
+    except BaseException as e:  # noqa: BLE001 - a hostile __str__ may raise anything
+        return _BadResult(e)
 
 
 class MockTool(Tool):

@@ -444,12 +444,8 @@ def _user_line(e: BaseException, filename: str) -> int | None:
 
 
 def _run_sync(coro) -> Any:
-    """Run a coroutine to completion from synchronous code, also when called inside a running
-    event loop (then on a helper thread with its own loop)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
+    """Run a coroutine to completion from synchronous code, on a helper thread with its own
+    loop: works inside a running event loop too, and leaves this thread's loop alone."""
     import concurrent.futures
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tool-load") as ex:
