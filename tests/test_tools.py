@@ -641,6 +641,98 @@ async def test_python_source_sandboxed():
     assert time.perf_counter() - t0 < 0.5
 
 
+HINTS_SOURCE = '''
+from __future__ import annotations
+
+from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
+
+
+class Point:
+    pass
+
+
+def many(a: int, b: float, c: str, d: bool, e: list, f: tuple, g: dict, h: Any, i: Optional[int], j: Union[int, str],
+         k: int | None, l: Literal["x", "y"], m: Literal[1, "a", True, None, 2.5], n: list[int], o: List[str],
+         p: dict[str, int], q: Dict, r: tuple[int, str], s: Tuple, t: list[dict[str, list[int]]], u: Point,
+         v: Annotated[int, "meta"], w: Union[list[int], dict[str, int], None], x: Point | None, *, y: int = 3,
+         z: str = "q") -> dict[str, int]:
+    """Many kinds of type hints.
+
+    Args:
+        a: a
+        b: b
+        c: c (choices: ["p", "q"])
+        d: d
+        e: e
+        f: f
+        g: g
+        h: h
+        i: i
+        j: j
+        k: k
+        l: l
+        m: m
+        n: n
+        o: o
+        p: p
+        q: q
+        r: r
+        s: s
+        t: t
+        u: u
+        v: v
+        w: w
+        x: x
+        y: y
+        z: z
+
+    Returns:
+        a mapping
+    """
+
+
+def method_like(self, city: str, *args: int, **kwargs: str):
+    """A leading un-annotated self is skipped.
+
+    Args:
+        city: the city
+        args: more
+        kwargs: even more
+    """
+
+
+def no_args():
+    """Nothing at all."""
+'''
+
+
+def test_sandboxed_schemas_match_get_json_schema_for_all_hint_kinds():
+    reg = ToolRegistry.from_python_source(HINTS_SOURCE, sandboxed=True)
+    ns: dict = {}
+    exec(compile(HINTS_SOURCE, "<tools>", "exec"), ns)
+    assert reg.names == ["many", "method_like", "no_args"]
+    assert reg.schemas == [get_json_schema(ns[n]) for n in reg.names]
+
+
+@pytest.mark.parametrize(
+    "source,needle",
+    [
+        ("def f(x: tuple[int]):\n    \"\"\"Doc.\n\n    Args:\n        x: one\n    \"\"\"\n", "Tuple with a single element"),
+        ("def f(x):\n    \"\"\"Doc.\n\n    Args:\n        x: one\n    \"\"\"\n", "missing a type hint"),
+        ("def f(x: int):\n    \"\"\"Doc.\"\"\"\n", "no description for the argument 'x'"),
+        ("def f(x: set[int]):\n    \"\"\"Doc.\n\n    Args:\n        x: one\n    \"\"\"\n", "Couldn't parse this type hint"),
+        ("def f(x: 'Nope'):\n    \"\"\"Doc.\n\n    Args:\n        x: one\n    \"\"\"\n", "NameError"),
+        ("x = 1\n", "no tools found"),
+        ("import sys\nsys.exit(1)\n", "raised SystemExit at line 2 while loading"),
+        ("raise ValueError('bad config')\n", "raised ValueError at line 1 while loading: bad config"),
+    ],
+)
+def test_sandboxed_load_errors(source, needle):
+    with pytest.raises(ToolLoadError) as e:
+        ToolRegistry.from_python_source(source, sandboxed=True)
+    assert needle in str(e.value)
+
+
 def test_sandbox_limits_are_hashable_settings():
     assert SandboxLimits() == SandboxLimits() and hash(SandboxLimits(memory_mb=256))
     assert SandboxLimits().child_limits(2.0)["cpu_s"] == 3

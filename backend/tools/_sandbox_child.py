@@ -1,17 +1,18 @@
 """The sandbox child: runs user-typed tool code in a separate, limited interpreter.
 
 Started by :mod:`backend.tools.sandbox` as ``python -I <this file> <request.json> <result fd>``.
-It must stay **standard-library only** (apart from transformers, imported only to discover
-schemas): nothing from ``backend`` is importable here.
+It must stay **standard-library only**: nothing from ``backend`` (or transformers) is importable
+here, and start-up must stay cheap.
 
 Order of events:
 
 1. read the request (mode, code, function, arguments) while still privileged;
-2. in ``discover`` mode only: import ``transformers.utils.get_json_schema`` (trusted, heavy);
+2. compile the code (a syntax error is reported with its line);
 3. apply the resource limits (address space, CPU seconds, file size, open files, processes,
    no core dumps) and, when running as root, switch to the ``nobody`` user;
-4. compile and run the user code in a fresh module, then either describe its functions
-   (``discover``) or call one of them (``call``);
+4. run the user code in a fresh module, then either describe its public documented functions
+   (``discover``: signature, docstring and type hints as JSON; the server rebuilds a stand-in
+   function from that and runs transformers' ``get_json_schema`` on it) or call one of them;
 5. write exactly one JSON document to the result pipe. Whatever the function prints goes to
    stdout, which the parent captures separately.
 """
@@ -247,27 +248,74 @@ def _public_functions(mod):
     return out
 
 
-def _discover(req, fd, limits, get_json_schema, code_obj):
+def _encode_hint(h):
+    """A resolved type hint as JSON, for the server to rebuild an equivalent one (see
+    backend.tools.schema_stub). Mirrors what transformers' get_json_schema looks at."""
+    import types
+    import typing
+
+    if h is type(None) or h is None:
+        return {"t": "none"}
+    if h is typing.Any:
+        return {"t": "any"}
+    if h in (int, float, str, bool, list, tuple, dict):
+        return {"t": "builtin", "name": h.__name__}
+    origin, args = typing.get_origin(h), typing.get_args(h)
+    if origin is None:
+        if isinstance(h, type):
+            return {"t": "class", "name": f"{h.__module__}.{h.__qualname__}"}
+        return {"t": "class", "name": repr(h)[:200]}
+    if origin is typing.Union or origin is getattr(types, "UnionType", None):
+        return {"t": "union", "args": [_encode_hint(a) for a in args]}
+    if origin is typing.Literal:
+        vals = []
+        for v in args:
+            if type(v) in (int, float, str, bool, type(None)):
+                vals.append({"ty": type(v).__name__, "v": v})
+            else:
+                vals.append({"ty": "other"})
+        return {"t": "literal", "values": vals}
+    if origin in (list, tuple, dict):
+        return {"t": "generic", "origin": origin.__name__,
+                "args": [{"t": "ellipsis"} if a is Ellipsis else _encode_hint(a) for a in args]}
+    return {"t": "unsupported", "repr": repr(h).replace("typing.", "")[:200]}
+
+
+def _describe(fn):
+    """What get_json_schema needs from a function, as JSON: name, docstring, parameters
+    (kind, has a default, has an annotation) and the resolved type hints."""
+    import inspect
+    import typing
+
+    sig = inspect.signature(fn)
+    hints = typing.get_type_hints(fn)
+    params = [{"name": p.name, "kind": p.kind.name, "default": p.default is not p.empty,
+               "annotated": p.annotation is not p.empty} for p in sig.parameters.values()]
+    return {"name": fn.__name__, "doc": fn.__doc__, "params": params,
+            "hints": {k: _encode_hint(v) for k, v in hints.items()}, "line": fn.__code__.co_firstlineno}
+
+
+def _discover(req, fd, limits, code_obj):
     filename = req.get("filename") or "<tools>"
     try:
         mod = _exec_module(code_obj, filename)
     except BaseException as e:  # noqa: BLE001
         _send(fd, _error_payload("load_error", e, limits))
         return
-    tools, skipped, errors = [], [], []
+    functions, skipped, errors = [], [], []
     for name, fn in _public_functions(mod):
         if not (fn.__doc__ or "").strip():
             skipped.append({"name": name, "reason": "no docstring"})
             continue
         try:
-            schema = get_json_schema(fn)
-            json.dumps(schema)
-        except BaseException as e:  # noqa: BLE001
+            d = _describe(fn)
+            json.dumps(d)
+        except BaseException as e:  # noqa: BLE001 - e.g. a string annotation that does not resolve
             errors.append({"name": name, "line": getattr(fn.__code__, "co_firstlineno", None),
-                           "message": f"{type(e).__name__}: {e}"})
+                           "message": f"{type(e).__name__}: {e}"[:1000]})
             continue
-        tools.append({"name": name, "schema": schema, "line": fn.__code__.co_firstlineno})
-    _send(fd, {"status": "ok", "tools": tools, "skipped": skipped, "errors": errors})
+        functions.append(d)
+    _send(fd, {"status": "ok", "functions": functions, "skipped": skipped, "errors": errors})
 
 
 def _call(req, fd, limits, runtime):
@@ -329,23 +377,17 @@ def main():
     import types  # noqa: F401
 
     runtime = _load_runtime()
-    get_json_schema = code_obj = None
+    code_obj = None
     if req["mode"] == "discover":
-        # a syntax error is reported before the (slow) transformers import
         code_obj, err = _compile(req["code"], req.get("filename") or "<tools>")
         if err:
             _send(fd, err)
-            return
-        try:
-            from transformers.utils import get_json_schema
-        except Exception as e:  # noqa: BLE001
-            _send(fd, {"status": "internal_error", "message": f"cannot import transformers in the sandbox: {e}"})
             return
     notes = _apply_limits(limits)
     if notes:
         sys.stderr.write("sandbox: " + "; ".join(notes) + "\n")
     if req["mode"] == "discover":
-        _discover(req, fd, limits, get_json_schema, code_obj)
+        _discover(req, fd, limits, code_obj)
     else:
         _call(req, fd, limits, runtime)
 

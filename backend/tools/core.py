@@ -399,7 +399,7 @@ def schema_from_function(fn: Callable) -> dict[str, Any]:
         line = getattr(getattr(fn, "__code__", None), "co_firstlineno", None)
         where = f" (line {line})" if line else ""
         raise ToolLoadError(
-            f"cannot build a schema for function '{name}'{where}: {e}. A tool function needs a docstring with a "
+            f"cannot build a schema for function '{name}'{where}: {str(e).rstrip('. ')}. A tool function needs a docstring with a "
             "description and an Args: section describing every argument, and a type hint on every argument"
         ) from None
 

@@ -156,13 +156,15 @@ class ToolRegistry:
         """Tools from Python code typed by a user.
 
         With ``sandboxed=True`` (the default) the code never runs in this process: a subprocess
-        discovers the documented public functions and their schemas (via transformers'
-        ``get_json_schema``), and every call runs in a fresh limited subprocess
-        (:mod:`backend.tools.sandbox`). A syntax error raises :class:`ToolLoadError` with the line.
-        With ``sandboxed=False`` the code is executed here, like a trusted ``.py`` file.
+        runs it and describes its documented public functions (signature, docstring, type hints
+        as JSON); the schemas come from transformers' ``get_json_schema`` applied here to
+        stand-ins rebuilt from those descriptions (:mod:`backend.tools.schema_stub`). Every call
+        then runs in a fresh limited subprocess (:mod:`backend.tools.sandbox`). A syntax error
+        raises :class:`ToolLoadError` with the line. With ``sandboxed=False`` the code is
+        executed here, like a trusted ``.py`` file.
 
-        This call blocks for the discovery run (a few seconds: the child imports transformers);
-        async callers should run it in a thread.
+        This call blocks for the discovery run (one subprocess, typically 0.1-0.3 s); results
+        are cached by the code's hash.
         """
         if not isinstance(code, str):
             raise ToolLoadError(f"tool code must be a string, got {type(code).__name__}")
@@ -180,10 +182,13 @@ class ToolRegistry:
             _DISCOVERED[key] = p
             while len(_DISCOVERED) > 32:
                 _DISCOVERED.pop(next(iter(_DISCOVERED)))
+        from backend.tools.schema_stub import schema_from_description
+
         tools = []
-        for t in p.get("tools") or []:
-            tools.append(SandboxedTool(t["schema"], code, t["name"], limits, filename=filename,
-                                       source=f"{filename}:{t.get('line')}"))
+        for desc in p.get("functions") or []:
+            schema = schema_from_description(desc)
+            tools.append(SandboxedTool(schema, code, desc["name"], limits, filename=filename,
+                                       source=f"{filename}:{desc.get('line')}"))
         if not tools:
             raise ToolLoadError(_no_tools_message(filename, p.get("skipped") or []))
         reg = cls(tools)
@@ -348,8 +353,7 @@ def _discover(code: str, filename: str, limits: Any) -> dict[str, Any]:
         raise ToolLoadError(f"loading the tool code failed: {safe_str(p.get('message') or p, 1000)}")
     if p.get("errors"):
         raise ToolLoadError("; ".join(
-            f"function '{e.get('name')}' (line {e.get('line')}): {e.get('message')}. A tool function needs a docstring with "
-            "an Args: section describing every argument and a type hint on every argument" for e in p["errors"]
+            f"cannot build a schema for function '{e.get('name')}' (line {e.get('line')}): {e.get('message')}" for e in p["errors"]
         ))
     return p
 

@@ -62,7 +62,7 @@ class SandboxLimits:
     max_result_bytes: int = 8 * 1024 * 1024  # the JSON result document
     drop_privileges: bool = True  # as root: run the code as nobody (when nobody can read the interpreter)
     block_processes: bool = True  # seccomp filter: fork/vfork/clone/clone3 fail (Linux x86_64/aarch64)
-    discover_timeout_s: float = 120.0  # schema discovery imports transformers in the child
+    discover_timeout_s: float = 30.0  # running the code once to describe its functions
     python: str | None = None  # interpreter; default: sys.executable
 
     def child_limits(self, timeout_s: float) -> dict[str, Any]:

@@ -4,6 +4,7 @@ lives on. In-process tools (trusted code) and sandboxed user code (one subproces
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import time
@@ -11,6 +12,7 @@ import time
 import pytest
 
 from backend.tools import SandboxedTool, SandboxLimits, ToolRegistry
+from backend.tools.sandbox import can_drop_privileges
 from backend.trace import ToolCall
 
 
@@ -241,6 +243,16 @@ def big_file() -> str:
     return "written"
 
 
+def whoami() -> dict:
+    """Which user the code runs as, and whether it can read root's home."""
+    try:
+        os.listdir("/root")
+        root_home = "readable"
+    except OSError as e:
+        root_home = type(e).__name__
+    return {"uid": os.getuid(), "gid": os.getgid(), "root_home": root_home}
+
+
 async def async_tool(n: int) -> list:
     """Async works too.
 
@@ -263,7 +275,7 @@ def with_limits(reg: ToolRegistry, name: str, **limits) -> ToolRegistry:
 
 async def test_sandbox_discovers_all_functions(sandboxed):
     assert sandboxed.names == ["raises", "hangs", "spins", "not_json", "ten_mb", "prints", "exits", "hard_exit", "segfault",
-                               "eats_memory", "environment", "can_fork", "fork_bomb", "big_file", "async_tool"]
+                               "eats_memory", "environment", "can_fork", "fork_bomb", "big_file", "whoami", "async_tool"]
     r = await sandboxed.execute(call("async_tool", n=3))
     assert r.ok and r.content == "[0, 1, 2]"
 
@@ -334,8 +346,6 @@ async def test_sandbox_sees_no_server_environment(sandboxed, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
     r = await sandboxed.execute(call("environment"))
     assert r.ok
-    import json
-
     seen = json.loads(r.content)
     assert "ALI_TEST_SECRET" not in seen["env"] and "HF_TOKEN" not in seen["env"]
     assert "hunter2" not in r.content and "hf_not_a_real_token" not in r.content
@@ -361,3 +371,21 @@ async def test_sandbox_calls_in_parallel_and_the_process_lives_on(sandboxed):
     assert [r.content for r in rs[:4]] == ["[]", "[0]", "[0, 1]", "[0, 1, 2]"]
     # after everything above, this process still works normally
     assert (await IN_PROCESS.execute(call("not_json"))).ok
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.mark.skipif(not (hasattr(os, "geteuid") and os.geteuid() == 0), reason="only a root server switches users")
+async def test_sandbox_as_root_switches_to_nobody(sandboxed):
+    r = await sandboxed.execute(call("whoami"))
+    assert r.ok
+    if not can_drop_privileges(sys.executable):
+        # e.g. a pyenv Python under /root: nobody could not even start it, so the code stays root
+        assert json.loads(r.content)["uid"] == 0
+    if not (os.path.exists(SYSTEM_PYTHON) and can_drop_privileges(SYSTEM_PYTHON)):
+        pytest.skip("no world-readable system Python to run the child as nobody")
+    # a world-readable interpreter lets the child drop to nobody
+    r = await with_limits(sandboxed, "whoami", python=SYSTEM_PYTHON).execute(call("whoami"))
+    assert r.ok, r.content
+    assert json.loads(r.content) == {"uid": 65534, "gid": 65534, "root_home": "PermissionError"}
