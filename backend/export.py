@@ -283,14 +283,14 @@ def load_any(path: str, *, import_foreign: bool = False, tokenizer: str = "qwen3
         return read_parquet_traces(path)  # raises with a hint
     from backend import importers
 
-    res = load_traces(path)
-    if res.traces or not res.problems:
-        return res
     fmt = importers.detect(path)
-    if fmt is None or fmt == "trace":
+    if fmt is not None and fmt != "trace":
+        # Trace.from_dict would accept such records (every field has a default): do not let a
+        # foreign file load as empty traces
+        if import_foreign:
+            return importers.import_file(path, fmt, tokenizer=tokenizer)
+        res = LoadResult()
+        hint = f"looks like {fmt} data, not a trace; import it: python -m backend import --from {fmt} {path} --out TRACES.jsonl"
+        res.problems.append(LoadProblem(1, hint))
         return res
-    if import_foreign:
-        return importers.import_file(path, fmt, tokenizer=tokenizer)
-    hint = f"looks like {fmt} data, not a trace; import it: python -m backend import --from {fmt} {path} --out TRACES.jsonl"
-    res.problems = [LoadProblem(p.line, f"{p.reason} ({hint})") for p in res.problems[:1]] + res.problems[1:]
-    return res
+    return load_traces(path)

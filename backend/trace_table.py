@@ -90,10 +90,16 @@ def row_from_trace(t: Trace) -> dict[str, Any]:
 def _frame(rows: dict[str, list[Any]]):
     import pandas as pd
 
-    df = pd.DataFrame(rows, columns=COLUMNS)
-    for c in ("turns", "tokens", "prompt_tokens", "response_tokens", "errors", "messages", "tools", "line", "offset", "length"):
-        df[c] = df[c].astype("int64")
-    return df
+    ints = ("turns", "tokens", "prompt_tokens", "response_tokens", "errors", "messages", "tools", "line", "offset", "length")
+    data = {}
+    for c in COLUMNS:
+        if c in ints:
+            data[c] = pd.Series(rows[c], dtype="int64")
+        elif c == "duration_s":
+            data[c] = pd.Series([float("nan") if v is None else v for v in rows[c]], dtype="float64")
+        else:  # text columns keep None (not NaN) for a missing value
+            data[c] = pd.Series(rows[c], dtype=object)
+    return pd.DataFrame(data, columns=COLUMNS)
 
 
 @dataclass
@@ -227,8 +233,8 @@ def _scan(f, cols: dict[str, list[Any]], problems: list[LoadProblem], max_line: 
         except RecursionError:
             problems.append(LoadProblem(lineno, "invalid JSON: nested too deeply"))
             continue
-        if not isinstance(d, dict) or "id" not in d:
-            problems.append(LoadProblem(lineno, "not a trace (a JSON object with an id)"))
+        if not isinstance(d, dict) or "id" not in d or "format_version" not in d:
+            problems.append(LoadProblem(lineno, "not a trace (no id/format_version); other formats: python -m backend import"))
             continue
         try:
             row = row_from_dict(d)

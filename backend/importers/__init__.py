@@ -28,6 +28,7 @@ from typing import Any
 from backend.importers import agents_sdk, openai_chat, sharegpt, verl  # noqa: F401  isort: skip
 from backend.importers.base import ImportContext, Importer, get_importer, importers
 from backend.importers.common import Conversation, RecordError, trace_from_conversation
+from backend.tokenizers import TokenizerLoadError
 from backend.trace import LoadProblem, LoadResult, Trace, TraceFileError, TraceFormatError, iter_jsonl_records
 
 FORMATS = ("agents-sdk", "verl", "openai-chat", "sharegpt")
@@ -187,8 +188,8 @@ def iter_import(
                 yield n, t, name
         except (RecordError, TraceFormatError) as e:
             yield n, LoadProblem(n, str(e)), name
-        except TraceFileError:
-            raise
+        except (TraceFileError, TokenizerLoadError):
+            raise  # nothing else can import either
         except Exception as e:  # a bug on one record must not stop the import
             yield n, LoadProblem(n, f"internal error: {type(e).__name__}: {e}"[:500]), name
 
@@ -237,6 +238,11 @@ def import_records(
                 ]
         except (RecordError, TraceFormatError) as e:
             res.problems.append(LoadProblem(i, str(e)))
+            continue
+        except TokenizerLoadError:
+            raise
+        except Exception as e:  # a bug on one record must not stop the import
+            res.problems.append(LoadProblem(i, f"internal error: {type(e).__name__}: {e}"[:500]))
             continue
         for t in produced:
             res.traces.append(t)

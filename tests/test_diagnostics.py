@@ -1,0 +1,353 @@
+"""Diagnostics: every code has a trace that triggers it and one that does not. The seed-001
+weather run (real engine, scripted model, qwen3 profile) must show the measured drift (247 vs
+249 tokens, the missing '\\n' after '<|im_end|>') and mask mismatch (25/28/16 vs 26/28/17)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from backend.diagnostics import CODES, check, summarize
+from backend.engine import AgentLoop, LoopConfig
+from backend.generators.scripted import ScriptedGenerator
+from backend.tokenizers import load_tokenizer
+from backend.trace import ToolResult, Trace
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "tests", "data", "import")
+
+SEATTLE = [{"role": "user", "content": "What's the weather in Seattle?"}]
+CALL_SEATTLE = '<tool_call>\n{"name": "get_current_temperature", "arguments": {"city": "Seattle, WA, USA"}}\n</tool_call>'
+ANSWER = "The current temperature in Seattle, WA, USA is 72°F."
+
+
+def get_current_temperature(city: str):
+    """Get current temperature at a location.
+
+    Args:
+        city: The location to get the temperature for, in the format "City, State, Country".
+    """
+    return {"temperature": 72, "city": city}
+
+
+def long_text(n: int):
+    """Returns n characters.
+
+    Args:
+        n: how many
+    """
+    return "x" * n
+
+
+def registry(functions):
+    """The project's ToolRegistry; a minimal stand-in with the same interface if it is absent."""
+    try:
+        from backend.tools import ToolRegistry
+    except ImportError:  # pragma: no cover - only while backend.tools is being written
+        from transformers.utils import get_json_schema
+
+        table = {f.__name__: f for f in functions}
+
+        class _Reg:
+            schemas = [get_json_schema(f) for f in functions]
+
+            def __len__(self):
+                return len(self.schemas)
+
+            async def execute(self, call, max_response_length=None, **kw):
+                fn = table.get(call.name)
+                if fn is None:
+                    return ToolResult(call_id=call.id, name=call.name, ok=False, error="unknown_tool", content=f"Error: unknown tool {call.name!r}")
+                out = fn(**call.arguments)
+                text = out if isinstance(out, str) else json.dumps(out)
+                cut = max_response_length is not None and len(text) > max_response_length
+                return ToolResult(call_id=call.id, name=call.name, content=text[:max_response_length] if cut else text, truncated=cut, original_length=len(text) if cut else None)
+
+        return _Reg()
+    return ToolRegistry.from_functions(functions)
+
+
+@pytest.fixture(scope="module")
+def qwen3():
+    return load_tokenizer("qwen3")
+
+
+def run_loop(bundle, script, functions=(get_current_temperature,), messages=SEATTLE, **cfg) -> Trace:
+    gen = ScriptedGenerator(bundle.tokenizer, script)
+    loop = AgentLoop(gen, bundle, tools=registry(list(functions)), config=LoopConfig(**cfg))
+    return asyncio.run(loop.run(messages))
+
+
+@pytest.fixture(scope="module")
+def seed001(qwen3) -> Trace:
+    return run_loop(qwen3, [CALL_SEATTLE, ANSWER])
+
+
+def codes(findings) -> set[str]:
+    return {f.code for f in findings}
+
+
+def only(findings, code):
+    return [f for f in findings if f.code == code]
+
+
+def call(name: str, **args) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
+
+
+def trace(messages, tools=None, **kw) -> Trace:
+    return Trace(messages=messages, tools=tools or [], **kw)
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}}, "required": ["city"]}}}
+
+
+def asst_call(name="get_weather", args=None, cid="c1"):
+    return {"role": "assistant", "content": "", "tool_calls": [{"id": cid, "type": "function", "function": {"name": name, "arguments": {"city": "Oslo"} if args is None else args}}]}
+
+
+GOOD = [
+    {"role": "user", "content": "Weather in Oslo?"},
+    asst_call(),
+    {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "3C"},
+    {"role": "assistant", "content": "It is 3C."},
+]
+
+
+# ---- the seed-001 run ---------------------------------------------------------------------------
+
+
+def test_seed001_shape(seed001):
+    assert len(seed001.prompt_ids) == 178 and len(seed001.input_ids) == 247
+
+
+def test_seed001_retokenization_drift(seed001, qwen3):
+    fs = check(seed001, qwen3)
+    (d,) = only(fs, "retokenization_drift")
+    assert d.severity == "warning"
+    assert d.details["loop_tokens"] == 247 and d.details["render_tokens"] == 249
+    assert d.details["first_divergence"] == 203
+    assert d.details["loop_only_tokens"] == 0 and d.details["render_only_tokens"] == 2
+    assert "missing '\\n' after '<|im_end|>'" in d.message and "2 place(s)" in d.message
+    assert "247" in d.message and "249" in d.message
+    assert d.location.token == 203 and d.location.step == 2  # the tool turn starts where the '\n' is missing
+    assert d.details["loop_context"].count("<|im_end|><|im_start|>") == 1
+    assert "<|im_end|>\n<|im_start|>" in d.details["render_context"]
+    assert [x["render_text"] for x in d.details["differences"]] == ["\n", "\n"]
+
+
+def test_seed001_mask_mismatch(seed001, qwen3):
+    fs = check(seed001, qwen3)
+    (m,) = only(fs, "mask_mismatch")
+    assert m.details["training_template"] == "qwen3_instruct_2507_training"
+    assert m.details["loop_runs"] == [[1, 25], [0, 28], [1, 16]]
+    assert m.details["training_runs"] == [[1, 26], [0, 28], [1, 17]]
+    assert "25/28/16" in m.message and "26/28/17" in m.message
+    assert "'\\n' after '<|im_end|>'" in m.message
+    pos = m.details["positions"]
+    assert [p["render_token"] for p in pos] == [203, 248]
+    assert all(p["token"] == "\n" and p["training_mask"] == 1 and p["loop_mask"] is None for p in pos)
+    assert m.location.step == 1 and m.location.token == 202  # the <|im_end|> the '\n' should follow
+
+
+def test_seed001_has_nothing_else(seed001, qwen3):
+    assert codes(check(seed001, qwen3)) == {"retokenization_drift", "mask_mismatch"}
+    assert check(seed001) == []  # structurally clean
+
+
+def test_no_drift_and_no_mask_mismatch_when_ids_are_the_render(seed001, qwen3):
+    """The re-render itself (ids of the full template render, mask from the training template) has neither."""
+    from backend.importers import import_records
+
+    res = import_records([{"messages": seed001.messages, "tools": seed001.tools}], "openai-chat", bundle=qwen3)
+    t = res.traces[0]
+    fs = check(t, qwen3)
+    assert not codes(fs) & {"retokenization_drift", "mask_mismatch"}, [f.message for f in fs]
+
+
+# ---- structural codes: trigger / clean ----------------------------------------------------------
+
+
+def test_orphan_tool_message_seed000_style():
+    t = trace([{"role": "user", "content": "Weather in Auckland"}, {"role": "tool", "content": "{\"t\": 16.4}"}, {"role": "assistant", "content": "16.4C"}], [WEATHER])
+    (f,) = only(check(t), "orphan_tool_message")
+    assert f.severity == "error" and f.location.message == 1
+    assert "no assistant tool call precedes it" in f.message
+
+
+def test_orphan_tool_message_unknown_id_and_extra_message():
+    t = trace([GOOD[0], GOOD[1], {"role": "tool", "tool_call_id": "zzz", "content": "?"}, GOOD[3]], [WEATHER])
+    assert "zzz" in only(check(t), "orphan_tool_message")[0].message
+    t2 = trace([GOOD[0], {**GOOD[1], "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+                {"role": "tool", "content": "a"}, {"role": "tool", "content": "b"}, GOOD[3]], [WEATHER])
+    fs = only(check(t2), "orphan_tool_message")
+    assert len(fs) == 1 and fs[0].location.message == 3
+
+
+def test_no_orphan_in_a_good_conversation():
+    assert check(trace(GOOD, [WEATHER])) == []
+
+
+def test_tool_call_without_response():
+    t = trace(GOOD[:2], [WEATHER])
+    (f,) = only(check(t), "tool_call_without_response")
+    assert f.severity == "warning" and f.location.message == 1 and f.details["id"] == "c1"
+    t.termination_reason = "max_assistant_turns"
+    assert only(check(t), "tool_call_without_response")[0].severity == "info"
+    assert not only(check(trace(GOOD, [WEATHER])), "tool_call_without_response")
+
+
+def test_unknown_tool():
+    t = trace([GOOD[0], asst_call("get_wether"), {**GOOD[2], "name": "get_wether"}, GOOD[3]], [WEATHER])
+    (f,) = only(check(t), "unknown_tool")
+    assert "get_wether" in f.message and "get_weather" in f.message and f.location.message == 1
+    assert not only(check(trace(GOOD, [WEATHER])), "unknown_tool")
+
+
+def test_no_tools_means_no_unknown_tool_but_a_note():
+    fs = check(trace(GOOD))
+    assert not only(fs, "unknown_tool")
+    assert only(fs, "check_skipped")[0].details["check"] == "tools"
+
+
+def test_invalid_arguments_against_the_schema():
+    t = trace([GOOD[0], asst_call(args={"days": 0}), GOOD[2], GOOD[3]], [WEATHER])
+    (f,) = only(check(t), "invalid_arguments")
+    assert "'city' is a required property" in f.message and "(and 1 more)" in f.message
+    assert len(f.details["errors"]) == 2
+    assert not only(check(trace([GOOD[0], asst_call(args={"city": "Oslo", "days": 2}), GOOD[2], GOOD[3]], [WEATHER])), "invalid_arguments")
+
+
+def test_malformed_tool_call_from_arguments_string_and_from_step_parse_errors(qwen3):
+    t = trace([GOOD[0], asst_call(args='{"city": "Oslo"'), GOOD[2], GOOD[3]], [WEATHER])
+    (f,) = only(check(t), "malformed_tool_call")
+    assert "not valid JSON" in f.message and f.location.message == 1
+    # the engine: the model writes a broken call; the parser records it on the step
+    lt = run_loop(qwen3, ['<tool_call>\n{"name": "get_current_temperature", "arguments": {"city": "Paris"}\n</tool_call>'])
+    fs = only(check(lt), "malformed_tool_call")
+    assert len(fs) == 1 and fs[0].location.step == 1 and fs[0].location.token == 178
+    assert lt.termination_reason == "malformed_tool_call"
+    assert not only(check(trace(GOOD, [WEATHER])), "malformed_tool_call")
+
+
+def test_truncated_tool_response(qwen3):
+    t = run_loop(qwen3, [call("long_text", n=500), "ok"], functions=(long_text,), max_tool_response_length=50)
+    (f,) = only(check(t), "truncated_tool_response")
+    assert f.location.step == 2 and "500" in f.message
+    t2 = run_loop(qwen3, [call("long_text", n=10), "ok"], functions=(long_text,), max_tool_response_length=50)
+    assert not only(check(t2), "truncated_tool_response")
+
+
+def test_hit_response_length(qwen3):
+    t = run_loop(qwen3, [ANSWER * 10], response_length=20)
+    fs = only(check(t), "hit_response_length")
+    assert fs and fs[0].location.step == 1 and "max_tokens 20" in fs[0].message
+    assert t.termination_reason == "response_length"
+    # a tool turn that would overflow the budget: the run ends on response_length with no 'length' step
+    t2 = run_loop(qwen3, [CALL_SEATTLE, ANSWER], response_length=40)
+    (f2,) = only(check(t2), "hit_response_length")
+    assert "dropped" in f2.message
+    assert not only(check(run_loop(qwen3, [CALL_SEATTLE, ANSWER])), "hit_response_length")
+
+
+def test_empty_response(qwen3):
+    t = run_loop(qwen3, [""])
+    (f,) = only(check(t), "empty_response")
+    assert "only the end-of-turn token" in f.message and f.location.step == 1
+    t2 = trace([GOOD[0], {"role": "assistant", "content": "  "}])
+    assert only(check(t2), "empty_response")[0].location.message == 1
+    assert not only(check(trace(GOOD, [WEATHER])), "empty_response")
+
+
+def test_thinking_stripped(qwen3):
+    msgs = [GOOD[0], {**asst_call(), "reasoning_content": "I should look up Oslo."}, GOOD[2], GOOD[3]]
+    t = trace(msgs, [WEATHER])
+    (f,) = only(check(t, qwen3), "thinking_stripped")  # qwen3_instruct_2507 has no reasoning in its template
+    assert f.location.message == 1 and "I should look up Oslo." in f.message
+    thinking = load_tokenizer("qwen3-thinking")
+    # qwen3.jinja keeps the reasoning of turns after the last user message
+    assert not only(check(t, thinking), "thinking_stripped")
+    # ... and drops it for turns before a later user message
+    t2 = trace(msgs + [{"role": "user", "content": "And tomorrow?"}, {"role": "assistant", "content": "Same."}], [WEATHER])
+    assert [x.location.message for x in only(check(t2, thinking), "thinking_stripped")] == [1]
+
+
+def test_step_error_and_tool_error(qwen3):
+    def boom(x: str):
+        """Fails.
+
+        Args:
+            x: anything
+        """
+        raise RuntimeError("backend down")
+
+    t = run_loop(qwen3, [call("boom", x="1"), "sorry"], functions=(boom,))
+    (f,) = only(check(t), "tool_error")
+    assert f.location.step == 2 and "boom" in f.message
+    t2 = run_loop(qwen3, [CALL_SEATTLE])  # the script has no second turn: a generation error
+    (g,) = only(check(t2), "step_error")
+    assert g.location.step == 3 and t2.termination_reason == "generation_error"
+    clean = check(run_loop(qwen3, [CALL_SEATTLE, ANSWER]))
+    assert not codes(clean) & {"step_error", "tool_error"}
+
+
+def test_check_skipped_without_a_training_template_and_not_with_one(seed001, qwen3):
+    smol = load_tokenizer("qwen3", template="llama3_1")  # trl has no llama3_1_training
+    fs = check(seed001, smol)
+    assert any(f.code == "check_skipped" and f.details.get("check") == "mask_mismatch" for f in fs)
+    assert any(f.code == "check_skipped" and f.details.get("check") == "template" for f in fs)
+    assert not only(check(seed001, qwen3), "check_skipped")
+
+
+def test_every_code_is_exercised():
+    here = open(__file__, encoding="utf-8").read()
+    for c in CODES:
+        assert f'"{c}"' in here, c
+
+
+def test_findings_serialise_and_sort(seed001, qwen3):
+    t = trace([{"role": "user", "content": "x"}, {"role": "tool", "content": "y"}], [WEATHER])
+    fs = check(t)
+    d = [f.to_dict() for f in fs]
+    json.dumps(d)
+    assert set(d[0]) == {"code", "severity", "message", "location", "details"}
+    assert set(d[0]["location"]) == {"step", "message", "token"}
+    assert fs[0]["severity"] == "error"
+    assert summarize(check(seed001, qwen3)) == {"error": 0, "warning": 2, "info": 0}
+
+
+# ---- CLI ----------------------------------------------------------------------------------------
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_check_json(tmp_path, seed001):
+    p = tmp_path / "seed.jsonl"
+    p.write_text(seed001.to_json() + "\n")
+    r = _cli("check", str(p), "--tokenizer", "qwen3", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    fs = out["traces"][0]["findings"]
+    assert {f["code"] for f in fs} == {"retokenization_drift", "mask_mismatch"}
+    assert out["totals"]["warning"] == 2
+
+
+def test_cli_check_broken_trace_text_and_unreadable_file(tmp_path):
+    imported = tmp_path / "broken.jsonl"
+    r = _cli("import", os.path.join(DATA, "seed000_broken.json"), "--out", str(imported))
+    assert r.returncode == 0, r.stderr
+    r = _cli("check", str(imported))  # default: the trace's own tokenizer (qwen3)
+    assert r.returncode == 0 and "orphan_tool_message" in r.stdout and "[E]" in r.stdout
+    bad = tmp_path / "bin.jsonl"
+    bad.write_bytes(b"\x00\x01\x02")
+    r = _cli("check", str(bad))
+    assert r.returncode == 2 and r.stderr.startswith("error:") and "Traceback" not in r.stderr
+    r = _cli("check", str(tmp_path / "missing.jsonl"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
