@@ -200,6 +200,14 @@ async def test_non_serialisable_result_uses_str_and_a_note():
     assert "not JSON-serialisable" in r.note
 
 
+async def test_calls_as_dicts():
+    reg = ToolRegistry.from_functions([greet])
+    r = await reg.execute({"name": "greet", "arguments": {"name": "Al"}, "id": "x1"})
+    assert r.ok and r.call_id == "x1" and r.content.startswith("Hello, Al!")
+    r = await reg.execute({"type": "function", "function": {"name": "greet", "arguments": '{"name": "Cy"}'}, "id": "x2"})
+    assert r.ok and r.call_id == "x2" and r.content.startswith("Hello, Cy!")
+
+
 async def test_arguments_given_as_json_string():
     reg = ToolRegistry.from_functions([greet])
     r = await reg.execute(ToolCall(name="greet", arguments='{"name": "Bo"}'))
@@ -736,3 +744,15 @@ def test_sandboxed_load_errors(source, needle):
 def test_sandbox_limits_are_hashable_settings():
     assert SandboxLimits() == SandboxLimits() and hash(SandboxLimits(memory_mb=256))
     assert SandboxLimits().child_limits(2.0)["cpu_s"] == 3
+
+
+async def test_sandbox_startup_has_its_own_timeout():
+    from backend.tools.sandbox import describe_protections, run_child
+
+    request = {"mode": "call", "code": "def f():\n    '''Doc.'''\n    return 1\n", "function": "f", "arguments": {}}
+    run = await run_child(request, SandboxLimits(), 5.0, startup_timeout_s=0.001)
+    assert run.timed_out and "did not start" in run.notes[0]
+    run = await run_child(request, SandboxLimits(), 5.0)
+    assert run.payload == {"status": "ok", "content": "1", "note": None, "truncated": False, "original_length": None}
+    info = describe_protections()
+    assert info["environment"] == ["PATH"] and info["memory_mb"] == 512

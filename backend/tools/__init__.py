@@ -22,7 +22,7 @@ from backend.tools.core import (
     schema_from_function,
 )
 from backend.tools.registry import ToolRegistry
-from backend.tools.sandbox import SandboxLimits
+from backend.tools.sandbox import SandboxLimits, describe_protections
 
 __all__ = [
     "TRUNCATE_SIDES",
@@ -30,6 +30,7 @@ __all__ = [
     "MockTool",
     "SandboxLimits",
     "SandboxedTool",
+    "describe_protections",
     "Tool",
     "ToolLoadError",
     "ToolRegistry",

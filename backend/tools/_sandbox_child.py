@@ -13,7 +13,8 @@ Order of events:
 4. run the user code in a fresh module, then either describe its public documented functions
    (``discover``: signature, docstring and type hints as JSON; the server rebuilds a stand-in
    function from that and runs transformers' ``get_json_schema`` on it) or call one of them;
-5. write exactly one JSON document to the result pipe. Whatever the function prints goes to
+5. write ``R`` (ready) to the result pipe before the user code runs, then exactly one JSON
+   document. Whatever the function prints goes to
    stdout, which the parent captures separately.
 """
 
@@ -386,6 +387,7 @@ def main():
     notes = _apply_limits(limits)
     if notes:
         sys.stderr.write("sandbox: " + "; ".join(notes) + "\n")
+    os.write(fd, b"R")  # ready: the tool's own time starts now (start-up is not charged to it)
     if req["mode"] == "discover":
         _discover(req, fd, limits, code_obj)
     else:

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from backend.tools._runtime import clean_text, to_content, truncate_tool_response
+from backend.tools._runtime import clean_text, to_content
 from backend.tools.mock import MissingArgument, Mock, MockError
 
 MAX_DETAIL_CHARS = 20_000  # tracebacks kept in error_detail
@@ -646,7 +646,7 @@ class SandboxedTool(Tool):
         self.filename = filename
 
     async def _invoke(self, arguments: dict[str, Any], options: CallOptions) -> Outcome:
-        from backend.tools.sandbox import STARTUP_GRACE_S, run_child
+        from backend.tools.sandbox import run_child
 
         timeout = _timeout_arg(options.timeout_s)
         timeout = 3600.0 if timeout is None else timeout  # a child never runs unbounded
@@ -656,7 +656,7 @@ class SandboxedTool(Tool):
             "truncate_side": options.truncate_side,
         }
         try:
-            run = await run_child(request, self.limits, timeout + STARTUP_GRACE_S)
+            run = await run_child(request, self.limits, timeout)
         except OSError as e:
             return Outcome(content=f"Error: tool '{self.name}' could not be started", error="crashed",
                            detail=f"starting the sandbox failed: {e}")
@@ -675,6 +675,9 @@ def outcome_from_child(name: str, run: Any, timeout_s: float, limits: Any) -> Ou
         return out
 
     if run.timed_out:
+        if run.notes:
+            return done(Outcome(content=f"Error: tool '{name}' could not be started in time", error="crashed",
+                                detail="; ".join(run.notes) + "; the sandbox process was killed"))
         return done(timeout_outcome(name, timeout_s, "; the sandbox process was killed"))
     if run.result_too_big:
         return done(Outcome(

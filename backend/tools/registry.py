@@ -26,6 +26,7 @@ import inspect
 import json
 import os
 import sys
+import threading
 import time
 import types
 from collections.abc import Callable, Iterable, Iterator
@@ -176,12 +177,14 @@ class ToolRegistry:
         if len(code) > MAX_SOURCE_CHARS:
             raise ToolLoadError(f"the tool code is {len(code)} characters; the limit is {MAX_SOURCE_CHARS}")
         key = (hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest(), filename, limits)
-        p = _DISCOVERED.get(key)
+        with _DISCOVERED_LOCK:
+            p = _DISCOVERED.get(key)
         if p is None:
             p = _discover(code, filename, limits)
-            _DISCOVERED[key] = p
-            while len(_DISCOVERED) > 32:
-                _DISCOVERED.pop(next(iter(_DISCOVERED)))
+            with _DISCOVERED_LOCK:
+                _DISCOVERED[key] = p
+                while len(_DISCOVERED) > 32:
+                    _DISCOVERED.pop(next(iter(_DISCOVERED)))
         from backend.tools.schema_stub import schema_from_description
 
         tools = []
@@ -265,13 +268,16 @@ class ToolRegistry:
         return f"ToolRegistry({', '.join(self._tools) or 'empty'})"
 
     # ---- running ----------------------------------------------------------------------------
-    async def execute(self, call: ToolCall, *, timeout_s: float | None = 30.0, max_response_length: int | None = None,
+    async def execute(self, call: ToolCall | dict[str, Any], *, timeout_s: float | None = 30.0, max_response_length: int | None = None,
                       truncate_side: str = "middle") -> ToolResult:
         """Run one call. Never raises (``asyncio.CancelledError`` propagates)."""
         t0 = time.perf_counter()
-        name = getattr(call, "name", None)
+        if isinstance(call, dict):  # also {"name", "arguments", "id"} or the chat format {"function": {...}, "id"}
+            fn = call["function"] if isinstance(call.get("function"), dict) else call
+            name, raw_args, call_id = fn.get("name"), fn.get("arguments"), call.get("id")
+        else:
+            name, raw_args, call_id = getattr(call, "name", None), getattr(call, "arguments", None), getattr(call, "id", None)
         name = name if isinstance(name, str) else safe_str(name, 200)
-        call_id = getattr(call, "id", None)
         notes: list[str] = []
         if truncate_side not in TRUNCATE_SIDES:
             notes.append(f"unknown truncate side {truncate_side!r}; 'middle' was used")
@@ -290,7 +296,7 @@ class ToolRegistry:
                     error="unknown_tool",
                 )
             else:
-                args, problem = _arguments(getattr(call, "arguments", None))
+                args, problem = _arguments(raw_args)
                 if problem is None:
                     problems = tool.check_arguments(args)
                     problem = "; ".join(problems) if problems else None
@@ -315,6 +321,7 @@ class ToolRegistry:
 
 # discovery results by (sha256 of the code, filename, limits): the UI reloads the same code often
 _DISCOVERED: dict[tuple, dict[str, Any]] = {}
+_DISCOVERED_LOCK = threading.Lock()
 MAX_SOURCE_CHARS = 1_000_000
 
 

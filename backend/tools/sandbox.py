@@ -1,28 +1,39 @@
 """Run untrusted tool code in a fresh, limited subprocess.
 
 Used for code typed into the web UI (:meth:`backend.tools.ToolRegistry.from_python_source` with
-``sandboxed=True``). The code is never executed in the server process: schema discovery and
-every single call start their own child (:mod:`backend.tools._sandbox_child`) with
+``sandboxed=True``, which the app only offers behind an explicit flag). The code never runs in
+the server process: discovering its functions and every single call each start their own child
+(:mod:`backend.tools._sandbox_child`, standard library only, ~0.1 s to start) with
 
 * ``python -I`` (isolated mode: no ``PYTHON*`` variables, no user site, no script directory on
-  ``sys.path``), stdin closed, a fresh temporary working directory, and an environment that
-  holds nothing but a fixed ``PATH`` (no server variables, no tokens);
+  ``sys.path``), stdin on ``/dev/null``, a fresh empty temporary working directory (removed
+  afterwards), and an environment holding nothing but a fixed ``PATH`` (no server variables,
+  no tokens);
 * resource limits set inside the child before any user code runs: ``RLIMIT_AS`` (memory, on
-  top of the bare interpreter), ``RLIMIT_CPU`` (CPU seconds; ``SIGXCPU`` then ``SIGKILL``),
-  ``RLIMIT_FSIZE`` (largest file it may write), ``RLIMIT_NOFILE``, ``RLIMIT_CORE = 0`` and
-  ``RLIMIT_NPROC = 0`` (no new processes or threads, so no fork bombs), plus
-  ``PR_SET_NO_NEW_PRIVS``;
-* when the server runs as root (where ``RLIMIT_NPROC`` does not apply), a switch to the
-  ``nobody`` user (uid/gid 65534) before user code runs;
-* its own session/process group, killed as a whole (``SIGKILL``) at the wall-clock deadline
-  and again after the child ends, so stray grandchildren die with it;
-* stdout/stderr captured through pipes and cut at ``max_stdout_bytes``; the function's return
-  value comes back as one JSON document over a dedicated pipe, read up to
-  ``max_result_bytes`` (the child is killed when it sends more).
+  top of the bare interpreter; a Python ``MemoryError`` or a crash), ``RLIMIT_CPU`` (CPU
+  seconds, by default ``ceil(timeout) + 1``: ``SIGXCPU``, then ``SIGKILL``), ``RLIMIT_FSIZE``
+  (largest file it may write: ``OSError: File too large``), ``RLIMIT_NOFILE``,
+  ``RLIMIT_CORE = 0`` and ``RLIMIT_NPROC = 0``;
+* a seccomp filter (Linux x86_64/aarch64, installed with ctypes) that makes ``fork``,
+  ``vfork``, ``clone`` and ``clone3`` fail with ``EPERM``: no processes and no threads, so no
+  fork bombs, whatever the uid (``RLIMIT_NPROC`` does not bind root); ``PR_SET_NO_NEW_PRIVS``;
+* when the server runs as root: a switch to ``nobody`` (uid/gid 65534) before user code runs,
+  if nobody can read the interpreter and its libraries (:func:`can_drop_privileges`; not so
+  for a Python installed under ``/root``, e.g. pyenv: then the code runs as root, still
+  limited as above, and can read root's files. Point ``SandboxLimits.python`` at a
+  world-readable interpreter such as ``/usr/bin/python3`` to get the switch);
+* its own session / process group, killed as a whole (``SIGKILL``) at the wall-clock deadline
+  and again after the child ends. The deadline (``timeout_s``) starts when the child reports
+  ready, so interpreter start-up on a busy machine is not charged to the tool;
+* stdout and stderr captured through pipes, drained to the end but kept only up to
+  ``max_stdout_bytes``; the function's return value comes back as one JSON document over a
+  dedicated pipe (not stdout), read up to ``max_result_bytes`` (more: the child is killed and
+  the call is a ``bad_result``). The child truncates long results itself, with the call's
+  ``max_response_length``, so a 10 MB result costs no more than its truncated form.
 
 This is process isolation with limits, not a security boundary against a determined attacker
-(no seccomp, no namespaces: the code can read world-readable files and use the network). It
-is only enabled by an explicit app flag.
+(no namespaces: the code can read world-readable files and open network connections).
+:func:`describe_protections` says what applies on this machine.
 """
 
 from __future__ import annotations
@@ -44,8 +55,8 @@ from typing import Any
 
 CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sandbox_child.py")
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
-# the wall-clock budget of a call is timeout_s plus this much for interpreter start-up
-STARTUP_GRACE_S = 0.5
+# the child has this long to start (interpreter, limits) before the tool's timeout_s begins
+STARTUP_TIMEOUT_S = 20.0
 NOBODY = 65534
 
 
@@ -177,8 +188,13 @@ def _killpg(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-async def run_child(request: dict[str, Any], limits: SandboxLimits, timeout_s: float) -> ChildRun:
-    """Start one sandbox child for ``request`` and collect what it produces. Never raises for
+async def run_child(request: dict[str, Any], limits: SandboxLimits, timeout_s: float, *,
+                    startup_timeout_s: float = STARTUP_TIMEOUT_S) -> ChildRun:
+    """Start one sandbox child for ``request`` and collect what it produces.
+
+    ``timeout_s`` is wall-clock time counted from the child's ready signal (sent after start-up
+    and limits, just before the user code runs), so a slow interpreter start on a busy machine
+    is not charged to the tool; start-up itself has ``startup_timeout_s``. Never raises for
     anything the child does; raises only if the child cannot be started (OSError) and on
     cancellation (after killing the child)."""
     loop = asyncio.get_running_loop()
@@ -221,12 +237,17 @@ async def run_child(request: dict[str, Any], limits: SandboxLimits, timeout_s: f
         )
         r_fd = -1  # owned by the transport now
         result = bytearray()
+        ready = asyncio.Event()
 
         async def read_result() -> None:
             while True:
                 chunk = await result_reader.read(1 << 16)
                 if not chunk:
                     return
+                if not ready.is_set():
+                    ready.set()
+                    if chunk.startswith(b"R"):
+                        chunk = chunk[1:]
                 result.extend(chunk)
                 if len(result) > limits.max_result_bytes:
                     run.result_too_big = True
@@ -240,8 +261,13 @@ async def run_child(request: dict[str, Any], limits: SandboxLimits, timeout_s: f
             asyncio.ensure_future(err.drain(proc.stderr)),
         ]
         wait_task = asyncio.ensure_future(proc.wait())
-        tasks.append(wait_task)
-        done, _ = await asyncio.wait({wait_task}, timeout=max(0.01, timeout_s))
+        ready_task = asyncio.ensure_future(ready.wait())
+        tasks += [wait_task, ready_task]
+        done, _ = await asyncio.wait({wait_task, ready_task}, timeout=startup_timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        if not done:
+            run.notes.append(f"the sandbox did not start within {startup_timeout_s:g} s")
+        elif wait_task not in done:
+            done, _ = await asyncio.wait({wait_task}, timeout=max(0.01, timeout_s))
         if wait_task not in done:
             run.timed_out = True
             _killpg(proc.pid)
@@ -278,3 +304,27 @@ async def run_child(request: dict[str, Any], limits: SandboxLimits, timeout_s: f
                     os.close(fd)
         run.duration_s = time.perf_counter() - t0
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def describe_protections(limits: SandboxLimits | None = None) -> dict[str, Any]:
+    """What the sandbox enforces on this machine with these limits (for the UI to show)."""
+    import platform
+
+    limits = limits or SandboxLimits()
+    python = limits.python or sys.executable
+    root = hasattr(os, "geteuid") and os.geteuid() == 0
+    drop = limits.drop_privileges and can_drop_privileges(python)
+    seccomp = limits.block_processes and sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64")
+    return {
+        "python": python,
+        "runs_as": "nobody" if drop else ("root" if root else "the server's user"),
+        "process_block": "seccomp" if seccomp else ("RLIMIT_NPROC" if (limits.nproc is not None and not root) else "none"),
+        "memory_mb": limits.memory_mb,
+        "cpu_s": limits.cpu_s if limits.cpu_s is not None else "timeout + 1",
+        "file_size_mb": limits.file_size_mb,
+        "nofile": limits.nofile,
+        "max_stdout_bytes": limits.max_stdout_bytes,
+        "max_result_bytes": limits.max_result_bytes,
+        "environment": ["PATH"],
+        "network": "not blocked",
+    }
