@@ -62,7 +62,9 @@ def decode_at(text: str, idx: int) -> tuple[Any, int, str | None]:
     """Decode one JSON value starting exactly at ``idx``.
 
     Returns ``(value, end, None)`` on success, ``(None, idx, message)`` on failure. Never raises.
-    Duplicate keys: the last one wins (as in ``json``). Pass a :class:`Doc` for long texts.
+    Duplicate keys: the last one wins (as in ``json``). NaN, Infinity and numbers that overflow
+    to infinity are errors (not JSON). Nesting deeper than the interpreter's recursion limit allows
+    (about 1000 levels by default) is an error. Pass a :class:`Doc` for long texts.
     """
     if idx >= len(text):
         return None, idx, "truncated JSON: the text ends where a value should start"
@@ -255,7 +257,7 @@ def parse_call_list(
     lb: int,
     region_end: Callable[[int], int],
     what: str = "list",
-) -> tuple[int, bool]:
+) -> tuple[int, str]:
     """Read a JSON list of call objects whose ``[`` is at ``lb``, element by element.
 
     Each element that is a well-formed call becomes a call spanning the element; each bad element
@@ -263,20 +265,24 @@ def parse_call_list(
     ``, {"name": ...`` before ``region_end(pos)`` (the end of the enclosing block), so one bad
     element hides nothing after it.
 
-    Returns ``(end, closed)``: the position after the closing ``]`` (``closed`` True), or, for a
-    list that could not be read to its ``]``, the position where reading stopped (``closed``
-    False; the problem is already recorded).
+    Returns ``(end, status)``: ``"closed"`` with the position after the closing ``]``;
+    ``"truncated"`` when the text ends inside the list (``end`` is the end of the text; element
+    errors are recorded, the unclosed list is left to the caller); ``"broken"`` when a bad element
+    could not be skipped (``end`` is ``region_end`` of it; its error is recorded).
     """
     text = col.text
     n = len(text)
     i = skip_ws(text, lb + 1)
     if text.startswith("]", i):
-        return i + 1, True
+        return i + 1, "closed"
     while True:
         s = i
         if s >= n:
-            col.add_error(lb, n, f"truncated {what}: the text ends inside it")
-            return n, False
+            return n, "truncated"
+        if text[s] == ",":  # an empty element: "[a,,b]" or "[,a]"
+            col.add_error(s, s + 1, f"empty element in {what} (a comma with no value before it)")
+            i = skip_ws(text, s + 1)
+            continue
         value, end, err = decode_at(text, s)
         search_from = s + 1
         if err is None:
@@ -287,15 +293,14 @@ def parse_call_list(
                 i = skip_ws(text, j + 1)
                 if text.startswith("]", i):  # trailing comma: tolerated, like most servers do not
                     col.add_error(j, j + 1, f"trailing comma in {what}")
-                    return i + 1, True
+                    return i + 1, "closed"
                 continue
             if c == "]":
                 col.add_value(s, end, value)
-                return j + 1, True
+                return j + 1, "closed"
             if c == "":
                 col.add_value(s, end, value)
-                col.add_error(lb, n, f"truncated {what}: no closing ']'")
-                return n, False
+                return n, "truncated"
             err = f"expected ',' or ']' after element of {what}, found {text[j:j + 10]!r}"
             search_from = end
         limit = region_end(s)
@@ -304,11 +309,29 @@ def parse_call_list(
             col.add_error(s, rstrip_end(text, s, m.start()), err)
             i = m.end()
             continue
-        e = rstrip_end(text, s, limit)
-        if e - 1 > s and text[e - 1] == "]":
-            e = rstrip_end(text, s, e - 1)
-        col.add_error(s, e, err)
-        return limit, False
+        col.add_error(s, last_element_end(text, s, limit), err)
+        return limit, "broken"
+
+
+def last_element_end(text: str, s: int, limit: int) -> int:
+    """End of a bad last element that runs to ``limit``: trailing whitespace dropped, and a final
+    ``]`` too when the element's own brackets are balanced without it (then it closes the list)."""
+    e = rstrip_end(text, s, limit)
+    if e - 1 > s and text[e - 1] == "]" and bracket_depth(text, s, e - 1) <= 0:
+        e = rstrip_end(text, s, e - 1)
+    return e
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.S)  # possessive: no backtracking
+
+
+def bracket_depth(text: str, s: int, e: int) -> int:
+    """Open minus closed brackets in ``text[s:e]`` outside JSON strings; a huge number when the
+    text ends inside a string. Linear, in C (strings removed by one regex pass, then counted)."""
+    seg = _JSON_STRING.sub("", text[s:e])
+    if '"' in seg:
+        return 1 << 30
+    return seg.count("{") + seg.count("[") - seg.count("}") - seg.count("]")
 
 
 # ---- the tag scanner -------------------------------------------------------------------------
@@ -330,8 +353,8 @@ def scan_tagged(
 
     ``handle_call(col, tag_start, tag_end)`` reads the call block whose opening tag spans
     ``[tag_start, tag_end)`` and returns the position after it. Call tags inside a reasoning block
-    are part of the reasoning. A closing reasoning tag with no opening one before it makes
-    everything before it reasoning (a template that already opened ``<think>``). An unclosed
+    are part of the reasoning. A closing reasoning tag with no opening tag and no call before it
+    makes everything before it reasoning (a template that already opened ``<think>``). An unclosed
     reasoning block runs to the end of the text. ``drop_tags`` are removed from the content.
     """
     col = col or Collector(text)
@@ -339,8 +362,9 @@ def scan_tagged(
     if think_open and think_close:
         first_close = text.find(think_close)
         if first_close != -1:
+            # only if no opening tag and no call comes before it (a call's JSON may hold "</think>")
             first_open = text.find(think_open, 0, first_close)
-            if first_open == -1:
+            if first_open == -1 and text.find(call_open, 0, first_close) == -1:
                 col.add_reasoning(text[:first_close])
                 pos = first_close + len(think_close)
     tags = [call_open, *drop_tags]

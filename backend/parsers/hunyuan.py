@@ -65,9 +65,15 @@ class HunyuanParser(ToolCallParser):
                     err = f"expected a JSON list of calls after {OPEN}, got a JSON {type_name(value)}"
                     return finish(col, start, end, err, True)
                 return finish(col, start, after, err, True)
-            end, closed = parse_call_list(col, i, block_end, what=f"{OPEN} list")
-            if not closed:
-                return end + len(CLOSE) if text.startswith(CLOSE, end) else end
+            end, status = parse_call_list(col, i, block_end, what=f"{OPEN} list")
+            if status == "truncated":
+                col.add_error(start, n, f"unclosed {OPEN}: the text ends inside the list (generation truncated?)")
+                return n
+            if status == "broken":
+                if text.startswith(CLOSE, end):
+                    return end + len(CLOSE)
+                col.add_error(start, rstrip_end(text, start, end), f"unclosed {OPEN}: no {CLOSE} after the list")
+                return end
             j = skip_ws(text, end)
             if text.startswith(CLOSE, j):
                 return j + len(CLOSE)

@@ -8,7 +8,8 @@ calls are separated by ``;``.
 - With ``<|python_tag|>``: the text before it is content, and what follows it is calls: anything
   there that is not a well-formed call is an error (Llama's built-in tools' ``name.call(...)``
   syntax included, which this parser does not read).
-- Without it: calls are read only if the text (after whitespace) starts with ``{``. A first
+- Without it: calls are read only if the text (after whitespace) starts with ``{`` (a tag later
+  in such a text is not looked for: it can only be inside a call's strings or after the calls). A first
   object that is not call-shaped (no ``"name"``/``"parameters"``/``"arguments"`` key) means the
   whole text is plain content, as is text that does not start with ``{``.
 - Text after the last call (not starting with ``;``) is content.
@@ -36,7 +37,10 @@ class Llama3JsonParser(ToolCallParser):
         text = as_doc(text)  # O(1) error positions in json (see _common.Doc)
         col = Collector(text)
         n = len(text)
-        tag = text.find(PYTHON_TAG)
+        i = skip_ws(text, 0)
+        # A text that starts with '{' is read as calls from there (a "<|python_tag|>" later on can
+        # only be inside those calls' strings or after them); otherwise look for the tag.
+        tag = -1 if text.startswith("{", i) else text.find(PYTHON_TAG)
         strict = tag != -1
         if strict:
             col.add_content(0, tag)
@@ -44,12 +48,7 @@ class Llama3JsonParser(ToolCallParser):
             if i >= n:
                 col.add_error(tag, n, f"{PYTHON_TAG} with nothing after it (generation truncated?)")
                 return col.result()
-            if text[i] != "{":
-                col.add_error(tag, rstrip_end(text, tag, n), f"{PYTHON_TAG} is not followed by a JSON call object "
-                              "(built-in tool `name.call(...)` syntax is not supported by this parser)")
-                return col.result()
         else:
-            i = skip_ws(text, 0)
             if i >= n or text[i] != "{":
                 col.add_content(0, n)
                 return col.result()
@@ -66,11 +65,13 @@ class Llama3JsonParser(ToolCallParser):
                 j = skip_ws(text, end)
                 if text.startswith(";", j):
                     i = skip_ws(text, j + 1)
-                    if i < n and text[i] == "{":
-                        first = False
-                        continue
-                    col.add_content(i, n)
-                    return col.result()
+                    while text.startswith(";", i):  # ";;": an empty call
+                        col.add_error(i, i + 1, "empty call (two ';' in a row)")
+                        i = skip_ws(text, i + 1)
+                    if i >= n:  # a trailing ';'
+                        return col.result()
+                    first = False  # after ';' comes another call, whatever it looks like
+                    continue
                 col.add_content(end, n)
                 return col.result()
             # An unreadable object: is it a call at all?
@@ -79,6 +80,11 @@ class Llama3JsonParser(ToolCallParser):
             if first and not strict and _CALL_LIKE.search(text, s, stop) is None:
                 col.add_content(0, n)  # not JSON and not call-like: plain text that starts with '{'
                 return col.result()
+            if first and strict and err.startswith("invalid JSON: expected a value"):
+                # not JSON at all right after the tag: report it from the tag
+                err = (f"{PYTHON_TAG} is not followed by a JSON call object (built-in tool `name.call(...)` "
+                       "syntax is not supported by this parser)")
+                s = tag
             col.add_error(s, rstrip_end(text, s, stop), err)
             if m is None:
                 return col.result()

@@ -62,9 +62,14 @@ class MistralParser(ToolCallParser):
             if i >= n:
                 col.add_error(start, n, f"{TOOL_CALLS} with nothing after it (generation truncated?)")
                 return n
+            if text.startswith(TOOL_CALLS, i):
+                col.add_error(start, rstrip_end(text, start, i), f"{TOOL_CALLS} with no call after it")
+                return i
             c = text[i]
             if c == "[" and not text.startswith(ARGS, i) and not text.startswith(CALL_ID, i):
-                end, _closed = parse_call_list(col, i, region_end, what=f"{TOOL_CALLS} list")
+                end, status = parse_call_list(col, i, region_end, what=f"{TOOL_CALLS} list")
+                if status == "truncated":
+                    col.add_error(start, n, f"truncated {TOOL_CALLS} list: the text ends before its ']'")
                 return end
             if c == "{":  # a single call object instead of a list
                 value, end, err = decode_at(text, i)
