@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     import ui
 
     ctx = build_context(args)
+    ctx.warm_up()  # load the samples' tokenizers in the background: the first page view is fast
     demo = ui.build_app(ctx)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **ui.launch_kwargs())
 

@@ -284,13 +284,16 @@ def load_any(path: str, *, import_foreign: bool = False, tokenizer: str = "qwen3
     from backend import importers
 
     fmt = importers.detect(path)
-    if fmt is not None and fmt != "trace":
-        # Trace.from_dict would accept such records (every field has a default): do not let a
-        # foreign file load as empty traces
-        if import_foreign:
-            return importers.import_file(path, fmt, tokenizer=tokenizer)
+    foreign = fmt is not None and fmt != "trace"
+    if foreign and import_foreign:
+        return importers.import_file(path, fmt, tokenizer=tokenizer)
+    # detect() looks at the first few readable records only: one damaged trace line among them
+    # must not turn the whole file into "foreign data". load_traces refuses records that are not
+    # traces one by one (no id/format_version), so load, and refuse the file only when nothing
+    # in it is a trace.
+    res = load_traces(path)
+    if foreign and not res.traces:
         res = LoadResult()
         hint = f"looks like {fmt} data, not a trace; import it: python -m backend import --from {fmt} {path} --out TRACES.jsonl"
         res.problems.append(LoadProblem(1, hint))
-        return res
-    return load_traces(path)
+    return res

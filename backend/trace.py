@@ -35,7 +35,9 @@ Span = tuple[int, int]
 class _Model(BaseModel):
     # Unknown keys are kept (extra="allow") so a newer file read by an older version loses
     # nothing on re-save.
-    model_config = ConfigDict(extra="allow", validate_assignment=False)
+    # ser_json_inf_nan="strings": a -inf logprob is written as "-Infinity" (read back as -inf),
+    # not as null, which a float field then refuses
+    model_config = ConfigDict(extra="allow", validate_assignment=False, ser_json_inf_nan="strings")
 
 
 class ToolCall(_Model):
@@ -211,6 +213,9 @@ class Trace(_Model):
     def from_dict(cls, data: Any) -> Trace:
         if not isinstance(data, dict):
             raise TraceFormatError(f"a trace must be a JSON object, got {type(data).__name__}")
+        why = _check_record(data)
+        if why:
+            raise TraceFormatError(why)
         try:
             return cls.model_validate(data)
         except ValidationError as e:
@@ -218,14 +223,89 @@ class Trace(_Model):
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Trace:
+        # the same parser and checks as load_traces, so a record opened from the trace table is
+        # accepted or refused exactly as it is when the whole file is loaded
         try:
-            return cls.model_validate_json(text)
-        except ValidationError as e:
-            raise TraceFormatError(_explain(e)) from None
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise TraceFormatError(f"invalid JSON: {e.msg} at column {e.colno}") from None
+        except UnicodeDecodeError as e:
+            raise TraceFormatError(f"not valid UTF-8 at byte {e.start}") from None
+        except RecursionError:
+            raise TraceFormatError("invalid JSON: nested too deeply") from None
+        except ValueError as e:  # e.g. an integer literal of more than 4300 digits
+            raise TraceFormatError(f"invalid JSON: {e}"[:300]) from None
+        return cls.from_dict(data)
 
 
 class TraceFormatError(ValueError):
     """A record that is not a valid trace; the message says why in plain words."""
+
+
+# Deepest JSON nesting a trace record may have (the record itself is level 1). Deeper records
+# could be loaded but not written back (pydantic's serializer stops at 255 levels, orjson at 254,
+# pydantic's JSON parser at 200), so they are refused when read.
+MAX_JSON_DEPTH = 100
+_ID_FIELDS = ("prompt_ids", "response_ids", "response_mask")
+_INF = float("inf")
+
+
+def _kind(v: Any) -> str:
+    if type(v) is float and (v != v or v in (_INF, -_INF)):
+        return "NaN/Infinity"
+    return {bool: "a boolean", str: "a string", float: "a number with a fraction", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _check_record(rec: dict[str, Any]) -> str | None:
+    """Why a parsed record cannot be a trace although pydantic might accept it, or None.
+
+    * token ids and mask values must be JSON integers (pydantic would turn ``"5"``, ``5.0`` and
+      ``true`` into ints silently);
+    * no NaN/Infinity anywhere (not JSON; written back as null, which then does not read back);
+    * no lone UTF-16 surrogates in strings (``"\\ud800"``: the trace could not be saved or sent
+      to the browser);
+    * at most :data:`MAX_JSON_DEPTH` levels of nesting.
+    """
+    for key in _ID_FIELDS:
+        ids = rec.get(key)
+        if isinstance(ids, list) and not all(type(x) is int for x in ids):
+            i, x = next((i, x) for i, x in enumerate(ids) if type(x) is not int)
+            what = "mask values" if key == "response_mask" else "token ids"
+            return f"{key}[{i}] is {_kind(x)} ({json.dumps(x)[:40]}); {what} must be JSON integers"
+    stack: list[tuple[Any, int, str]] = [(rec, 1, "")]
+    while stack:
+        obj, depth, path = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            where = path if len(path) <= 60 else path[:60] + "…"
+            return f"nested more than {MAX_JSON_DEPTH} levels deep (at {where})"
+        items = obj.items() if type(obj) is dict else enumerate(obj)
+        for k, v in items:
+            if type(k) is str and not k.isascii() and _has_surrogate(k):
+                return f"{path or 'trace'}: key {k!r} holds a lone UTF-16 surrogate (not valid Unicode)"
+            t = type(v)
+            if t is str:
+                if not v.isascii() and _has_surrogate(v):
+                    return f"{_child(path, k)}: a string with a lone UTF-16 surrogate (not valid Unicode)"
+            elif t is float:
+                if v != v or v == _INF or v == -_INF:
+                    return f"{_child(path, k)}: {v} is not a JSON number (NaN and Infinity are not allowed)"
+            elif t is dict or t is list:
+                if depth == 1 and k in _ID_FIELDS:
+                    continue  # checked above (flat integer lists)
+                stack.append((v, depth + 1, _child(path, k)))
+    return None
+
+
+def _child(path: str, k: Any) -> str:
+    return f"{path}[{k}]" if type(k) is int else (f"{path}.{k}" if path else str(k))
+
+
+def _has_surrogate(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _explain(e: ValidationError) -> str:
@@ -272,13 +352,16 @@ class TraceFileError(ValueError):
 
 
 def iter_jsonl_records(
-    stream: io.BufferedIOBase | Iterable[bytes], max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    stream: io.BufferedIOBase | Iterable[bytes], max_line_bytes: int | None = None
 ) -> Iterator[tuple[int, Any | LoadProblem]]:
     """Yield ``(line_number, parsed_json_or_problem)`` for each non-blank line.
 
-    Reads line by line so memory stays bounded by ``max_line_bytes``; an over-long line is
-    skipped (reported), not loaded.
+    Reads line by line so memory stays bounded by ``max_line_bytes`` (default:
+    :data:`DEFAULT_MAX_LINE_BYTES`, read at call time); an over-long line is skipped (reported),
+    not loaded.
     """
+    if max_line_bytes is None:
+        max_line_bytes = DEFAULT_MAX_LINE_BYTES
     lineno = 0
     reader = stream.readline if hasattr(stream, "readline") else None
     it = iter(stream) if reader is None else None
@@ -313,6 +396,8 @@ def iter_jsonl_records(
             yield lineno, LoadProblem(lineno, f"invalid JSON: {e.msg} at column {e.colno}")
         except RecursionError:
             yield lineno, LoadProblem(lineno, "invalid JSON: nested too deeply")
+        except ValueError as e:  # e.g. an integer literal of more than 4300 digits
+            yield lineno, LoadProblem(lineno, f"invalid JSON: {e}"[:300])
 
 
 def _check_size(path: str, max_bytes: int) -> int:
@@ -325,12 +410,20 @@ def _check_size(path: str, max_bytes: int) -> int:
     return size
 
 
-def load_traces(path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> LoadResult:
+def load_traces(path: str, max_bytes: int | None = None, max_line_bytes: int | None = None) -> LoadResult:
     """Load our trace files: JSONL (one trace per line), a JSON object, or a JSON list.
 
-    Good records load; each bad one is reported with its line number and the reason.
+    Good records load; each bad one is reported with its line number and the reason. The limits
+    default to :data:`DEFAULT_MAX_FILE_BYTES` / :data:`DEFAULT_MAX_LINE_BYTES` (read at call
+    time). A ``.json`` file is read whole; any other file is only tried as one JSON document
+    (it starts with ``[``) when it is no longer than the line limit, so memory stays bounded by
+    that limit.
     """
-    _check_size(path, max_bytes)
+    if max_bytes is None:
+        max_bytes = DEFAULT_MAX_FILE_BYTES
+    if max_line_bytes is None:
+        max_line_bytes = DEFAULT_MAX_LINE_BYTES
+    size = _check_size(path, max_bytes)
     result = LoadResult()
     with open(path, "rb") as f:
         head = f.read(4096)
@@ -338,13 +431,13 @@ def load_traces(path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES, max_line_byt
         if b"\x00" in head:
             raise TraceFileError(f"{os.path.basename(path)} looks like a binary file, not JSON/JSONL text")
         stripped = head.lstrip()
-        if stripped.startswith(b"[") or path.endswith(".json"):
+        if (stripped.startswith(b"[") and size <= max_line_bytes) or path.endswith(".json"):
             # a whole-file JSON document (list of traces or one trace); fall back to JSONL if
             # it does not parse as one document
             data = f.read()
             try:
                 doc = json.loads(data.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            except (UnicodeDecodeError, ValueError, RecursionError):  # JSONDecodeError is a ValueError
                 doc = None
             if doc is not None:
                 records = doc if isinstance(doc, list) else [doc]
@@ -361,6 +454,14 @@ def _add(result: LoadResult, line: int, rec: Any) -> None:
     if isinstance(rec, LoadProblem):
         result.problems.append(rec)
         return
+    if isinstance(rec, dict):
+        # every field has a default, so without this a record of another format (or a trace
+        # line that lost its keys) would load as an empty trace with a made-up id
+        missing = [k for k in ("format_version", "id") if k not in rec]
+        if missing:
+            result.problems.append(LoadProblem(line, f"not a trace record: no {' or '.join(missing)} field "
+                                                     "(files from other tools: python -m backend import)"))
+            return
     try:
         result.traces.append(Trace.from_dict(rec))
         result.lines.append(line)

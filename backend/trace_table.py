@@ -134,7 +134,7 @@ class TraceTable:
             assert self._traces is not None
             return self._traces[i]
         if self.kind == "parquet":
-            return _open_parquet_row(self.path, i)
+            return _open_parquet_row(self.path, int(self.df.at[i, "line"]) - 1)  # rows of bad records are not listed
         off, n, line = (int(self.df.at[i, c]) for c in ("offset", "length", "line"))
         with open(self.path, "rb") as f:  # type: ignore[arg-type]
             f.seek(off)
@@ -216,13 +216,27 @@ def _loads_light(raw: bytes) -> tuple[Any, dict[str, int] | None]:
 
 def _scan(f, cols: dict[str, list[Any]], problems: list[LoadProblem], max_line: int) -> None:
     offset = 0
-    for lineno, raw in enumerate(f, start=1):
+    lineno = 0
+    readline = f.readline
+    while True:
+        raw = readline(max_line + 1)  # never more than the limit in memory, however long the line
+        if not raw:
+            break
+        lineno += 1
         n = len(raw)
         start = offset
-        offset += n
         if n > max_line:
-            problems.append(LoadProblem(lineno, f"line is longer than the {max_line} byte limit; skipped"))
+            if not raw.endswith(b"\n"):
+                raw = b""
+                while True:  # drain the rest of the line without keeping it
+                    chunk = readline(1 << 20)
+                    n += len(chunk)
+                    if not chunk or chunk.endswith(b"\n"):
+                        break
+            offset += n
+            problems.append(LoadProblem(lineno, f"line is longer than the {max_line} byte limit ({n} bytes); skipped"))
             continue
+        offset += n
         if raw.isspace():
             continue
         try:
@@ -232,6 +246,9 @@ def _scan(f, cols: dict[str, list[Any]], problems: list[LoadProblem], max_line: 
             continue
         except RecursionError:
             problems.append(LoadProblem(lineno, "invalid JSON: nested too deeply"))
+            continue
+        except ValueError as e:  # e.g. an integer literal of more than 4300 digits
+            problems.append(LoadProblem(lineno, f"invalid JSON: {e}"[:300]))
             continue
         if not isinstance(d, dict) or "id" not in d or "format_version" not in d:
             problems.append(LoadProblem(lineno, "not a trace (no id/format_version); other formats: python -m backend import"))
@@ -270,7 +287,10 @@ def _parquet_table(path: str) -> TraceTable:
 
     from backend.export import PARQUET_KIND
 
-    pf = pq.ParquetFile(path)
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:  # pyarrow raises ArrowInvalid/OSError for a file that is not Parquet
+        raise TraceFileError(f"{os.path.basename(path)} is not a readable Parquet file: {str(e).splitlines()[0]}") from None
     if (pf.schema_arrow.metadata or {}).get(b"kind") != PARQUET_KIND:
         raise TraceFileError(f"{os.path.basename(path)} is not a trace Parquet file; import it with python -m backend import")
     t = pf.read(columns=["id", "source", "termination_reason", "prompt_ids", "response_ids", "steps", "messages", "tools", "metadata"])
@@ -284,9 +304,14 @@ def _parquet_table(path: str) -> TraceTable:
     msgs = t["messages"].to_pylist()
     tools = t["tools"].to_pylist()
     metas = t["metadata"].to_pylist()
+    problems: list[LoadProblem] = []
     for i in range(t.num_rows):
-        d = {"id": ids[i], "steps": json.loads(steps[i] or "[]"), "messages": json.loads(msgs[i] or "[]"), "tools": json.loads(tools[i] or "[]"), "metadata": json.loads(metas[i] or "{}"), "termination_reason": term[i]}
-        row = row_from_dict(d)
+        try:
+            d = {"id": ids[i], "steps": json.loads(steps[i] or "[]"), "messages": json.loads(msgs[i] or "[]"), "tools": json.loads(tools[i] or "[]"), "metadata": json.loads(metas[i] or "{}"), "termination_reason": term[i]}
+            row = row_from_dict(d)
+        except (ValueError, TypeError, AttributeError, RecursionError) as e:  # a corrupted row: report it, list the rest
+            problems.append(LoadProblem(i + 1, f"bad row: {e}"[:300]))
+            continue
         row["source"] = src[i] if src[i] is not None else row["source"]
         row["prompt_tokens"], row["response_tokens"] = p[i] or 0, r[i] or 0
         row["tokens"] = row["prompt_tokens"] + row["response_tokens"]
@@ -295,7 +320,7 @@ def _parquet_table(path: str) -> TraceTable:
         cols["line"].append(i + 1)
         cols["offset"].append(-1)
         cols["length"].append(-1)
-    return TraceTable(path, _frame(cols), [], "parquet")
+    return TraceTable(path, _frame(cols), problems, "parquet")
 
 
 def _open_parquet_row(path: str | None, i: int) -> Trace:

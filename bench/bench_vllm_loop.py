@@ -8,6 +8,7 @@
    constraint, ``max_tokens`` = the length the loop got and ``ignore_eos`` (so the generated
    lengths are identical by construction), ``FINAL_ONLY`` output and no detokenization (the
    cheapest way to drive vLLM). The N conversations run concurrently, as the loops did.
+   vLLM's prefix cache is reset before each phase so both prefill the same tokens.
 
 The ratio loop/raw is everything the inspector adds on top of vLLM: rendering and tokenizing
 tool turns, parsing calls, running tools, streaming deltas across threads, building the
@@ -99,6 +100,16 @@ async def run_raw(gen, convs):
     return await gen.run_on_engine(all_convs)
 
 
+async def reset_prefix_cache(gen) -> None:
+    """Both phases must prefill the same tokens: without this the second phase finds every
+    prompt of the first in vLLM's prefix cache."""
+
+    async def reset(engine):
+        await engine.reset_prefix_cache()
+
+    await gen.run_on_engine(reset)
+
+
 async def main(args) -> dict:
     from backend import models
     from backend.engine import AgentLoop, LoopConfig
@@ -134,10 +145,23 @@ async def main(args) -> dict:
 
     loop_times, raw_times, match, total_turns, gen_tokens = [], [], 0, 0, 0
     turns_per_loop, reasons = [], {}
+    convs = None
+    nondeterministic = 0  # reps whose loops generated other ids than rep 1 (batch-dependent numerics)
     for rep in range(args.reps):
-        lt, traces = await run_loops(make_loop, conversations)
-        convs = requests_from_traces(traces)
-        rt, raw_out = await run_raw(gen, convs)
+        # alternate which phase goes first (the raw phase needs the loop's requests once)
+        if rep % 2 == 1 and convs is not None:
+            await reset_prefix_cache(gen)
+            rt, raw_out = await run_raw(gen, convs)
+            await reset_prefix_cache(gen)
+            lt, traces = await run_loops(make_loop, conversations)
+            if requests_from_traces(traces) != convs:
+                nondeterministic += 1
+        else:
+            await reset_prefix_cache(gen)
+            lt, traces = await run_loops(make_loop, conversations)
+            convs = requests_from_traces(traces)
+            await reset_prefix_cache(gen)
+            rt, raw_out = await run_raw(gen, convs)
         loop_times.append(lt)
         raw_times.append(rt)
         if rep == 0:
@@ -167,6 +191,7 @@ async def main(args) -> dict:
         "termination": reasons,
         "generated_tokens": gen_tokens,
         "turns_identical_to_raw": f"{match}/{total_turns}",
+        "reps_differing_from_rep1": nondeterministic,
         "engine_start_s": round(start_s, 2),
         "default_model_conversion_s": None if convert_s is None else round(convert_s, 1),
         "loop_s": [round(x, 3) for x in loop_times],

@@ -126,12 +126,12 @@ class Scenario:
 
 SCENARIOS = [
     Scenario(
-        "weather.jsonl", "sample-weather-seattle", "weather in Seattle (seed 001)",
+        "01_weather.jsonl", "sample-weather-seattle", "weather in Seattle (seed 001)",
         "Qwen3-4B-Instruct-2507 profile, one tool call then the answer: prompt 178 tokens, mask 25×1, 28×0, 16×1.",
         "qwen3", [TEMPERATURE], [WEATHER_CALL, WEATHER_ANSWER], ["What's the weather in Seattle?"],
     ),
     Scenario(
-        "parallel_calls.jsonl", "sample-parallel-calls", "two tool calls in one turn",
+        "02_parallel_calls.jsonl", "sample-parallel-calls", "two tool calls in one turn",
         "Three calls in one assistant turn with max_parallel_calls=3; the three tool responses are one injected block.",
         "qwen3", [TEMPERATURE, LOCAL_TIME],
         [
@@ -144,7 +144,7 @@ SCENARIOS = [
         {"max_parallel_calls": 3},
     ),
     Scenario(
-        "malformed_tool_call.jsonl", "sample-malformed-call", "a malformed tool call",
+        "03_malformed_tool_call.jsonl", "sample-malformed-call", "a malformed tool call",
         "The model's JSON misses a closing brace: the parser reports the error with its span and the loop ends "
         "with malformed_tool_call.",
         "qwen3", [TEMPERATURE],
@@ -152,7 +152,7 @@ SCENARIOS = [
         ["What's the weather in Seattle?"],
     ),
     Scenario(
-        "truncated_tool_response.jsonl", "sample-truncated-response", "a truncated tool response",
+        "04_truncated_tool_response.jsonl", "sample-truncated-response", "a truncated tool response",
         "The tool returns ~900 characters; max_tool_response_length=160 keeps the middle-truncated text the model sees.",
         "qwen3", [SEARCH_DOCS],
         [
@@ -164,7 +164,7 @@ SCENARIOS = [
         {"max_tool_response_length": 160, "tool_response_truncate_side": "middle"},
     ),
     Scenario(
-        "hunyuan_format.jsonl", "sample-hunyuan-format", "HunYuan tool-call format",
+        "05_hunyuan_format.jsonl", "sample-hunyuan-format", "HunYuan tool-call format",
         "A custom chat template that writes <tool_calls>[...]</tool_calls> (HunYuan-A13B syntax), parsed by the "
         "'hunyuan' parser; two calls in one list.",
         "qwen3", [TEMPERATURE],
@@ -178,7 +178,7 @@ SCENARIOS = [
         template=HUNYUAN_TEMPLATE,
     ),
     Scenario(
-        "thinking_multiturn.jsonl", "sample-thinking-multiturn", "multi-turn with thinking",
+        "06_thinking_multiturn.jsonl", "sample-thinking-multiturn", "multi-turn with thinking",
         "Qwen3 with <think> blocks (enable_thinking) over two user turns; the template drops the first turn's "
         "reasoning when the second turn is rendered.",
         "qwen3-thinking", [TEMPERATURE],
@@ -249,7 +249,7 @@ def render_all() -> dict[str, str]:
     for sc in SCENARIOS:
         traces = asyncio.run(run_scenario(sc))
         out[sc.file] = "".join(
-            json.dumps(t.to_dict(), ensure_ascii=False, sort_keys=True, separators=(",", ":")) + "\n" for t in traces
+            json.dumps(t.to_dict(), ensure_ascii=False, separators=(",", ":")) + "\n" for t in traces
         )
     return out
 

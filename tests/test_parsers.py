@@ -474,36 +474,26 @@ def test_one_megabyte_argument_is_fast(fmt):
     args = {"blob": "x" * (1 << 20), "nested": {"s": '"}{][' * 1000}}
     prefix = "Before. " + ("<|python_tag|>" if fmt == "llama3_json" else "")  # llama: text first needs the tag
     text = prefix + p.format_calls([{"name": "f", "arguments": args}])
-    t = time.perf_counter()
-    res = p.parse(text)
-    assert time.perf_counter() - t < 0.5
+    res = p.parse(text)  # speed: bench/bench_parsers.py
     assert calls(res) == [("f", args)]
     check_spans(text, res)
 
 
 @pytest.mark.parametrize("fmt", NATIVE)
-def test_one_megabyte_of_broken_tags_is_linear(fmt):
-    """Tens of thousands of malformed calls in one text: time grows linearly with the length
-    (8x the text, well under 24x the time; quadratic would be 64x)."""
+def test_one_megabyte_of_broken_tags(fmt):
+    """Tens of thousands of malformed calls in one text parse without an internal error, every
+    error has a span inside the text. (Time per byte at 128 KB vs 1 MB: bench/bench_parsers.py.)"""
     p = get_parser(fmt)
-
-    def timed(text: str, runs: int) -> float:
-        best = float("inf")
-        for _ in range(runs):
-            t = time.perf_counter()
-            res = p.parse(text)
-            best = min(best, time.perf_counter() - t)
-        assert not any(e.message.startswith("internal") for e in res.errors)
-        return best
-
     unit = {"hermes": "<tool_call>{", "hunyuan": "<tool_calls>[{", "mistral": "[TOOL_CALLS]f[ARGS]{",
             "llama3_json": '{"name": "a", "parameters": {; '}[fmt]
-    small = timed(unit * ((1 << 17) // len(unit)), 3)
-    big = timed(unit * ((1 << 20) // len(unit)), 1)
+    text = unit * ((1 << 20) // len(unit))
+    res = p.parse(text)
+    assert res.errors and not res.tool_calls
+    assert not any(e.message.startswith("internal") for e in res.errors)
+    assert all(0 <= e.span[0] <= e.span[1] <= len(text) for e in res.errors if e.span)
     if fmt == "llama3_json":
         res = p.parse(unit * 100)
         assert len(res.errors) == 100  # each one reported: the reader resynchronises at every "; {"
-    assert big < 24 * max(small, 0.005), (unit, small, big)
 
 
 def test_types_are_the_trace_types():

@@ -82,9 +82,9 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         playground.wire(ctx, pg, session, (refresh_inspector, [session, insp.decode_dd], insp_outputs))
 
         def on_load(sess: Session):
-            return [*refresh_inspector(sess, "auto"), *trace_files.table_outputs(sess)]
+            return [*refresh_inspector(sess, "auto"), *trace_files.table_outputs(sess), trace_files.initial_status(sess)]
 
-        demo.load(on_load, [session], [*insp_outputs, tf.reason_dd, tf.source_dd, tf.table, tf.dist])
+        demo.load(on_load, [session], [*insp_outputs, tf.reason_dd, tf.source_dd, tf.table, tf.dist, tf.status])
     demo.queue(default_concurrency_limit=ctx.concurrency_limit)
     return demo
 

@@ -106,5 +106,5 @@ def file_distributions(traces: list[Trace]) -> go.Figure:
     reasons = Counter((t.termination_reason or "(none)") for t in traces)
     names = sorted(reasons, key=lambda r: -reasons[r])
     fig.add_bar(x=names, y=[reasons[r] for r in names], marker_color=COLORS["injected"], name="termination", row=1, col=3)
-    fig.update_layout(title=f"{len(traces)} trace(s)", showlegend=False, **{**_LAYOUT, "height": 320})
+    fig.update_layout(showlegend=False, **{**_LAYOUT, "height": 320, "margin": dict(l=40, r=10, t=50, b=40)})
     return fig

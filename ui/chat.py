@@ -113,7 +113,7 @@ def message_to_chat(
             out.append({"role": "assistant", "content": esc(content)})
         for j, call in enumerate(msg.get("tool_calls") or []):
             name, args, cid = _call_parts(call)
-            meta: dict[str, Any] = {"title": f"🛠 Tool call: {title_text(name, 60)}", "status": "done", "id": f"m{index}c{j}"}
+            meta: dict[str, Any] = {"title": f"Tool call · {title_text(name, 60)}", "status": "done", "id": f"m{index}c{j}"}
             if cid:
                 meta["log"] = title_text(cid, 40)
             out.append({"role": "assistant", "content": code_block(_json({"name": name, "arguments": args}), "json"), "metadata": meta})
@@ -123,15 +123,15 @@ def message_to_chat(
                 if err.raw:
                     body += "\n\n" + code_block(err.raw)
                 out.append({"role": "assistant", "content": body,
-                            "metadata": {"title": "⚠ Malformed tool call", "status": "done", "id": f"m{index}e{j}"}})
+                            "metadata": {"title": "Malformed tool call", "status": "done", "id": f"m{index}e{j}"}})
             if step.error:
                 out.append({"role": "assistant", "content": esc(step.error),
-                            "metadata": {"title": "⚠ Generation error", "status": "done", "id": f"m{index}g"}})
+                            "metadata": {"title": "Generation error", "status": "done", "id": f"m{index}g"}})
         if not out:
             out.append({"role": "assistant", "content": "*(empty turn)*"})
     elif role == "tool":
         name = msg.get("name") or (result.name if result else "tool")
-        meta = {"title": f"📎 Tool result: {title_text(name, 60)}", "status": "done", "id": f"m{index}"}
+        meta = {"title": f"Tool result · {title_text(name, 60)}", "status": "done", "id": f"m{index}"}
         logs = []
         if result is not None:
             meta["duration"] = round(float(result.duration_s), 3)
@@ -163,17 +163,17 @@ def trace_to_chat(trace: Trace | None) -> list[dict[str, Any]]:
     for s in trace.steps:
         if s.state == "processing_tools" and not s.messages_added and s.info.get("not_appended"):
             out.append({"role": "assistant", "content": esc(s.info["not_appended"]),
-                        "metadata": {"title": "⚠ Tool turn not appended", "status": "done", "id": f"s{s.index}"}})
+                        "metadata": {"title": "Tool turn not appended", "status": "done", "id": f"s{s.index}"}})
         if s.state == "generating" and not s.messages_added and s.error:
             out.append({"role": "assistant", "content": esc(s.error),
-                        "metadata": {"title": "⚠ Generation error", "status": "done", "id": f"s{s.index}"}})
+                        "metadata": {"title": "Generation error", "status": "done", "id": f"s{s.index}"}})
     if trace.termination_reason:
         out.append({"role": "assistant", "content": f"Run ended: **{esc(trace.termination_reason)}**",
-                    "metadata": {"title": f"■ {title_text(trace.termination_reason, 40)}", "status": "done", "id": "end"}})
+                    "metadata": {"title": f"Run ended · {title_text(trace.termination_reason, 40)}", "status": "done", "id": "end"}})
     return out
 
 
 def pending_message(text: str, state: str = "generating") -> dict[str, Any]:
     """The streaming view of the turn being generated: the raw model output so far."""
     return {"role": "assistant", "content": code_block(text or " "),
-            "metadata": {"title": "⏳ generating…" if state == "generating" else f"⏳ {state}", "status": "pending", "id": "live"}}
+            "metadata": {"title": "generating…" if state == "generating" else f"{state}…", "status": "pending", "id": "live"}}

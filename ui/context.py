@@ -216,6 +216,25 @@ class AppContext:
     tokenizers: TokenizerCache = field(default_factory=TokenizerCache)
     max_upload_bytes: int = 200 << 20
 
+    def warm_up(self) -> threading.Thread:
+        """Load, in a background thread, the tokenizers the sample traces and the playground use."""
+        names = {t.tokenizer.name for _, t in self.samples if t.tokenizer.name}
+        names.add(self.default_tokenizer)
+
+        def work() -> None:
+            from backend.tokenizers import PROFILES
+
+            for n in sorted(names):
+                if n in PROFILES:
+                    try:
+                        self.tokenizers.get(n)
+                    except Exception:  # noqa: BLE001 - reported when the user opens the trace
+                        pass
+
+        th = threading.Thread(target=work, name="ali-warm-up", daemon=True)
+        th.start()
+        return th
+
     @property
     def default_backend_choice(self) -> str:
         return self.model.options.backend if self.model.available and self.default_script is None else "scripted"

@@ -280,12 +280,13 @@ def build(ctx: AppContext, session: gr.State) -> InspectorUI:
                                 info="auto: the trace's tokenizer")
         download = gr.DownloadButton("Save trace (JSONL)", scale=1, elem_id="insp-download", interactive=False)
     summary = gr.HTML(summary_html("", None), elem_id="insp-summary")
+    steps_df = gr.Dataframe(
+        headers=STEP_COLUMNS, value=step_rows(None), interactive=False, label="Steps (click a row)",
+        elem_id="insp-steps", wrap=True, max_height=300,
+        column_widths=["5%", "12%", "9%", "6%", "6%", "22%", "9%", "9%", "22%"],
+    )
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
-            steps_df = gr.Dataframe(
-                headers=STEP_COLUMNS, value=step_rows(None), interactive=False, label="Steps (click a row)",
-                elem_id="insp-steps", wrap=True, max_height=320,
-            )
             step_dd = gr.Dropdown(label="Selected step", choices=[], value=None, elem_id="insp-step")
             step_header = gr.HTML(elem_id="insp-step-head")
             with gr.Tabs():
@@ -302,16 +303,17 @@ def build(ctx: AppContext, session: gr.State) -> InspectorUI:
                     step_results = gr.Code(language="json", label="tool results and step info", elem_id="insp-step-results",
                                            interactive=False, lines=8, max_lines=30)
         with gr.Column(scale=2):
-            chat = gr.Chatbot(label="Conversation", elem_id="insp-chat", height=560, feedback_options=None,
-                              sanitize_html=True, group_consecutive_messages=False, buttons=["copy"])
+            chat = gr.Chatbot(label="Conversation", elem_id="insp-chat", height=480, feedback_options=None,
+                              sanitize_html=True, group_consecutive_messages=False, buttons=["copy"], autoscroll=False)
     gr.Markdown("### All tokens\nColour = mask: grey prompt, green generated (1), orange injected (0); violet frame = special token. "
                 "Click a step chip (or a row above) to jump to its tokens.")
     tokens = gr.HTML(token_view.empty_view("no trace"), elem_id="insp-tokens", css_template=token_view.CSS, js_on_load=token_view.JS)
     with gr.Row():
-        plot_tokens = gr.Plot(label="Tokens per step", elem_id="insp-plot-tokens")
-        plot_timeline = gr.Plot(label="Step timeline", elem_id="insp-plot-timeline")
+        plot_tokens = gr.Plot(label="Tokens per step", show_label=False, elem_id="insp-plot-tokens")
+        plot_timeline = gr.Plot(label="Step timeline", show_label=False, elem_id="insp-plot-timeline")
     diagnostics = gr.Dataframe(headers=DIAG_COLUMNS, value=diagnostics_rows(None, None), interactive=False,
-                               label="Diagnostics", elem_id="insp-diagnostics", wrap=True)
+                               label="Diagnostics (backend.diagnostics)", elem_id="insp-diagnostics", wrap=True,
+                               column_widths=["8%", "16%", "58%", "6%", "6%", "6%"])
 
     ui = InspectorUI(trace_dd, decode_dd, summary, steps_df, step_dd, chat, step_header, step_text, step_tokens,
                      step_calls, step_results, tokens, plot_tokens, plot_timeline, diagnostics, download)

@@ -33,7 +33,9 @@ WEATHER_TOOLS = [
             "description": "Get current temperature at a location.",
             "parameters": {
                 "type": "object",
-                "properties": {"city": {"type": "string", "description": "The location, as \"City, State, Country\"."}},
+                "properties": {
+                    "city": {"type": "string", "description": "The location to get the temperature for, in the format \"City, State, Country\"."}
+                },
                 "required": ["city"],
             },
         },
@@ -275,7 +277,7 @@ class LiveView:
                 self.n_messages += 1
             if step.info.get("not_appended"):
                 self.added.append({"role": "assistant", "content": html.escape(str(step.info["not_appended"])),
-                                   "metadata": {"title": "⚠ Tool turn not appended", "status": "done"}})
+                                   "metadata": {"title": "Tool turn not appended", "status": "done"}})
 
     def chat(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []

@@ -221,7 +221,7 @@ def build(ctx: AppContext) -> TemplateLabUI:
         with gr.Column():
             left = _side("A", "qwen3", OWN, "labA")
         with gr.Column() as right_col:
-            right = _side("B", "qwen3", "qwen3_instruct_2507_training" if "qwen3_instruct_2507_training" in _template_choices() else OWN, "labB")
+            right = _side("B", "qwen3", "qwen3" if "qwen3" in _template_choices() else OWN, "labB")
     gr.Markdown("### Diff (A → B)")
     diff = gr.HTML(elem_id="lab-diff")
     ui = TemplateLabUI(messages, tools, gen_prompt, kwargs, compare, render_btn, left, right, diff, right_col)

@@ -195,7 +195,7 @@ def _ws_sub(m: re.Match[str]) -> str:
     if first == "\n":
         return "<i class=wn></i>\n"
     if first == "\r":
-        return "<i class=wr></i>"
+        return "<i class=wc>\\r</i>"  # a raw CR would become a line break in HTML
     return f"<i class=wc>\\x{ord(c):02x}</i>"
 
 
@@ -449,10 +449,9 @@ CSS = """
 .tv-mark.sel { background: #dc2626; }
 .tv-body > span.tv-in-sel { text-decoration: underline 2px #dc2626; }
 .wc { color: #b91c1c; font-style: normal; }
-i.ws, i.wn, i.wt, i.wr, i.we { font-style: normal; }
+i.ws, i.wn, i.wt, i.we { font-style: normal; }
 .tv-ws i.ws { background: radial-gradient(circle at 50% 55%, #6b7280 0 1.3px, transparent 1.7px) 0 0 / 1ch 100% repeat-x; }
 .tv-ws i.wn::before { content: "↵"; color: #6b7280; }
-.tv-ws i.wr::before { content: "␍"; color: #6b7280; }
 .tv-ws i.wt { position: relative; }
 .tv-ws i.wt::before { content: "→"; position: absolute; left: 0; color: #6b7280; }
 .tv-text { white-space: pre-wrap; word-break: break-word; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12.5px; line-height: 1.5; max-height: 420px; overflow: auto; padding: 8px; margin: 0; border: 1px solid var(--border-color-primary); border-radius: 6px; background: #fff; color: #111; }

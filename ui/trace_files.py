@@ -149,11 +149,12 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
         search = gr.Textbox(label="Search (id, messages, tool calls)", elem_id="tf-search", placeholder="e.g. Seattle")
     table = gr.Dataframe(headers=COLUMNS, value=pd.DataFrame([], columns=COLUMNS), interactive=False,
                          label="Traces (click a row to inspect)", elem_id="tf-table", max_height=420)
-    with gr.Row():
-        export_fmt = gr.Radio(["jsonl", "parquet"], value="jsonl", label="Export the filtered traces as", elem_id="tf-export-fmt")
-        export_btn = gr.Button("Export", elem_id="tf-export")
-        export_file = gr.File(label="Exported file", interactive=False, elem_id="tf-export-file")
-    dist = gr.Plot(label="Distributions", elem_id="tf-dist")
+    with gr.Row(equal_height=True):
+        export_fmt = gr.Radio(["jsonl", "parquet"], value="jsonl", label="Export the filtered traces as", elem_id="tf-export-fmt",
+                              scale=2)
+        export_btn = gr.Button("Export filtered", elem_id="tf-export", scale=1)
+        export_file = gr.File(label="Exported file", interactive=False, elem_id="tf-export-file", height=90, scale=2)
+    dist = gr.Plot(label="Distributions", show_label=False, elem_id="tf-dist")
     return TraceFilesUI(upload, status, problems, reason_dd, source_dd, search, table, dist, export_fmt, export_btn, export_file)
 
 
@@ -166,6 +167,14 @@ def table_outputs(session: Session, reason: str | None = ALL, source: str | None
     df = filter_frame(full, session.file_traces, session.traces, reason, source, query)
     traces = [session.traces[session.file_traces[int(i)]] for i in df["#"]] if not df.empty else []
     return [gr.update(choices=reasons, value=reason), gr.update(choices=sources, value=source), df, charts.file_distributions(traces)]
+
+
+def initial_status(session: Session) -> str:
+    import html
+
+    n = len(session.file_traces)
+    return f'<div class="ali-info">{n} trace(s) from {html.escape(session.file_name or "?")}/ are loaded; upload a file to replace them.</div>'
+
 
 
 def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector) -> None:

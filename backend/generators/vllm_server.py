@@ -421,7 +421,8 @@ class LocalVLLMServer:
     ``start()`` waits for ``/health``; ``stop()`` terminates it by PID (then kills it). The log
     goes to ``log_path`` (a temp file by default); :meth:`log_tail` reads its end. On CPU the
     child gets the same environment defaults as the in-process engine (see
-    ``backend.generators.vllm_engine.configure_cpu_env``) and ``--enforce-eager``.
+    ``backend.generators.vllm_engine.configure_cpu_env``), ``--enforce-eager`` and, on x86 CPUs
+    without native bf16, ``--dtype float32`` (unless ``extra_args`` say otherwise).
     """
 
     def __init__(
@@ -451,12 +452,16 @@ class LocalVLLMServer:
     def command(self) -> list[str]:
         import sys
 
-        from backend.generators.vllm_engine import _on_cpu
+        from backend.generators.vllm_engine import _on_cpu, cpu_auto_dtype
 
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
                "--host", self.host, "--port", str(self.port)]
-        if _on_cpu() and "--enforce-eager" not in self.extra_args:
-            cmd.append("--enforce-eager")
+        if _on_cpu():
+            if "--enforce-eager" not in self.extra_args:
+                cmd.append("--enforce-eager")
+            auto = cpu_auto_dtype()
+            if auto and "--dtype" not in self.extra_args:
+                cmd += ["--dtype", auto]
         return cmd + self.extra_args
 
     def start(self, timeout_s: float = 300) -> LocalVLLMServer:

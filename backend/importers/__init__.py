@@ -110,11 +110,11 @@ def _unit_for(path: str) -> str:
 def _iter_records(path: str, fmt: str | None, limit: int | None = None) -> Iterator[tuple[int, Any]]:
     """``(number, record_or_LoadProblem)``; number is the 1-based line (JSONL), row (Parquet) or
     list index + 1 (JSON list)."""
-    from backend.trace import DEFAULT_MAX_FILE_BYTES, _check_size
+    from backend.trace import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_LINE_BYTES, _check_size
 
     if not os.path.exists(path):
         raise TraceFileError(f"file not found: {path}")
-    _check_size(path, DEFAULT_MAX_FILE_BYTES)
+    size = _check_size(path, DEFAULT_MAX_FILE_BYTES)
     count = 0
     if path.endswith(".parquet"):
         for n, row in _read_parquet_rows(path):
@@ -129,11 +129,13 @@ def _iter_records(path: str, fmt: str | None, limit: int | None = None) -> Itera
         if b"\x00" in head:
             raise TraceFileError(f"{os.path.basename(path)} looks like a binary file (not JSON, JSONL or .parquet)")
         stripped = head.lstrip()
-        if stripped.startswith(b"[") or path.endswith(".json"):
+        # a non-.json file is read whole only when it is no longer than the line limit: a JSONL
+        # file whose first line starts with "[" is read line by line, memory bounded
+        if (stripped.startswith(b"[") and size <= DEFAULT_MAX_LINE_BYTES) or path.endswith(".json"):
             data = f.read()
             try:
                 doc = json.loads(data.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            except (UnicodeDecodeError, ValueError, RecursionError):  # JSONDecodeError is a ValueError; so are >4300-digit ints
                 doc = None
             if doc is not None:
                 whole = get_importer(fmt).whole_file(doc) if fmt in FORMATS else (fmt is None or fmt == "auto") and agents_sdk.looks_like_items(doc)

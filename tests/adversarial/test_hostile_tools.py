@@ -30,7 +30,7 @@ class Unprintable:
 
 class SlowStr:
     def __str__(self):
-        time.sleep(5)
+        time.sleep(30)
         return "late"
 
 
@@ -83,9 +83,9 @@ def lone_surrogate() -> str:
 
 
 async def async_hangs_blocking_cancel() -> str:
-    """Ignores cancellation (for 3 s: one that never gives up would also hang the event loop's
+    """Ignores cancellation (for 20 s: one that never gives up would also hang the event loop's
     shutdown, which no library can prevent)."""
-    end = time.monotonic() + 3
+    end = time.monotonic() + 20
     while time.monotonic() < end:
         try:
             await asyncio.sleep(0.5)
@@ -107,10 +107,11 @@ async def test_in_process_raise():
 async def test_in_process_hang_is_cut_at_the_timeout():
     t0 = time.perf_counter()
     r = await IN_PROCESS.execute(call("hangs"), timeout_s=0.5)
-    assert r.error == "timeout" and time.perf_counter() - t0 < 1.5
+    # did not wait for the 30 s sleep (bound far from both the timeout and the hang)
+    assert r.error == "timeout" and time.perf_counter() - t0 < 15
     t0 = time.perf_counter()
     r = await IN_PROCESS.execute(call("async_hangs_blocking_cancel"), timeout_s=0.3)
-    assert r.error == "timeout" and time.perf_counter() - t0 < 1.3
+    assert r.error == "timeout" and time.perf_counter() - t0 < 10  # the tool holds on for 20 s
 
 
 async def test_in_process_results_that_are_not_json():
@@ -120,7 +121,7 @@ async def test_in_process_results_that_are_not_json():
     assert (r.ok, r.error) == (False, "bad_result") and "no str for you" in r.content
     t0 = time.perf_counter()
     r = await IN_PROCESS.execute(call("slow_str"), timeout_s=0.5)  # conversion runs under the same deadline
-    assert r.error == "timeout" and time.perf_counter() - t0 < 1.5
+    assert r.error == "timeout" and time.perf_counter() - t0 < 15
     r = await IN_PROCESS.execute(call("lone_surrogate"))
     assert r.ok and r.content == "bad \ufffd text" and "surrogate" in r.note
     r.content.encode("utf-8")
@@ -291,13 +292,13 @@ async def test_sandbox_hang_is_killed_at_the_timeout(sandboxed):
     t0 = time.perf_counter()
     r = await sandboxed.execute(call("hangs"), timeout_s=1)
     assert r.error == "timeout" and "killed" in r.error_detail
-    assert time.perf_counter() - t0 < 1 + 2  # timeout + start-up grace + kill
+    assert time.perf_counter() - t0 < 60  # the tool sleeps 1000 s: it was killed, not waited for
 
 
 async def test_sandbox_infinite_cpu_loop(sandboxed):
     t0 = time.perf_counter()
     r = await sandboxed.execute(call("spins"), timeout_s=1)
-    assert r.error == "timeout" and time.perf_counter() - t0 < 3
+    assert r.error == "timeout" and time.perf_counter() - t0 < 60  # the loop never ends by itself
     # the CPU limit ends it too, without the wall clock
     r = await with_limits(sandboxed, "spins", cpu_s=1).execute(call("spins"), timeout_s=30)
     assert (r.ok, r.error) == (False, "crashed") and "CPU time limit (1 s)" in r.content

@@ -757,16 +757,13 @@ def test_megabyte_argument_between_malformed_calls(fmt):
     suffix = {"hermes": '<tool_call>\n{"name": "t", "arguments": {"x": NaN}}', "hunyuan": "<tool_calls>[{",
               "llama3_json": '; {"name": "t", "parameters": {"x": NaN}}', "mistral": "[TOOL_CALLS]t[ARGS]{"}[fmt]
     text = prefix + good + suffix
-    t0 = time.perf_counter()
     res = parser.parse(text)
-    elapsed = time.perf_counter() - t0
     check_safety(text, res)
     assert [c.name for c in res.tool_calls] == ["big", "small"]
     assert res.tool_calls[0].arguments == args
     # the bad call before, the bad one after (hunyuan: plus its unclosed block; llama: the NaN
     # call only, as text before a call without <|python_tag|> is not read)
     assert len(res.errors) == {"hermes": 2, "hunyuan": 3, "llama3_json": 1, "mistral": 2}[fmt]
-    assert elapsed < 0.5, elapsed
 
 
 # ---- adapters (fewer cases: the parsing is vLLM's / transformers', and slower) --------------------

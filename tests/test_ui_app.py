@@ -1,0 +1,334 @@
+"""The app in-process: build_app constructs, and the handlers behind each tab work with the
+scripted backend and the shipped sample traces (no browser, no model)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import pandas as pd
+import pytest
+
+import app as app_module
+import ui
+from backend.export import load_any
+from backend.trace import Trace, load_traces
+from ui import chat, inspector, playground, template_lab, trace_files
+from ui.context import SAMPLE_DIR, AppContext, ModelOptions, ModelService, Session, UserError, load_samples, new_session
+
+
+@pytest.fixture(scope="module")
+def ctx() -> AppContext:
+    samples, problems = load_samples()
+    assert not problems
+    return AppContext(samples=samples)
+
+
+def fresh(ctx: AppContext) -> Session:
+    s = new_session(ctx)
+    s.file_traces = [label for label, _ in ctx.samples]
+    return s
+
+
+def settings(**kw) -> playground.RunSettings:
+    base = dict(script=json.dumps(playground.WEATHER_SCRIPT), tools=json.dumps(playground.WEATHER_TOOLS), token_delay=0.0)
+    base.update(kw)
+    return playground.RunSettings(**base)
+
+
+async def run_all(ctx, sess, text, s):
+    out = []
+    async for item in playground.run_turn(ctx, sess, text, s):
+        out.append(item)
+    return out
+
+
+# ---- app construction ------------------------------------------------------------------------
+
+
+def test_samples_cover_the_scenarios(ctx):
+    ids = {t.id for _, t in ctx.samples}
+    assert {"sample-weather-seattle", "sample-parallel-calls", "sample-malformed-call", "sample-truncated-response",
+            "sample-hunyuan-format", "sample-thinking-multiturn-turn1", "sample-thinking-multiturn-turn2"} <= ids
+    total = sum(p.stat().st_size for p in SAMPLE_DIR.glob("*.jsonl"))
+    assert total < 1_000_000
+    by_id = {t.id: t for _, t in ctx.samples}
+    w = by_id["sample-weather-seattle"]
+    assert len(w.prompt_ids) == 178 and inspector.mask_runs(w.response_mask) == [(1, 25), (0, 28), (1, 16)]
+    assert by_id["sample-malformed-call"].termination_reason == "malformed_tool_call"
+    assert by_id["sample-hunyuan-format"].metadata["parser"] == "hunyuan"
+    assert any(r.truncated for s in by_id["sample-truncated-response"].steps for r in s.tool_results)
+    assert len(by_id["sample-parallel-calls"].steps[1].tool_calls) == 3
+    assert "<think>" in by_id["sample-thinking-multiturn-turn1"].steps[1].text
+
+
+def test_sample_files_are_reproducible():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_samples", os.path.join(os.path.dirname(__file__), "..", "scripts", "make_sample_traces.py"))
+    mod = importlib.util.module_from_spec(spec)
+    import sys
+
+    sys.modules["make_samples"] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    assert mod.main(["--check"]) == 0
+
+
+def test_build_app_constructs(ctx):
+    demo = ui.build_app(ctx)
+    ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
+    for needed in ("pg-chat", "pg-send", "pg-stop", "insp-tokens", "insp-steps", "tf-upload", "tf-table", "lab-render"):
+        assert needed in ids
+    assert "pg-code-tools" not in ids  # code tools are off by default
+
+
+def test_build_app_with_code_tools_and_cli_flags(tmp_path):
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps(["hello"]))
+    args = app_module.parse_args(["--backend", "scripted", "--script", str(script), "--enable-code-tools", "--concurrency-limit", "2"])
+    c = app_module.build_context(args)
+    assert c.default_script == ["hello"] and c.enable_code_tools and c.concurrency_limit == 2 and not c.model.available
+    demo = ui.build_app(c)
+    assert "pg-code-tools" in {getattr(b, "elem_id", None) for b in demo.blocks.values()}
+    args = app_module.parse_args(["--backend", "vllm", "--model", "m", "--max-model-len", "2048", "--enforce-eager"])
+    c = app_module.build_context(args)
+    assert c.model.available and c.model.options.engine_opts == {"max_model_len": 2048, "enforce_eager": True}
+    assert c.model.generator is None  # lazy: nothing started
+
+
+def test_session_state_is_per_user(ctx):
+    a, b = fresh(ctx), fresh(ctx)
+    a.add("mine", ctx.samples[0][1])
+    assert "mine" not in b.traces
+    import copy
+
+    c = copy.deepcopy(a)  # gr.State copies its initial value per session
+    c.add("other", ctx.samples[0][1])
+    assert "other" not in a.traces
+
+
+# ---- playground -------------------------------------------------------------------------------
+
+
+async def test_playground_scripted_run_is_the_seed_trace(ctx):
+    sess = fresh(ctx)
+    out = await run_all(ctx, sess, "What's the weather in Seattle?", settings())
+    chat_msgs, status, trace = out[-1]
+    assert isinstance(trace, Trace)
+    assert len(trace.prompt_ids) == 178
+    assert inspector.mask_runs(trace.response_mask) == [(1, 25), (0, 28), (1, 16)]
+    assert trace.termination_reason == "no_tool_calls"
+    titles = [m.get("metadata", {}).get("title", "") for m in chat_msgs]
+    assert any("Tool call · get_current_temperature" in t for t in titles)
+    assert any("Tool result · get_current_temperature" in t for t in titles)
+    assert 'data-status="ok"' in status
+    assert sess.current == sess.last_run and sess.traces[sess.current] is trace
+    assert sess.script_cursor == 2 and [m["role"] for m in sess.history] == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_playground_streams_partial_output(ctx):
+    sess = fresh(ctx)
+    out = await run_all(ctx, sess, "What's the weather in Seattle?", settings(token_delay=0.01))
+    pending = [c for c, _, t in out if c and t is None and any(m.get("metadata", {}).get("status") == "pending" for m in c)]
+    assert pending, "no streaming update with a pending (generating) message"
+    live = [m for m in pending[0] if m.get("metadata", {}).get("status") == "pending"][0]
+    assert live["content"].startswith("```")
+
+
+async def test_playground_stop_cancels_a_slow_run(ctx):
+    sess = fresh(ctx)
+    s = settings(script=json.dumps(["x " * 400]), token_delay=0.02)
+    gen = playground.run_turn(ctx, sess, "go", s)
+    t0 = asyncio.get_running_loop().time()
+    items = []
+    async for item in gen:
+        items.append(item)
+        if sess.cancel is not None and len(items) > 3 and not sess.cancel.is_set():
+            sess.cancel.set()  # what the Stop button does
+    trace = items[-1][2]
+    assert trace.termination_reason == "cancelled"
+    assert 0 < len(trace.response_ids) < 400
+    assert asyncio.get_running_loop().time() - t0 < 5
+    assert sess.cancel is None and not sess.running
+
+
+async def test_playground_multi_turn_continues_the_script(ctx):
+    sess = fresh(ctx)
+    s = settings(script=json.dumps(["Hi there.", "Still here."]), tools="[]")
+    t1 = (await run_all(ctx, sess, "hello", s))[-1][2]
+    t2 = (await run_all(ctx, sess, "again?", s))[-1][2]
+    assert t1.messages[-1]["content"] == "Hi there." and t2.messages[-1]["content"] == "Still here."
+    assert [m["role"] for m in t2.messages] == ["user", "assistant", "user", "assistant"]
+    with pytest.raises(UserError, match="used up"):
+        await run_all(ctx, sess, "more", s)
+
+
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        (dict(script="[not json"), "script: invalid JSON"),
+        (dict(tools="{}"), "tools: a JSON list"),
+        (dict(template_kwargs="[1]"), "chat_template_kwargs must be a JSON object"),
+        (dict(response_length=-5), "loop settings"),
+        (dict(tokenizer="no/such-tokenizer-here"), "tokenizer"),
+    ],
+)
+async def test_playground_bad_input_is_a_user_error(ctx, kw, needle):
+    with pytest.raises(UserError, match=needle):
+        await run_all(ctx, fresh(ctx), "hi", settings(**kw))
+
+
+async def test_model_load_failure_is_a_clear_message(ctx):
+    c = AppContext(model=ModelService(ModelOptions(backend="vllm-server", server_urls=[])), samples=ctx.samples)
+    sess = fresh(c)
+    with pytest.raises(UserError, match="could not load the model"):
+        await run_all(c, sess, "hi", settings(backend="vllm-server"))
+    assert "failed to load" in c.model.status()
+
+
+async def test_send_handler_shows_errors_not_tracebacks(ctx):
+    """The event handler itself (what Gradio calls) turns failures into a status line."""
+    demo = ui.build_app(AppContext(model=ModelService(ModelOptions(backend="vllm-server", server_urls=[])), samples=ctx.samples))
+    fn = next(d.fn for d in demo.fns.values() if getattr(d.fn, "__name__", "") == "on_send")
+    names = [f for f in playground.RunSettings.__dataclass_fields__ if f != "code_tools"]
+    vals = {**playground.RunSettings().__dict__, "backend": "vllm-server", "script": "[]", "tools": "[]"}
+    outs = [o async for o in fn(fresh(ctx), "hi", *[vals[n] for n in names])]
+    status = outs[-1][2]
+    assert 'data-status="err"' in status and "could not load the model" in status and "Traceback" not in status
+
+
+# ---- inspector -----------------------------------------------------------------------------------
+
+
+def test_inspector_outputs_for_each_sample(ctx):
+    for label, t in ctx.samples:
+        sess = fresh(ctx)
+        out = inspector.show_trace(ctx, sess, label, "auto")
+        dd, summary, steps, step_dd, chat_msgs, tokens = out[:6]
+        assert dd["value"] == label
+        assert isinstance(steps, pd.DataFrame) and len(steps) == len(t.steps)
+        assert tokens.count("<span class=") + tokens.count('<span class="') >= len(t.input_ids)
+        assert chat_msgs
+        header, text, step_tokens, calls, results = out[-5:]
+        assert json.loads(calls)["tool_calls"] is not None and json.loads(results) is not None
+
+
+def test_inspector_malformed_call_shows_parse_error(ctx):
+    sess = fresh(ctx)
+    label = next(l for l, t in ctx.samples if t.id == "sample-malformed-call")
+    out = inspector.show_trace(ctx, sess, label, "auto")
+    steps: pd.DataFrame = out[2]
+    assert "parse:" in steps.iloc[1]["errors"]
+    header, text, toks, calls, results = out[-5:]
+    assert json.loads(calls)["parse_errors"] and "parse error" in header
+    diags: pd.DataFrame = out[8]
+    assert "malformed_tool_call" in set(diags["code"])
+
+
+def test_inspector_unknown_tokenizer_falls_back_to_ids(ctx):
+    t = ctx.samples[0][1].model_copy(deep=True)
+    t.tokenizer.name = "some-org/not-available"
+    sess = fresh(ctx)
+    sess.add("x", t)
+    out = inspector.show_trace(ctx, sess, "x", "auto")
+    assert "not available offline" in out[1]
+    assert "⟨" in out[5]
+    out = inspector.show_trace(ctx, sess, "x", "qwen3")  # decode with a chosen profile
+    assert "⟨" not in out[5] and ">weather<" in out[5].replace("<i class=ws> </i>", "")
+
+
+def test_step_rows_and_choices(ctx):
+    t = ctx.samples[0][1]
+    df = inspector.step_rows(t)
+    assert list(df["state"]) == ["pending", "generating", "processing_tools", "generating", "terminated"]
+    assert list(df["added"]) == [178, 25, 28, 16, 0]
+    assert inspector.default_step(t) == 1
+    assert [v for _, v in inspector.step_choices(t)] == [0, 1, 2, 3, 4]
+
+
+# ---- chat rendering ---------------------------------------------------------------------------
+
+
+def test_chat_escapes_markup():
+    evil = "<script>alert(1)</script><img src=x onerror=alert(1)>"
+    msgs = chat.message_to_chat({"role": "user", "content": evil}, 0)
+    assert "<script" not in msgs[0]["content"] and "&lt;script&gt;" in msgs[0]["content"]
+    tool = chat.message_to_chat({"role": "tool", "name": evil, "content": "```\n" + evil}, 1)
+    assert "<" not in tool[0]["metadata"]["title"]
+    body = tool[0]["content"]
+    assert body.startswith("````") and body.endswith("````")  # fence longer than the content's
+    call = chat.message_to_chat({"role": "assistant", "content": evil, "tool_calls": [{"function": {"name": evil, "arguments": {}}}]}, 2)
+    assert all("<" not in m["metadata"].get("title", "") for m in call if m.get("metadata"))
+    assert "<img" not in call[0]["content"]
+
+
+# ---- trace files ------------------------------------------------------------------------------
+
+
+def test_trace_file_with_bad_lines(ctx, tmp_path):
+    good = (SAMPLE_DIR / "01_weather.jsonl").read_text().strip()
+    f = tmp_path / "mixed.jsonl"
+    f.write_text("\n".join([good, "{not json", '{"response_ids": [1], "response_mask": []}', good.replace("sample-weather-seattle", "w2")]) + "\n")
+    sess = fresh(ctx)
+    status, probs = trace_files.load_file(ctx, sess, str(f))
+    assert "2 trace(s) loaded" in status and "2 bad record(s)" in status
+    assert list(probs["line"]) == [2, 3]
+    out = trace_files.table_outputs(sess)
+    df = out[2]
+    assert list(df["id"]) == ["sample-weather-seattle", "w2"]
+    assert sess.current == sess.file_traces[0]
+
+
+def test_trace_file_filters_search_and_export(ctx, tmp_path):
+    sess = fresh(ctx)
+    full = trace_files.traces_frame(sess.file_traces, sess.traces)
+    assert set(full.columns) == set(trace_files.COLUMNS)
+    mal = trace_files.filter_frame(full, sess.file_traces, sess.traces, "malformed_tool_call", trace_files.ALL, "")
+    assert list(mal["id"]) == ["sample-malformed-call"]
+    paris = trace_files.filter_frame(full, sess.file_traces, sess.traces, trace_files.ALL, trace_files.ALL, "paris")
+    assert list(paris["id"]) == ["sample-hunyuan-format"]
+    reasons, sources = trace_files.filter_choices(full)
+    assert "malformed_tool_call" in reasons and "sample" in sources
+    for fmt in ("jsonl", "parquet"):
+        path = trace_files.export_filtered(sess, paris, fmt)
+        res = load_any(path)
+        assert [t.id for t in res.traces] == ["sample-hunyuan-format"] and not res.problems
+        assert res.traces[0] == sess.traces[sess.file_traces[int(paris.iloc[0]["#"])]]
+
+
+def test_trace_file_unreadable(ctx, tmp_path):
+    f = tmp_path / "x.parquet"
+    f.write_bytes(b"not parquet at all")
+    status, probs = trace_files.load_file(ctx, fresh(ctx), str(f))
+    assert "Could not read" in status and "Traceback" not in status
+
+
+# ---- template lab -----------------------------------------------------------------------------
+
+
+def test_template_lab_compare(ctx):
+    msgs = json.dumps(template_lab.EXAMPLE_MESSAGES)
+    tools = json.dumps(template_lab.EXAMPLE_TOOLS)
+    out = template_lab.run_lab(ctx, msgs, tools, False, '{"enable_thinking": false}', True,
+                               "qwen3", template_lab.OWN, "", "qwen3-thinking", template_lab.OWN, "")
+    ls, lt, lk, rs, rt, rk, diff = out
+    assert 'data-count="tokens"' in ls and 'data-count="tokens"' in rs
+    assert "d-del" in diff or "d-add" in diff
+    assert "&lt;|im_start|&gt;" in lt
+
+
+def test_template_lab_custom_template_and_errors(ctx):
+    msgs = json.dumps([{"role": "user", "content": "<b>hi</b>"}])
+    out = template_lab.run_lab(ctx, msgs, "[]", False, "{}", False, "qwen3", template_lab.CUSTOM,
+                               "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}", "", "", "")
+    assert "[user] &lt;b&gt;hi&lt;/b&gt;" in out[1]
+    out = template_lab.run_lab(ctx, "[oops", "[]", False, "{}", False, "qwen3", template_lab.OWN, "", "", "", "")
+    assert "invalid JSON" in out[0]
+    out = template_lab.run_lab(ctx, msgs, "[]", False, "{}", False, "qwen3", template_lab.CUSTOM, "{% if %}", "", "", "")
+    assert "ali-err" in out[0]
+
+
+def test_diff_html_escapes():
+    d = template_lab.diff_html("<a>\nsame\n", "<b>\nsame\n")
+    assert "<a>" not in d and "&lt;<mark>a</mark>&gt;" in d and "<mark>b</mark>" in d
