@@ -180,7 +180,8 @@ class AgentLoop:
         self._constraints: dict[str, Constraint | None] = {}
         for choice in set(policy):  # built once per loop, reused every turn
             try:
-                self._constraints[choice] = build_constraint(choice, self.parser.name, self.tool_schemas)
+                self._constraints[choice] = build_constraint(choice, self.parser.name, self.tool_schemas,
+                                                             max_calls=self.config.max_parallel_calls)
             except ToolChoiceError as e:
                 raise ConfigError(str(e)) from None
 

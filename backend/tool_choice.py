@@ -71,6 +71,17 @@ def normalize_policy(choice: Any) -> tuple[str, ...]:
     return tuple(parts)
 
 
+# The embedded default model (SmolLM2-135M) never calls a tool on its own; forcing the first turn
+# shows a call, a tool result and an answer on a newcomer's first run.
+EMBEDDED_DEFAULT_POLICY: tuple[str, ...] = (REQUIRED, AUTO)
+
+
+def default_policy(*, embedded_model: bool, has_tools: bool) -> tuple[str, ...]:
+    """What ``tool_choice`` means when the user did not set it: ``required`` on the first turn,
+    then ``auto``, for the embedded default model with tools defined; ``auto`` otherwise."""
+    return EMBEDDED_DEFAULT_POLICY if embedded_model and has_tools else (AUTO,)
+
+
 def choice_for_turn(policy: tuple[str, ...], turn: int) -> str:
     """The choice for assistant turn ``turn`` (0-based); the last entry repeats."""
     return policy[min(turn, len(policy) - 1)]
@@ -108,8 +119,13 @@ def _body_schema(tools: list[dict[str, Any]], args_key: str) -> dict[str, Any]:
     return variants[0] if len(variants) == 1 else {"anyOf": variants}
 
 
-def call_grammar(fmt: CallFormat, tools: list[dict[str, Any]], *, multiple: bool) -> str:
-    """EBNF accepting one (or, with ``multiple``, one or more) calls to ``tools``."""
+# Up to this many calls the grammar spells the bound out; beyond it, any number
+MAX_SPELLED_CALLS = 16
+
+
+def call_grammar(fmt: CallFormat, tools: list[dict[str, Any]], *, multiple: bool, max_calls: int | None = None) -> str:
+    """EBNF accepting one (or, with ``multiple``, one or more; at most ``max_calls`` when given)
+    calls to ``tools``."""
     import xgrammar as xgr
 
     schema = _body_schema(tools, fmt.args_key)
@@ -119,13 +135,20 @@ def call_grammar(fmt: CallFormat, tools: list[dict[str, Any]], *, multiple: bool
         raise ToolChoiceError(f"cannot build a grammar for these tool schemas: {e}") from e
     body = re.sub(r"(?m)^root ::=", "tool_body ::=", body)
     call = f"tool_call ::= {_lit(fmt.call_open) if fmt.call_open else ''} tool_body {_lit(fmt.call_close) if fmt.call_close else ''}"
-    more = f"({_lit(fmt.sep)} tool_call)*" if multiple else ""
+    more = ""
+    if multiple and max_calls is not None and max_calls <= MAX_SPELLED_CALLS:
+        for _ in range(max_calls - 1):  # nested optionals: 1..max_calls calls
+            more = f"({_lit(fmt.sep)} tool_call {more})?".replace(" )", ")")
+    elif multiple:
+        more = f"({_lit(fmt.sep)} tool_call)*"
     root = "root ::= " + " ".join(x for x in [_lit(fmt.open) if fmt.open else "", "tool_call", more, _lit(fmt.close) if fmt.close else ""] if x)
     return "\n".join([root, call, body])
 
 
-def build_constraint(choice: str, parser_name: str, tools: list[dict[str, Any]]) -> Constraint | None:
-    """The constraint for one turn, or None for ``auto``."""
+def build_constraint(choice: str, parser_name: str, tools: list[dict[str, Any]], *, max_calls: int | None = None) -> Constraint | None:
+    """The constraint for one turn, or None for ``auto``. ``max_calls`` bounds ``required``
+    (the loop passes ``max_parallel_calls``: calls past it would be dropped, and a small model
+    that may write another call instead of EOS would fill the turn's token budget with them)."""
     if choice == AUTO:
         return None
     fmt = FORMATS.get(parser_name.split(":", 1)[-1])
@@ -134,8 +157,9 @@ def build_constraint(choice: str, parser_name: str, tools: list[dict[str, Any]])
     if choice == NONE:
         return Constraint(kind="forbid", spec=[fmt.forbid], description="tool_choice=none: no tool call")
     if choice == REQUIRED:
-        grammar = call_grammar(fmt, tools, multiple=True)
-        return Constraint(kind="grammar", spec=grammar, description=f"tool_choice=required: one or more {parser_name} calls")
+        grammar = call_grammar(fmt, tools, multiple=True, max_calls=max_calls)
+        how_many = "one call" if max_calls == 1 else "one or more calls" if max_calls is None else f"1 to {max_calls} calls"
+        return Constraint(kind="grammar", spec=grammar, description=f"tool_choice=required: {how_many} ({parser_name} format)")
     named = [t for t in tools if t.get("function", t).get("name") == choice]
     if not named:
         raise ToolChoiceError(f"tool_choice names tool {choice!r}, which is not defined")

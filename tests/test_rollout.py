@@ -254,19 +254,27 @@ def test_cli_scripted(tmp_path):
 
 # ---- the real CPU vLLM OpenAI server -----------------------------------------------------------
 
+# The server runs a tiny RANDOM model: forced by the grammar it would write a random city string
+# of any length; an enum keeps the forced call within max_tokens, so the call always completes.
+SERVER_SCHEMA = {**WEATHER_SCHEMA, "function": {**WEATHER_SCHEMA["function"], "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Tokyo", "Oslo"]}}, "required": ["city"]}}}
+
 SERVER_CFG = {
-    "response_length": 192,
+    "response_length": 320,
     "max_assistant_turns": 2,
     "tool_choice": ["required", "auto"],
-    "sampling": {"temperature": 0.0, "max_tokens": 48, "seed": 0},
+    # a random model under the grammar picks short tokens: the 90-character call takes ~50-90
+    "sampling": {"temperature": 0.0, "max_tokens": 128, "seed": 0},
 }
 
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_rollout_against_the_vllm_server(vllm_server, tmp_path, tools):
+def test_rollout_against_the_vllm_server(vllm_server, tmp_path):
     from backend.generators.vllm_server import VLLMServerGenerator
+    from backend.tools import ToolRegistry
 
+    tools = ToolRegistry.from_schemas([SERVER_SCHEMA])
     bundle = load_tokenizer("smollm2")
     out = tmp_path / "t.jsonl"
     gen = VLLMServerGenerator([vllm_server.url])
@@ -296,7 +304,7 @@ def test_cli_rollout_against_the_vllm_server_with_resume(vllm_server, tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n".join(json.dumps({"id": f"c{i}", "messages": [{"role": "user", "content": f"Weather in town {i}?"}]}) for i in range(4)) + "\n")
     tools_file = tmp_path / "tools.json"
-    tools_file.write_text(json.dumps([WEATHER_SCHEMA]))
+    tools_file.write_text(json.dumps([SERVER_SCHEMA]))
     cfg = tmp_path / "cfg.json"
     cfg.write_text(json.dumps(SERVER_CFG))
     out = tmp_path / "out.jsonl"

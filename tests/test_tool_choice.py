@@ -61,6 +61,39 @@ def test_required_rejects_prose_bad_arguments_and_missing_eos(tok):
     assert "not allowed" in check_ids(c, tok, ids(tok, good + " and more"))
 
 
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_required_is_bounded_by_max_calls(tok, fmt):
+    """``required`` with max_calls=N accepts 1..N calls and refuses N+1 (the loop passes
+    max_parallel_calls: a small model would otherwise write calls until its token budget ends)."""
+    parser = get_parser(fmt)
+    call = {"name": "add", "arguments": {"a": 1, "b": 2}}
+    for n_max in (1, 2, 3):
+        c = build_constraint("required", fmt, SCHEMAS, max_calls=n_max)
+        for n in range(1, n_max + 1):
+            assert check_ids(c, tok, ids(tok, parser.format_calls([call] * n))) is None, (fmt, n_max, n)
+        assert check_ids(c, tok, ids(tok, parser.format_calls([call] * (n_max + 1)))), (fmt, n_max)
+    many = build_constraint("required", fmt, SCHEMAS)  # no bound
+    assert check_ids(many, tok, ids(tok, parser.format_calls([call] * 20))) is None
+
+
+def test_engine_bounds_required_by_max_parallel_calls():
+    from backend.engine import AgentLoop, LoopConfig
+    from backend.generators.scripted import ScriptedGenerator
+
+    bundle = load_tokenizer("qwen3")
+    two = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
+    for parallel, ok in ((1, False), (2, True)):
+        cfg = LoopConfig(tool_choice=["required", "auto"], max_parallel_calls=parallel)
+        loop = AgentLoop(ScriptedGenerator(bundle.tokenizer, [two, "3."]), bundle, tools=ToolRegistry.from_schemas(TOOLS), config=cfg)
+        trace = asyncio.run(loop.run([{"role": "user", "content": "1+2 twice"}]))
+        first = trace.steps[1]
+        assert first.constraint["description"].startswith("tool_choice=required: " + ("one call" if parallel == 1 else "1 to 2 calls"))
+        if ok:
+            assert trace.termination_reason == "no_tool_calls" and len(first.tool_calls) == 2
+        else:  # the script breaks the choice: the scripted backend refuses it, as a real backend could not produce it
+            assert trace.termination_reason == "generation_error" and "tool_choice" in (first.error or "") + (trace.steps[-1].info.get("error") or "")
+
+
 def test_named_tool_allows_only_that_tool(tok):
     c = build_constraint("add", "hermes", SCHEMAS)
     assert check_ids(c, tok, ids(tok, '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>')) is None

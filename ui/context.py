@@ -236,6 +236,20 @@ class AppContext:
         return th
 
     @property
+    def embedded_model(self) -> bool:
+        """Whether the model backend runs the embedded default model (no --model)."""
+        o = self.model.options
+        return bool(self.model.available and o is not None and not o.model and o.backend != "vllm-server")
+
+    @property
+    def default_tool_choice(self) -> str:
+        """The playground's tool_choice: a forced call on the first turn for the embedded default
+        model, which never calls a tool on its own (backend.tool_choice.default_policy)."""
+        from ui.playground import TOOL_CHOICE_DEFAULT_EMBEDDED
+
+        return TOOL_CHOICE_DEFAULT_EMBEDDED if self.embedded_model else "auto"
+
+    @property
     def default_backend_choice(self) -> str:
         return self.model.options.backend if self.model.available and self.default_script is None else "scripted"
 

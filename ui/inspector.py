@@ -85,7 +85,8 @@ def step_rows(trace: Trace | None) -> pd.DataFrame:
             errors.append(f"not appended: {s.info['not_appended']}")
         rows.append({
             "step": s.index,
-            "state": s.state,
+            # the constraint the backend enforced for a generated turn (tool_choice other than auto)
+            "state": f"{s.state} · {s.constraint.get('tool_choice') or s.constraint.get('kind')}" if s.constraint else s.state,
             "tokens": f"{s.start}–{s.end}",
             "added": s.end - s.start,
             "mask": "" if s.mask is None else str(s.mask) if s.state != "pending" else "prompt",

@@ -55,6 +55,10 @@ EXAMPLE_CODE_TOOLS = '''def get_current_temperature(city: str):
     return {"temperature": 72, "city": city}
 '''
 TRUNCATE_SIDES = ["middle", "left", "right"]
+# tool_choice presets; any tool name, or a comma-separated list (one per assistant turn, the last
+# repeats), is accepted too
+TOOL_CHOICE_DEFAULT_EMBEDDED = "required, then auto"
+TOOL_CHOICES = [TOOL_CHOICE_DEFAULT_EMBEDDED, "auto", "required", "none"]
 
 
 @dataclass
@@ -82,6 +86,7 @@ class PlaygroundUI:
     tool_timeout: gr.Number
     on_tool_error: gr.Radio
     template_kwargs: gr.Textbox
+    tool_choice: gr.Dropdown
     chat: gr.Chatbot
     message: gr.Textbox
     send: gr.Button
@@ -94,7 +99,7 @@ class PlaygroundUI:
         comps = [self.backend, self.script, self.token_delay, self.tokenizer, self.template, self.parser, self.system, self.tools,
                  self.temperature, self.top_p, self.max_tokens, self.seed, self.response_length, self.max_assistant_turns,
                  self.max_user_turns, self.max_parallel_calls, self.max_tool_response_length, self.truncate_side, self.tool_timeout,
-                 self.on_tool_error, self.template_kwargs]
+                 self.on_tool_error, self.template_kwargs, self.tool_choice]
         if self.code_tools is not None:
             comps.append(self.code_tools)
         return comps
@@ -123,6 +128,7 @@ class RunSettings:
     tool_timeout: float = 30.0
     on_tool_error: str = "feed_back"
     template_kwargs: str = "{}"
+    tool_choice: str = "auto"
     code_tools: str = ""
 
 
@@ -133,7 +139,16 @@ def _opt_int(v: Any) -> int | None:
     return n if n > 0 else None
 
 
-def loop_config(s: RunSettings) -> Any:
+def tool_choice_policy(choice: str | None, has_tools: bool) -> Any:
+    """The LoopConfig ``tool_choice`` for the playground's setting. The embedded-model preset
+    ("required, then auto") means plain ``auto`` when no tools are defined."""
+    c = (choice or "auto").strip()
+    if c == TOOL_CHOICE_DEFAULT_EMBEDDED:
+        return ["required", "auto"] if has_tools else "auto"
+    return c
+
+
+def loop_config(s: RunSettings, has_tools: bool = True) -> Any:
     from backend.engine import ConfigError, LoopConfig
 
     try:
@@ -158,6 +173,7 @@ def loop_config(s: RunSettings) -> Any:
             sampling=sampling,
             tool_timeout_s=float(s.tool_timeout or 30.0),
             on_tool_error=s.on_tool_error or "feed_back",
+            tool_choice=tool_choice_policy(s.tool_choice, has_tools),
         )
     except (ConfigError, ValueError, TypeError) as e:
         raise UserError(f"loop settings: {e}") from None
@@ -301,8 +317,8 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
     user_text = (user_text or "").strip()
     if not user_text:
         raise UserError("type a message first")
-    cfg = loop_config(s)
     tools = build_tools(ctx, s)
+    cfg = loop_config(s, has_tools=bool(tools is not None and tools.names))
     if s.backend == "scripted":
         script = parse_script(s.script)
         if session.script_cursor >= len(script):
@@ -329,7 +345,10 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
     messages += session.history
     messages.append({"role": "user", "content": user_text})
 
-    loop = AgentLoop(gen, bundle, tools=tools, config=cfg)
+    try:
+        loop = AgentLoop(gen, bundle, tools=tools, config=cfg)
+    except ValueError as e:  # e.g. tool_choice names a tool that is not defined, or no parser for the format
+        raise UserError(short_error(e)) from None
     view = LiveView(loop, bundle, messages)
     cancel = asyncio.Event()
     session.cancel = cancel
@@ -389,6 +408,10 @@ def build(ctx: AppContext) -> PlaygroundUI:
             with gr.Accordion("Tools", open=True):
                 tools = gr.Code(json.dumps(WEATHER_TOOLS, indent=2), language="json", lines=10, max_lines=30,
                                 label='tool schemas with "mock" results (JSON list)', elem_id="pg-tools")
+                tool_choice = gr.Dropdown(
+                    TOOL_CHOICES, value=ctx.default_tool_choice, allow_custom_value=True, label="tool_choice", elem_id="pg-tool-choice",
+                    info="enforced by constrained decoding. required: the turn must be tool calls; none: no call; "
+                         "a tool's name: one call to it; comma-separated: one per assistant turn (last repeats)")
                 code_tools = None
                 if ctx.enable_code_tools:
                     code_tools = gr.Code(EXAMPLE_CODE_TOOLS, language="python", lines=10, max_lines=40, elem_id="pg-code-tools",
@@ -423,7 +446,7 @@ def build(ctx: AppContext) -> PlaygroundUI:
     return PlaygroundUI(backend, model_status, script, token_delay, tokenizer, template, parser, system, tools, code_tools,
                         temperature, top_p, max_tokens, seed, response_length, max_assistant_turns, max_user_turns,
                         max_parallel_calls, max_tool_response_length, truncate_side, tool_timeout, on_tool_error,
-                        template_kwargs, chat, message, send, stop, reset, save, status)
+                        template_kwargs, tool_choice, chat, message, send, stop, reset, save, status)
 
 
 def wire(ctx: AppContext, ui: PlaygroundUI, session: gr.State, after_run) -> None:

@@ -39,6 +39,48 @@ def read_json_file(path: str, what: str) -> Any:
         raise CLIError(f"{what} file {path} is not UTF-8 text") from None
 
 
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """The options shared by commands that run a model: tool_choice and the vLLM engine options."""
+    p.add_argument("--tool-choice", default=None, metavar="CHOICE",
+                   help="auto | required | none | TOOL_NAME, or one per assistant turn, comma-separated "
+                        "(last repeats), e.g. required,auto. Default: required,auto for the embedded default "
+                        "model when tools are given, else the --config value or auto")
+    g = p.add_argument_group("vLLM engine options (--backend vllm)")
+    g.add_argument("--dtype", default=None, help="auto, float32, bfloat16, float16 (default: auto; float32 on CPUs without bf16)")
+    g.add_argument("--tensor-parallel-size", type=int, default=None)
+    g.add_argument("--gpu-memory-utilization", type=float, default=None)
+    g.add_argument("--max-model-len", type=int, default=None)
+    g.add_argument("--enforce-eager", action="store_true", default=None)
+
+
+def engine_options(args: argparse.Namespace, backend: str) -> dict[str, Any]:
+    """The vLLM engine options given on the command line (only for the in-process vLLM backend)."""
+    if backend != "vllm":
+        return {}
+    opts = {k: getattr(args, k, None) for k in ("dtype", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "enforce_eager")}
+    return {k: v for k, v in opts.items() if v is not None}
+
+
+def apply_tool_choice(cfg: Any, args: argparse.Namespace, *, config_has_choice: bool, embedded_model: bool, has_tools: bool) -> Any:
+    """``cfg`` (a LoopConfig) with the tool_choice from ``--tool-choice``, or the default policy
+    (:func:`backend.tool_choice.default_policy`) when neither the flag nor the config set one."""
+    import dataclasses
+
+    from backend.engine import ConfigError
+    from backend.tool_choice import default_policy
+
+    if args.tool_choice is not None:
+        choice: Any = args.tool_choice
+    elif config_has_choice:
+        return cfg
+    else:
+        choice = list(default_policy(embedded_model=embedded_model, has_tools=has_tools))
+    try:
+        return dataclasses.replace(cfg, tool_choice=choice)
+    except ConfigError as e:
+        raise CLIError(f"--tool-choice: {e}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m backend", description="Agent Loop Inspector: token-exact agent loops, traces and diagnostics.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from backend.cli import CLIError, emit, read_json_file
+from backend.cli import CLIError, add_model_args, apply_tool_choice, emit, engine_options, read_json_file
 
 
 def register(sub) -> None:
@@ -26,6 +26,7 @@ def register(sub) -> None:
     p.add_argument("--retry-errors", action="store_true", help="on resume, run again items whose trace ended in error/generation_error")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
+    add_model_args(p)
     p.set_defaults(func=run)
 
 
@@ -40,7 +41,10 @@ def run(args) -> int:
         items = load_prompts(args.prompts, samples=args.samples)
     except RolloutError as e:
         raise CLIError(str(e)) from None
-    cfg = LoopConfig.from_dict(read_json_file(args.config, "config") if args.config else {})
+    cfg_dict = read_json_file(args.config, "config") if args.config else {}
+    if not isinstance(cfg_dict, dict):
+        raise CLIError("--config must hold a JSON object of LoopConfig fields")
+    cfg = LoopConfig.from_dict(cfg_dict)
     tools = None
     if args.tools:
         if not os.path.exists(args.tools):
@@ -49,6 +53,14 @@ def run(args) -> int:
 
         tools = ToolRegistry.from_file(args.tools)
     backend = (args.backend or "").lower()
+    if backend not in ("scripted", "script"):
+        from backend.generators.factory import normalize_backend
+
+        backend = normalize_backend(backend)
+    # the embedded default model: a local backend with no --model
+    embedded = backend in ("vllm", "transformers") and not args.model
+    cfg = apply_tool_choice(cfg, args, config_has_choice="tool_choice" in cfg_dict, embedded_model=embedded,
+                            has_tools=bool(tools and tools.names))
     generator = None
     make_generator = None
     if backend in ("scripted", "script"):
@@ -68,7 +80,7 @@ def run(args) -> int:
         if b == "vllm-server" and not args.server_url:
             raise CLIError("--backend vllm-server needs at least one --server-url")
         bundle = load_tokenizer(args.tokenizer or args.model or "smollm2", template=args.template)
-        generator = create_generator(b, model=args.model, server_urls=args.server_url, tokenizer=bundle)
+        generator = create_generator(b, model=args.model, server_urls=args.server_url, tokenizer=bundle, **engine_options(args, b))
 
     stats = RolloutStats()
     progress = Progress(stats, enabled=not args.no_progress)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from backend.cli import CLIError, emit, read_json_file
+from backend.cli import CLIError, add_model_args, apply_tool_choice, emit, engine_options, read_json_file
 from backend.cli.render import load_messages
 
 
@@ -23,6 +23,7 @@ def register(sub) -> None:
     p.add_argument("--config", help="JSON file of LoopConfig fields (response_length, max_parallel_calls, sampling, ...)")
     p.add_argument("--out", required=True, help="trace file to write (JSON lines; one trace)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
+    add_model_args(p)
     p.set_defaults(func=run)
 
 
@@ -32,7 +33,10 @@ def run(args) -> int:
     from backend.tokenizers import load_tokenizer
     from backend.trace import write_jsonl
 
-    cfg = LoopConfig.from_dict(read_json_file(args.config, "config") if args.config else {})
+    cfg_dict = read_json_file(args.config, "config") if args.config else {}
+    if not isinstance(cfg_dict, dict):
+        raise CLIError("--config must hold a JSON object of LoopConfig fields")
+    cfg = LoopConfig.from_dict(cfg_dict)
     msgs = load_messages(args.messages)
     tools = None
     if args.tools:
@@ -40,7 +44,14 @@ def run(args) -> int:
 
         tools = ToolRegistry.from_file(args.tools)
 
-    if args.generator == "scripted":
+    from backend.generators.factory import create_generator, normalize_backend
+
+    b = "scripted" if args.generator == "scripted" else normalize_backend(args.generator)
+    # the embedded default model: a local backend with no --model
+    embedded = b != "scripted" and not args.model and b != "vllm-server"
+    cfg = apply_tool_choice(cfg, args, config_has_choice="tool_choice" in cfg_dict, embedded_model=embedded,
+                            has_tools=bool(tools and tools.names))
+    if b == "scripted":
         if not args.script:
             raise CLIError("--generator scripted needs --script FILE")
         if not os.path.exists(args.script):
@@ -48,10 +59,8 @@ def run(args) -> int:
         bundle = load_tokenizer(args.tokenizer or "qwen3", template=args.template)
         gen = ScriptedGenerator(bundle.tokenizer, load_script(args.script))
     else:
-        from backend.generators.factory import create_generator
-
         bundle = load_tokenizer(args.tokenizer or args.model or "smollm2", template=args.template)
-        gen = create_generator(args.generator, model=args.model, server_urls=args.server_url, tokenizer=bundle)
+        gen = create_generator(b, model=args.model, server_urls=args.server_url, tokenizer=bundle, **engine_options(args, b))
 
     async def go():
         try:
