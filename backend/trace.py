@@ -11,15 +11,16 @@ object or a JSON list of traces is accepted on read as well.
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import os
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 FORMAT_VERSION = 1
 
@@ -29,7 +30,23 @@ MAX_TOKEN_ID = 2**31 - 1
 
 StepState = Literal["pending", "generating", "processing_tools", "terminated"]
 
-Span = tuple[int, int]
+
+def _span_from_json(v: Any) -> Any:
+    # JSON has no tuples: a span is written as a two-element list
+    return tuple(v) if type(v) is list else v
+
+
+_NON_FINITE = {"Infinity": float("inf"), "-Infinity": float("-inf"), "NaN": float("nan")}
+
+
+def _float_from_json(v: Any) -> Any:
+    # the model writes non-finite floats as these strings (ser_json_inf_nan="strings"); only
+    # they are read back as floats, not "1.5" or any other string
+    return _NON_FINITE.get(v, v) if type(v) is str else v
+
+
+Span = Annotated[tuple[int, int], BeforeValidator(_span_from_json)]
+JsonFloat = Annotated[float, BeforeValidator(_float_from_json)]
 
 
 class _Model(BaseModel):
@@ -74,7 +91,7 @@ class ToolResult(_Model):
     ok: bool = True
     error: str | None = None  # kind of failure: unknown_tool, invalid_arguments, exception, timeout, ...
     error_detail: str | None = None
-    duration_s: float = 0.0
+    duration_s: JsonFloat = 0.0
     truncated: bool = False
     original_length: int | None = None  # characters before truncation
     stdout: str | None = None
@@ -105,11 +122,18 @@ class Step(_Model):
     tool_results: list[ToolResult] = Field(default_factory=list)
     finish_reason: str | None = None  # the generator's: stop, length, abort
     constraint: dict[str, Any] | None = None  # active decoding constraint for a generated turn
-    logprobs: list[float] | None = None
-    started_at: float | None = None  # unix seconds
-    duration_s: float = 0.0
+    logprobs: list[JsonFloat] | None = None
+    started_at: JsonFloat | None = None  # unix seconds
+    duration_s: JsonFloat = 0.0
     error: str | None = None
     info: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("mask", mode="before")
+    @classmethod
+    def _mask_is_int(cls, v: Any) -> Any:
+        if type(v) in (bool, float):  # Literal[0, 1] would take true and 1.0 as 1, even strictly
+            raise ValueError(f"mask is {json.dumps(v)}; it must be 0, 1 or null")
+        return v
 
     @model_validator(mode="after")
     def _span_ok(self) -> Step:
@@ -162,6 +186,8 @@ class Trace(_Model):
     def _version(cls, v: int) -> int:
         if v > FORMAT_VERSION:
             raise ValueError(f"trace format version {v} is newer than this tool understands ({FORMAT_VERSION})")
+        if v < 1:
+            raise ValueError(f"trace format version {v} is not a version (versions start at 1)")
         return v
 
     @model_validator(mode="after")
@@ -211,13 +237,21 @@ class Trace(_Model):
 
     @classmethod
     def from_dict(cls, data: Any) -> Trace:
+        """A trace from a parsed record (of a file, a Parquet row, an import): the record must
+        carry ``format_version`` and ``id`` (every other field has a default), and fields are
+        validated strictly: ``"3"``, ``3.0`` and ``true`` are not the integer 3, ``1`` is not
+        ``true``, ``"1.5"`` is not a number."""
         if not isinstance(data, dict):
-            raise TraceFormatError(f"a trace must be a JSON object, got {type(data).__name__}")
+            raise TraceFormatError(f"a trace must be a JSON object, got {json_type(data)}")
+        missing = [k for k in ("format_version", "id") if k not in data]
+        if missing:
+            raise TraceFormatError(f"not a trace record: no {' or '.join(missing)} field "
+                                   "(files from other tools: python -m backend import)")
         why = _check_record(data)
         if why:
             raise TraceFormatError(why)
         try:
-            return cls.model_validate(data)
+            return cls.model_validate(data, strict=True)
         except ValidationError as e:
             raise TraceFormatError(_explain(e)) from None
 
@@ -225,21 +259,70 @@ class Trace(_Model):
     def from_json(cls, text: str | bytes) -> Trace:
         # the same parser and checks as load_traces, so a record opened from the trace table is
         # accepted or refused exactly as it is when the whole file is loaded
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise TraceFormatError(f"invalid JSON: {e.msg} at column {e.colno}") from None
-        except UnicodeDecodeError as e:
-            raise TraceFormatError(f"not valid UTF-8 at byte {e.start}") from None
-        except RecursionError:
-            raise TraceFormatError("invalid JSON: nested too deeply") from None
-        except ValueError as e:  # e.g. an integer literal of more than 4300 digits
-            raise TraceFormatError(f"invalid JSON: {e}"[:300]) from None
+        data = parse_json_record(text)
+        if isinstance(data, _Refused):
+            raise TraceFormatError(data.reason)
         return cls.from_dict(data)
 
 
 class TraceFormatError(ValueError):
     """A record that is not a valid trace; the message says why in plain words."""
+
+
+@dataclass
+class _Refused:
+    reason: str
+
+
+def json_type(v: Any) -> str:
+    """The JSON name of a parsed value's type (for messages: never a Python class name)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, (int, float)):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, list):
+        return "an array"
+    if isinstance(v, dict):
+        return "an object"
+    return type(v).__name__
+
+
+def json_error_reason(e: BaseException) -> str:
+    """One plain line for why ``json.loads`` refused a text."""
+    if isinstance(e, json.JSONDecodeError):
+        # some of json's messages end in " at" ("Invalid control character at")
+        return f"invalid JSON: {e.msg.removesuffix(' at')} at column {e.colno}"
+    if isinstance(e, UnicodeDecodeError):
+        return f"not valid UTF-8 at byte {e.start + 1}"  # 1-based, like JSON's columns
+    if isinstance(e, RecursionError):
+        return "invalid JSON: nested too deeply"
+    msg = str(e)
+    if "integer string conversion" in msg:  # Python's guard against quadratic int parsing
+        return "invalid JSON: an integer literal of more than 4300 digits"
+    return f"invalid JSON: {msg.splitlines()[0] if msg else type(e).__name__}"[:300]
+
+
+def parse_json_record(raw: str | bytes) -> Any:
+    """``json.loads`` of one record (bytes must be UTF-8; a leading byte-order mark is ignored),
+    or a :class:`_Refused` with the reason. Every reader of trace lines goes through this, so a
+    line gets the same verdict and the same words wherever it is read."""
+    try:
+        if isinstance(raw, (bytes, bytearray, memoryview)):
+            raw = bytes(raw)
+            if raw.startswith(codecs.BOM_UTF8):
+                raw = raw[3:]
+            raw = raw.decode("utf-8")  # strict: no surrogates smuggled in as bytes, no UTF-16 guessing
+        elif raw.startswith("\ufeff"):
+            raw = raw[1:]
+        # without the line's own newline, an error at its end is reported at its end (json
+        # counts columns from the last newline: "column 1" of the next line otherwise)
+        return json.loads(raw.rstrip("\r\n"))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return _Refused(json_error_reason(e))
 
 
 # Deepest JSON nesting a trace record may have (the record itself is level 1). Deeper records
@@ -253,7 +336,9 @@ _INF = float("inf")
 def _kind(v: Any) -> str:
     if type(v) is float and (v != v or v in (_INF, -_INF)):
         return "NaN/Infinity"
-    return {bool: "a boolean", str: "a string", float: "a number with a fraction", type(None): "null"}.get(type(v), type(v).__name__)
+    if type(v) is float:
+        return "a number with a fraction"
+    return json_type(v)
 
 
 def _check_record(rec: dict[str, Any]) -> str | None:
@@ -271,7 +356,8 @@ def _check_record(rec: dict[str, Any]) -> str | None:
         if isinstance(ids, list) and not all(type(x) is int for x in ids):
             i, x = next((i, x) for i, x in enumerate(ids) if type(x) is not int)
             what = "mask values" if key == "response_mask" else "token ids"
-            return f"{key}[{i}] is {_kind(x)} ({json.dumps(x)[:40]}); {what} must be JSON integers"
+            shown = "" if x is None else f" ({json.dumps(x)[:40]})"
+            return f"{key}[{i}] is {_kind(x)}{shown}; {what} must be JSON integers"
     stack: list[tuple[Any, int, str]] = [(rec, 1, "")]
     while stack:
         obj, depth, path = stack.pop()
@@ -381,30 +467,37 @@ def iter_jsonl_records(
                 skipped += len(chunk)
                 if not chunk or chunk.endswith(b"\n"):
                     break
-            yield lineno, LoadProblem(lineno, f"line is longer than the {max_line_bytes} byte limit ({skipped} bytes); skipped")
+            yield lineno, LoadProblem(lineno, line_too_long(skipped, max_line_bytes))
             continue
+        if raw.startswith(codecs.BOM_UTF8):  # an editor's byte-order mark (or files concatenated from such)
+            raw = raw[3:]
         if not raw.strip():
             continue
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            yield lineno, LoadProblem(lineno, f"not valid UTF-8 at byte {e.start}")
-            continue
-        try:
-            yield lineno, json.loads(text)
-        except json.JSONDecodeError as e:
-            yield lineno, LoadProblem(lineno, f"invalid JSON: {e.msg} at column {e.colno}")
-        except RecursionError:
-            yield lineno, LoadProblem(lineno, "invalid JSON: nested too deeply")
-        except ValueError as e:  # e.g. an integer literal of more than 4300 digits
-            yield lineno, LoadProblem(lineno, f"invalid JSON: {e}"[:300])
+        rec = parse_json_record(raw)
+        yield lineno, (LoadProblem(lineno, rec.reason) if isinstance(rec, _Refused) else rec)
+
+
+def human_bytes(n: int) -> str:
+    """``1536`` → ``"1.5 KB"``; exact below 1 KB (a small configured limit reads as what it is)."""
+    if n < 1000:
+        return f"{n} bytes"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.1f} {unit}" if v < 100 else f"{v:.0f} {unit}"
+    return f"{n} bytes"  # pragma: no cover
+
+
+def line_too_long(n: int, max_line_bytes: int) -> str:
+    return (f"line is longer than the {human_bytes(max_line_bytes)} line limit ({human_bytes(n)}); skipped "
+            "(set ALI_MAX_TRACE_LINE_BYTES to raise it)")
 
 
 def _check_size(path: str, max_bytes: int) -> int:
     size = os.path.getsize(path)
     if size > max_bytes:
         raise TraceFileError(
-            f"{os.path.basename(path)} is {size / 1e6:.1f} MB, over the {max_bytes / 1e6:.0f} MB limit "
+            f"{os.path.basename(path)} is {human_bytes(size)}, over the {human_bytes(max_bytes)} limit for trace files "
             "(set ALI_MAX_TRACE_FILE_BYTES to raise it)"
         )
     return size
@@ -430,16 +523,12 @@ def load_traces(path: str, max_bytes: int | None = None, max_line_bytes: int | N
         f.seek(0)
         if b"\x00" in head:
             raise TraceFileError(f"{os.path.basename(path)} looks like a binary file, not JSON/JSONL text")
-        stripped = head.lstrip()
+        stripped = head.removeprefix(codecs.BOM_UTF8).lstrip()
         if (stripped.startswith(b"[") and size <= max_line_bytes) or path.endswith(".json"):
             # a whole-file JSON document (list of traces or one trace); fall back to JSONL if
             # it does not parse as one document
-            data = f.read()
-            try:
-                doc = json.loads(data.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError, RecursionError):  # JSONDecodeError is a ValueError
-                doc = None
-            if doc is not None:
+            doc = parse_json_record(f.read())
+            if not isinstance(doc, _Refused):
                 records = doc if isinstance(doc, list) else [doc]
                 for i, rec in enumerate(records, start=1):
                     _add(result, i, rec)
@@ -454,14 +543,9 @@ def _add(result: LoadResult, line: int, rec: Any) -> None:
     if isinstance(rec, LoadProblem):
         result.problems.append(rec)
         return
-    if isinstance(rec, dict):
-        # every field has a default, so without this a record of another format (or a trace
-        # line that lost its keys) would load as an empty trace with a made-up id
-        missing = [k for k in ("format_version", "id") if k not in rec]
-        if missing:
-            result.problems.append(LoadProblem(line, f"not a trace record: no {' or '.join(missing)} field "
-                                                     "(files from other tools: python -m backend import)"))
-            return
+    # Trace.from_dict refuses a record without format_version / id: every field has a default,
+    # so otherwise a record of another format (or a trace line that lost its keys) would load as
+    # an empty trace with a made-up id
     try:
         result.traces.append(Trace.from_dict(rec))
         result.lines.append(line)

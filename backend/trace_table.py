@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.trace import LoadProblem, Trace, TraceFileError, TraceFormatError
+from backend.trace import LoadProblem, Trace, TraceFileError, TraceFormatError, _Refused, line_too_long, parse_json_record
 
 COLUMNS = [
     "id", "source", "turns", "tokens", "prompt_tokens", "response_tokens", "termination_reason", "errors",
@@ -158,7 +158,7 @@ def build_table(path: str) -> TraceTable:
         head = f.read(4096)
     if b"\x00" in head:
         raise TraceFileError(f"{os.path.basename(path)} looks like a binary file, not JSON/JSONL text")
-    if head.lstrip().startswith(b"[") or path.endswith(".json"):
+    if head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"[") or path.endswith(".json"):
         from backend.trace import load_traces
 
         res = load_traces(path)
@@ -234,24 +234,32 @@ def _scan(f, cols: dict[str, list[Any]], problems: list[LoadProblem], max_line: 
                     if not chunk or chunk.endswith(b"\n"):
                         break
             offset += n
-            problems.append(LoadProblem(lineno, f"line is longer than the {max_line} byte limit ({n} bytes); skipped"))
+            problems.append(LoadProblem(lineno, line_too_long(n, max_line)))
             continue
         offset += n
+        if raw.startswith(b"\xef\xbb\xbf"):  # a byte-order mark: ignored, as load_traces does
+            raw = raw[3:]
+            if not raw:
+                continue
         if raw.isspace():
             continue
         try:
             d, counts = _loads_light(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            problems.append(LoadProblem(lineno, f"invalid JSON: {getattr(e, 'msg', str(e))}"))
-            continue
-        except RecursionError:
-            problems.append(LoadProblem(lineno, "invalid JSON: nested too deeply"))
-            continue
-        except ValueError as e:  # e.g. an integer literal of more than 4300 digits
-            problems.append(LoadProblem(lineno, f"invalid JSON: {e}"[:300]))
-            continue
+        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, >4300-digit ints
+            # the full parser's verdict and words: the light parse cut the id lists out, so its
+            # error positions are not the line's, and a "]" inside a string in an id list (a bad
+            # record, but a JSON one) makes the cut itself invalid
+            d, counts = parse_json_record(raw), None
+            if isinstance(d, _Refused):
+                problems.append(LoadProblem(lineno, d.reason))
+                continue
         if not isinstance(d, dict) or "id" not in d or "format_version" not in d:
-            problems.append(LoadProblem(lineno, "not a trace (no id/format_version); other formats: python -m backend import"))
+            try:
+                Trace.from_dict(d)  # raises with the reason load_traces gives
+                why = "not a trace record"
+            except TraceFormatError as e:
+                why = str(e)
+            problems.append(LoadProblem(lineno, why))
             continue
         try:
             row = row_from_dict(d)

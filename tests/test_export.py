@@ -188,7 +188,7 @@ def test_trace_table_jsonl(tmp_path, traces):
         f.write("{broken\n\n[1, 2]\n")
     tbl = build_table(str(p))
     assert list(tbl.df.columns) == COLUMNS and len(tbl) == len(traces)
-    assert [(pr.line, pr.reason.split(":")[0]) for pr in tbl.problems] == [(len(traces) + 1, "invalid JSON"), (len(traces) + 3, "not a trace (no id/format_version); other formats")]
+    assert [(pr.line, pr.reason.split(":")[0]) for pr in tbl.problems] == [(len(traces) + 1, "invalid JSON"), (len(traces) + 3, "a trace must be a JSON object, got an array")]
     for i, t in enumerate(traces):
         row = tbl.df.iloc[i]
         assert row["id"] == t.id and row["tokens"] == len(t.input_ids) and row["turns"] == t.num_turns

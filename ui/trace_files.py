@@ -94,6 +94,7 @@ def load_file(ctx: AppContext, session: Session, path: str | None) -> tuple[str,
     import html
 
     from backend.export import load_any
+    from backend.trace import TraceFileError, human_bytes
 
     empty = pd.DataFrame([], columns=["line", "problem"])
     if not path:
@@ -102,7 +103,7 @@ def load_file(ctx: AppContext, session: Session, path: str | None) -> tuple[str,
     try:
         size = os.path.getsize(path)
         if size > ctx.max_upload_bytes:
-            raise ValueError(f"{name} is {size / 1e6:.1f} MB; the limit is {ctx.max_upload_bytes / 1e6:.0f} MB")
+            raise TraceFileError(f"{name} is {human_bytes(size)}, over this app's {human_bytes(ctx.max_upload_bytes)} upload limit")
         res = load_any(path)
     except Exception as e:  # noqa: BLE001 - shown to the user
         return f'<div class="ali-err">Could not read {html.escape(name)}: {html.escape(short_error(e))}</div>', empty

@@ -18,7 +18,6 @@ Sources without token ids are rendered with the chosen tokenizer (default ``qwen
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,7 +28,8 @@ from backend.importers import agents_sdk, openai_chat, sharegpt, verl  # noqa: F
 from backend.importers.base import ImportContext, Importer, get_importer, importers
 from backend.importers.common import Conversation, RecordError, trace_from_conversation
 from backend.tokenizers import TokenizerLoadError
-from backend.trace import LoadProblem, LoadResult, Trace, TraceFileError, TraceFormatError, iter_jsonl_records
+from backend.trace import (LoadProblem, LoadResult, Trace, TraceFileError, TraceFormatError, _Refused, iter_jsonl_records,
+                           json_type, parse_json_record)
 
 FORMATS = ("agents-sdk", "verl", "openai-chat", "sharegpt")
 # auto-detection order: most specific first; plain {messages} rows go to openai-chat last
@@ -37,8 +37,10 @@ _DETECT_ORDER = ("agents-sdk", "verl", "sharegpt", "openai-chat")
 
 
 def is_trace_record(record: Any) -> bool:
-    """A record of our own trace format."""
-    return isinstance(record, dict) and "format_version" in record and "steps" in record
+    """A record of our own trace format: ``format_version`` is our marker (a minimal trace has
+    no other field but ``id``; a damaged one is then refused by ``Trace.from_dict`` with the
+    reason, not imported as another format)."""
+    return isinstance(record, dict) and "format_version" in record
 
 
 def detect_record(record: Any) -> str | None:
@@ -128,16 +130,12 @@ def _iter_records(path: str, fmt: str | None, limit: int | None = None) -> Itera
         f.seek(0)
         if b"\x00" in head:
             raise TraceFileError(f"{os.path.basename(path)} looks like a binary file (not JSON, JSONL or .parquet)")
-        stripped = head.lstrip()
+        stripped = head.removeprefix(b"\xef\xbb\xbf").lstrip()
         # a non-.json file is read whole only when it is no longer than the line limit: a JSONL
         # file whose first line starts with "[" is read line by line, memory bounded
         if (stripped.startswith(b"[") and size <= DEFAULT_MAX_LINE_BYTES) or path.endswith(".json"):
-            data = f.read()
-            try:
-                doc = json.loads(data.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError, RecursionError):  # JSONDecodeError is a ValueError; so are >4300-digit ints
-                doc = None
-            if doc is not None:
+            doc = parse_json_record(f.read())  # None for a file holding "null": read as JSONL below
+            if doc is not None and not isinstance(doc, _Refused):
                 whole = get_importer(fmt).whole_file(doc) if fmt in FORMATS else (fmt is None or fmt == "auto") and agents_sdk.looks_like_items(doc)
                 if whole or not isinstance(doc, list):
                     yield 1, doc
@@ -177,8 +175,8 @@ def iter_import(
             continue
         name = fmt if fmt != "auto" else detect_record(rec)
         if name is None:
-            keys = ", ".join(sorted(rec)[:8]) if isinstance(rec, dict) else type(rec).__name__
-            yield n, LoadProblem(n, f"unrecognised record (keys: {keys}); pass --from to choose a format"), None
+            what = f"keys: {', '.join(sorted(rec)[:8])}" if isinstance(rec, dict) else f"{json_type(rec)}, not a JSON object"
+            yield n, LoadProblem(n, f"unrecognised record ({what}); pass --from to choose a format"), None
             continue
         try:
             if name == "trace":
