@@ -109,3 +109,73 @@ def test_bad_json_inputs_name_the_file_and_position(tmp_path):
     (tmp_path / "msg.json").write_text('[{"role": "user", "content": "hi"}]')
     p = cli("run", "--script", str(tmp_path / "s.json"), "--messages", str(tmp_path / "msg.json"), "--config", str(cfg), "--out", str(tmp_path / "o.jsonl"), check=False)
     assert p.returncode == 2 and "unknown loop config key" in p.stderr
+
+
+# ---- tool_choice ---------------------------------------------------------------------------------
+
+
+def test_tool_choice_flag_is_enforced_on_the_scripted_backend(seed_files, tmp_path):
+    """The scripted backend checks its script against the choice: a script that calls a tool is
+    refused under --tool-choice none (a real backend could not have produced it)."""
+    base = ["run", "--tokenizer", "qwen3", "--generator", "scripted", "--script", str(seed_files / "script.json"),
+            "--tools", str(seed_files / "tools.py"), "--messages", str(seed_files / "messages.json"), "--json"]
+    ok = json.loads(cli(*base, "--out", str(tmp_path / "a.jsonl"), "--tool-choice", "required,auto").stdout)
+    assert ok["termination_reason"] == "no_tool_calls"
+    from backend.trace import load_traces
+
+    steps = load_traces(str(tmp_path / "a.jsonl")).traces[0].steps
+    assert [s.constraint and s.constraint["tool_choice"] for s in steps if s.state == "generating"] == ["required", None]
+    refused = json.loads(cli(*base, "--out", str(tmp_path / "b.jsonl"), "--tool-choice", "none").stdout)
+    assert refused["termination_reason"] == "generation_error"
+    p = cli(*base, "--out", str(tmp_path / "c.jsonl"), "--tool-choice", "get_wether", check=False)
+    assert p.returncode == 2 and "get_wether" in p.stderr and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_default_tool_choice_policy():
+    import argparse
+
+    from backend.cli import apply_tool_choice
+    from backend.engine import LoopConfig
+
+    none = argparse.Namespace(tool_choice=None)
+    cfg = LoopConfig()
+    assert apply_tool_choice(cfg, none, config_has_choice=False, embedded_model=True, has_tools=True).tool_choice == ["required", "auto"]
+    assert apply_tool_choice(cfg, none, config_has_choice=False, embedded_model=True, has_tools=False).tool_choice == ["auto"]
+    assert apply_tool_choice(cfg, none, config_has_choice=False, embedded_model=False, has_tools=True).tool_choice == ["auto"]
+    given = LoopConfig(tool_choice="none")
+    assert apply_tool_choice(given, none, config_has_choice=True, embedded_model=True, has_tools=True).tool_choice == "none"
+    flag = argparse.Namespace(tool_choice="get_weather")
+    assert apply_tool_choice(given, flag, config_has_choice=True, embedded_model=True, has_tools=True).tool_choice == "get_weather"
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_embedded_default_on_vllm_calls_the_tool_then_answers(seed_files, tmp_path):
+    """The newcomer's first run from the CLI: no --model, no --tool-choice, real vLLM on CPU,
+    the embedded SmolLM2-135M. The first turn is forced to a call (required), which ends with
+    EOS; the tool result goes back; the second turn is free and answers in prose."""
+    out = tmp_path / "t.jsonl"
+    (tmp_path / "m.json").write_text(json.dumps([{"role": "user", "content": "What's the weather in Paris?"}]))
+    (tmp_path / "cfg.json").write_text(json.dumps({"sampling": {"temperature": 0.0, "max_tokens": 64}}))
+    p = cli("run", "--backend", "vllm", "--tools", str(seed_files / "tools.py"), "--messages", str(tmp_path / "m.json"),
+            "--config", str(tmp_path / "cfg.json"), "--max-model-len", "2048", "--out", str(out), "--json")
+    s = json.loads(p.stdout)
+    from backend.trace import load_traces
+
+    t = load_traces(str(out)).traces[0]
+    assert s["termination_reason"] == "no_tool_calls", s
+    gens = [x for x in t.steps if x.state == "generating"]
+    assert len(gens) == 2
+    first, second = gens
+    assert first.constraint["tool_choice"] == "required" and second.constraint is None
+    assert [c.name for c in first.tool_calls] == ["get_current_temperature"] and not first.parse_errors
+    assert first.tool_calls[0].arguments.get("city")
+    n0 = len(t.prompt_ids)
+    assert first.finish_reason == "stop" and t.response_ids[first.end - n0 - 1] == t.tokenizer.eos_token_id  # ended with EOS
+    tool_step = next(x for x in t.steps if x.state == "processing_tools")
+    assert tool_step.tool_results[0].ok and "72" in tool_step.tool_results[0].content
+    assert not second.tool_calls and second.text.strip()
+    assert [m["role"] for m in t.messages] == ["user", "assistant", "tool", "assistant"]
+    # constrained tokens are generated tokens: mask 1; the tool turn is mask 0
+    assert set(t.response_mask[first.start - n0:first.end - n0]) == {1}
+    assert set(t.response_mask[tool_step.start - n0:tool_step.end - n0]) == {0}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import pkgutil
 import sys
 from typing import Any
@@ -96,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # stdout is for results (--json must parse): vLLM logs to stdout by default
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
