@@ -84,7 +84,10 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         def on_load(sess: Session):
             return [*refresh_inspector(sess, "auto"), *trace_files.table_outputs(sess), trace_files.initial_status(sess)]
 
-        demo.load(on_load, [session], [*insp_outputs, tf.reason_dd, tf.source_dd, tf.table, tf.dist, tf.status])
+        # API name, kept stable (see ui/playground.py): /app_load () -> the Inspector's views of the
+        # session's current trace (its dropdown lists the session's traces), the Trace files table
+        # and status
+        demo.load(on_load, [session], [*insp_outputs, tf.reason_dd, tf.source_dd, tf.table, tf.dist, tf.status], api_name="app_load")
     demo.queue(default_concurrency_limit=ctx.concurrency_limit)
     return demo
 

@@ -307,9 +307,17 @@ class Session:
         return self.traces.get(label)
 
     def __deepcopy__(self, memo: dict) -> Session:
-        # gr.State deep-copies its initial value per session; traces are immutable, share them
-        s = Session(traces=dict(self.traces), current=self.current)
-        return s
+        # gr.State deep-copies the value it gives each new session (also one built by a callable,
+        # like build_app's initial_session): every field must survive, in containers of the
+        # session's own. Traces are never mutated, so they are shared, not copied; a run's
+        # cancel event belongs to the session that started it.
+        import copy
+        import dataclasses
+
+        return dataclasses.replace(
+            self, traces=dict(self.traces), file_traces=list(self.file_traces), file_problems=list(self.file_problems),
+            history=copy.deepcopy(self.history, memo), running=False, cancel=None,
+        )
 
 
 def new_session(ctx: AppContext) -> Session:

@@ -334,8 +334,11 @@ def build(ctx: AppContext, session: gr.State) -> InspectorUI:
             return gr.update(value=trace.steps[row].index)
         return gr.update()
 
-    trace_dd.input(on_trace, [session, trace_dd, decode_dd], [session, *ui.trace_outputs()])
-    decode_dd.input(on_trace, [session, trace_dd, decode_dd], [session, *ui.trace_outputs()])
+    # API name, kept stable (see ui/playground.py): /inspector_open (label, decode) -> the trace's
+    # views (a label that is not in the caller's session shows the session's current trace)
+    trace_dd.input(on_trace, [session, trace_dd, decode_dd], [session, *ui.trace_outputs()], api_name="inspector_open")
+    decode_dd.input(on_trace, [session, trace_dd, decode_dd], [session, *ui.trace_outputs()], api_name="inspector_decode",
+                    api_visibility="undocumented")
     step_dd.input(on_step, [session, step_dd, decode_dd], ui.step_outputs()).then(
         None, [step_dd], None, js=token_view.select_step_js(PREFIX)
     )

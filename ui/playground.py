@@ -492,10 +492,18 @@ def wire(ctx: AppContext, ui: PlaygroundUI, session: gr.State, after_run) -> Non
     fn, inputs, outputs = after_run
     outs = [session, ui.chat, ui.status, ui.message, ui.save, ui.model_status]
     ev_args = dict(concurrency_limit=ctx.concurrency_limit, concurrency_id="agent_run")
-    for trigger in (ui.send.click, ui.message.submit):
-        trigger(on_send, [session, ui.message, *ui.settings()], outs, **ev_args).then(fn, inputs, outputs)
-    ui.stop.click(on_stop, [session], [ui.status], queue=False)
-    ui.reset.click(on_reset, [session], [session, ui.chat, ui.status, ui.save], queue=False)
+    # API names, kept stable (gradio_client scripts and tests/adversarial/test_load_isolation.py
+    # call them; each client is its own session, so a call only ever sees that session's state):
+    #   /playground_run   (message, *RunSettings fields in order, without code_tools unless
+    #                      --enable-code-tools) -> chat, status, message box, trace file, model status
+    #   /playground_stop  () -> status          /playground_reset () -> chat, status, trace file
+    # Enter in the message box runs the same handler (/playground_run_enter, callable, not listed).
+    run_inputs = [session, ui.message, *ui.settings()]
+    ui.send.click(on_send, run_inputs, outs, api_name="playground_run", **ev_args).then(fn, inputs, outputs)
+    ui.message.submit(on_send, run_inputs, outs, api_name="playground_run_enter", api_visibility="undocumented",
+                      **ev_args).then(fn, inputs, outputs)
+    ui.stop.click(on_stop, [session], [ui.status], queue=False, api_name="playground_stop")
+    ui.reset.click(on_reset, [session], [session, ui.chat, ui.status, ui.save], queue=False, api_name="playground_reset")
 
 
 def _model_status(ctx: AppContext) -> str:

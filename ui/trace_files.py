@@ -198,7 +198,9 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
         return fn_open(sess, label)
 
     filt_out = [ui.reason_dd, ui.source_dd, ui.table, ui.dist]
-    ui.upload.upload(on_upload, [session, ui.upload], [session, ui.status, ui.problems, *filt_out])
+    # API name, kept stable (see ui/playground.py): /trace_files_upload (file) -> status, bad records,
+    # the two filters, the table, the plot; the file goes into the caller's session only
+    ui.upload.upload(on_upload, [session, ui.upload], [session, ui.status, ui.problems, *filt_out], api_name="trace_files_upload")
     for comp in (ui.reason_dd, ui.source_dd):
         comp.input(on_filter, [session, ui.reason_dd, ui.source_dd, ui.search], filt_out)
     ui.search.submit(on_filter, [session, ui.reason_dd, ui.source_dd, ui.search], filt_out)
