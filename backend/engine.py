@@ -42,6 +42,9 @@ TOOL_ERROR = "tool_error"
 GENERATION_ERROR = "generation_error"
 RENDER_ERROR = "render_error"
 CANCELLED = "cancelled"
+# how long a cancelled run waits for its generation's clean-up (the backend's abort) before the
+# cancellation leaves the loop
+CANCEL_CLEANUP_S = 30.0
 
 
 # Tokenizer work on inputs smaller than this runs on the event loop (see AgentLoop._off_loop).
@@ -325,6 +328,7 @@ class AgentLoop:
         task = asyncio.ensure_future(
             self.generator.generate(run.prompt_ids + run.response_ids, params, on_tokens=on_tokens, constraint=constraint)
         )
+        waiter: asyncio.Future | None = None
         try:
             if cancel is None:
                 gen = await task
@@ -342,7 +346,17 @@ class AgentLoop:
                     except (asyncio.CancelledError, Exception):
                         pass
         except asyncio.CancelledError:
+            # The run itself was cancelled (its task: the page went away, Ctrl-C). Let the
+            # generation finish its clean-up first (the backend aborts its request): leaving at
+            # once let a vLLM request outlive the run, generating on for nobody, for good if the
+            # event loop closed meanwhile. Bounded, so a stuck backend cannot hold the cancellation.
             task.cancel()
+            if waiter is not None:
+                waiter.cancel()
+            try:
+                await asyncio.wait({task}, timeout=CANCEL_CLEANUP_S)
+            except asyncio.CancelledError:
+                pass  # cancelled again: stop waiting
             raise
         except GenerationError as e:
             error = str(e)
