@@ -35,6 +35,9 @@ CSS = """
 .ali-diff .d-skip { padding: 0 6px; color: #888; font-style: italic; }
 .ali-diff mark { background: #fde047; }
 #ali-header h1 { margin-bottom: 0; }
+/* chatbot tool messages: a long title (tool name, reason) wraps inside the bubble instead of
+   pushing the call id / duration beside it out of the bubble */
+.gradio-container .thought-group > .title > .md { flex: 0 1 auto; min-width: 0; overflow-wrap: anywhere; }
 """
 
 

@@ -1,12 +1,17 @@
 """Plotly figures for one trace (tokens per turn by mask, step timeline) and for a set of
 traces (distributions of turns, response lengths, termination reasons).
 
-Text that comes from traces (reasons, sources) only goes into plotly data fields, which plotly
-renders as SVG text, never as HTML.
+Text that comes from traces (reasons, tool names) only goes into plotly data fields, which plotly
+renders as SVG text, never as HTML. Plotly still reads a few tags in that text (``<b>``, ``<br>``,
+``<a href>``) and drops unknown ones with their text, so trace text is passed through
+:func:`_text` (``<``, ``>`` and ``&`` as entities, which plotly decodes): it shows as the
+literal characters. Axis labels from traces are shortened (:func:`_labels`): one long label
+would squeeze the plot to nothing.
 """
 
 from __future__ import annotations
 
+import html
 from collections import Counter
 from typing import Any
 
@@ -17,6 +22,26 @@ from backend.trace import Trace
 
 COLORS = {"prompt": "#9ca3af", "generated": "#22c55e", "injected": "#f97316", "tools": "#f97316", "render": "#60a5fa", "other": "#a78bfa"}
 _LAYOUT = dict(margin=dict(l=40, r=10, t=40, b=40), height=300, template="plotly_white", legend=dict(orientation="h", y=-0.25))
+
+
+def _text(s: str) -> str:
+    """Trace text for a plotly text field, shown literally (plotly knows &lt; &gt; &amp;, not &quot;)."""
+    return html.escape(s, quote=False)
+
+
+def _labels(names: list[str], limit: int = 24) -> list[str]:
+    """Axis category labels: shortened, escaped, and still one per name."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for n in names:
+        short = n if len(n) <= limit else n[: limit - 1] + "…"
+        label, k = short, 2
+        while label in seen:
+            label = f"{short} ({k})"
+            k += 1
+        seen.add(label)
+        out.append(_text(label))
+    return out
 
 
 def _empty(title: str, note: str) -> go.Figure:
@@ -84,7 +109,7 @@ def step_timeline(trace: Trace | None) -> go.Figure:
         start = (s.started_at - t0) if (t0 is not None and s.started_at) else clock
         clock = start + s.duration_s
         name, color = kinds.get(s.state, (s.state, COLORS["other"]))
-        tool_names = ", ".join(r.name for r in s.tool_results)
+        tool_names = _text(", ".join(r.name for r in s.tool_results))
         hover = f"step {s.index} {s.state}<br>{s.duration_s * 1000:.1f} ms" + (f"<br>{tool_names}" if tool_names else "")
         fig.add_bar(
             y=[_turn_label(s)], x=[max(s.duration_s, 1e-4)], base=[start], orientation="h", marker_color=color,
@@ -105,6 +130,7 @@ def file_distributions(traces: list[Trace]) -> go.Figure:
     fig.add_histogram(x=[len(t.response_ids) for t in traces], marker_color=COLORS["generated"], name="response tokens", row=1, col=2)
     reasons = Counter((t.termination_reason or "(none)") for t in traces)
     names = sorted(reasons, key=lambda r: -reasons[r])
-    fig.add_bar(x=names, y=[reasons[r] for r in names], marker_color=COLORS["injected"], name="termination", row=1, col=3)
+    fig.add_bar(x=_labels(names), y=[reasons[r] for r in names], marker_color=COLORS["injected"], name="termination", row=1, col=3,
+                hovertext=[_text(r[:300]) for r in names], hoverinfo="text+y")
     fig.update_layout(showlegend=False, **{**_LAYOUT, "height": 320, "margin": dict(l=40, r=10, t=50, b=40)})
     return fig

@@ -17,10 +17,21 @@ from typing import Any
 from backend.trace import Step, ToolResult, Trace
 
 
+# A Markdown link or image, inline (``[a](javascript:...)``) or as a reference definition
+# (``[a]: data:...``), whose target has a scheme other than http(s)/mailto. The chatbot's
+# sanitiser removes such a href, and the target text with it; these are shown literally instead.
+_SCHEME = r"\s*(?!(?:https?|mailto):)[A-Za-z][A-Za-z0-9+.\-]*:"
+_UNSAFE_INLINE_LINK = re.compile(r"\]\((?=" + _SCHEME + ")")
+_UNSAFE_LINK_DEF = re.compile(r"(?m)^( {0,3})\[(?=[^\]\n]*\]:" + _SCHEME + ")")
+
+
 def esc(text: Any) -> str:
     """Plain text for a Markdown message: HTML-escaped, Markdown punctuation backslashed at line
-    starts only where it would change the layout (headings, lists, quotes)."""
+    starts only where it would change the layout (headings, lists, quotes), and links to
+    anything but http(s)/mailto neutralised so they show as the text they are."""
     s = html.escape("" if text is None else str(text), quote=False)
+    s = _UNSAFE_INLINE_LINK.sub("]\\(", s)
+    s = _UNSAFE_LINK_DEF.sub(lambda m: m.group(1) + "\\[", s)
     return re.sub(r"(?m)^(\s*)([#>+\-*]|\d+\.)", lambda m: m.group(1) + "\\" + m.group(2), s)
 
 
@@ -30,6 +41,17 @@ def title_text(text: Any, limit: int = 120) -> str:
     s = " ".join(s.split())
     s = s.replace("<", "‹").replace(">", "›").replace("&", "＆").replace("`", "'")
     return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+_TITLE_MD = re.compile(r"[\\*\[\]~$|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+
+
+def md_title(text: Any, limit: int = 120) -> str:
+    """A metadata title: :func:`title_text`, with the Markdown punctuation that would format
+    one line (emphasis, links, strikethrough, math) backslashed: Gradio renders titles as
+    Markdown, and ``[a](javascript:...)`` in a tool name would otherwise show as just ``a``.
+    Underscores inside words (``get_current_temperature``) stay as they are."""
+    return _TITLE_MD.sub(lambda m: "\\" + m.group(0), title_text(text, limit))
 
 
 def code_block(text: Any, lang: str = "") -> str:
@@ -113,7 +135,7 @@ def message_to_chat(
             out.append({"role": "assistant", "content": esc(content)})
         for j, call in enumerate(msg.get("tool_calls") or []):
             name, args, cid = _call_parts(call)
-            meta: dict[str, Any] = {"title": f"Tool call · {title_text(name, 60)}", "status": "done", "id": f"m{index}c{j}"}
+            meta: dict[str, Any] = {"title": f"Tool call · {md_title(name, 60)}", "status": "done", "id": f"m{index}c{j}"}
             if cid:
                 meta["log"] = title_text(cid, 40)
             out.append({"role": "assistant", "content": code_block(_json({"name": name, "arguments": args}), "json"), "metadata": meta})
@@ -131,7 +153,7 @@ def message_to_chat(
             out.append({"role": "assistant", "content": "*(empty turn)*"})
     elif role == "tool":
         name = msg.get("name") or (result.name if result else "tool")
-        meta = {"title": f"Tool result · {title_text(name, 60)}", "status": "done", "id": f"m{index}"}
+        meta = {"title": f"Tool result · {md_title(name, 60)}", "status": "done", "id": f"m{index}"}
         logs = []
         if result is not None:
             meta["duration"] = round(float(result.duration_s), 3)
@@ -144,7 +166,7 @@ def message_to_chat(
         out.append({"role": "assistant", "content": code_block(content), "metadata": meta})
     else:
         out.append({"role": "assistant", "content": esc(content),
-                    "metadata": {"title": f"{title_text(role, 30)} message", "status": "done", "id": f"m{index}"}})
+                    "metadata": {"title": f"{md_title(role, 30)} message", "status": "done", "id": f"m{index}"}})
     return out
 
 
@@ -169,7 +191,7 @@ def trace_to_chat(trace: Trace | None) -> list[dict[str, Any]]:
                         "metadata": {"title": "Generation error", "status": "done", "id": f"s{s.index}"}})
     if trace.termination_reason:
         out.append({"role": "assistant", "content": f"Run ended: **{esc(trace.termination_reason)}**",
-                    "metadata": {"title": f"Run ended · {title_text(trace.termination_reason, 40)}", "status": "done", "id": "end"}})
+                    "metadata": {"title": f"Run ended · {md_title(trace.termination_reason, 40)}", "status": "done", "id": "end"}})
     return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 import time
 import traceback
@@ -25,6 +26,13 @@ SAMPLE_DIR = ROOT / "sample_traces"
 
 class UserError(ValueError):
     """A problem the user can fix; shown in the UI as a one-line message."""
+
+
+def trace_file_name(trace: Trace, ext: str = "jsonl") -> str:
+    """A download's file name for a trace: its id reduced to ``[A-Za-z0-9._-]`` (ids come from
+    files: a ``/`` or ``..`` in one must not pick the folder the file is written to)."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", trace.id or "").strip("._")[:80] or "trace"
+    return f"trace-{stem}.{ext}"
 
 
 def short_error(e: BaseException) -> str:

@@ -21,7 +21,7 @@ import pandas as pd
 from backend.trace import Step, Trace
 from ui import charts, token_view
 from ui.chat import trace_to_chat
-from ui.context import AppContext, Session, short_error
+from ui.context import AppContext, Session, short_error, trace_file_name
 
 PREFIX = "insp"  # token view anchors: insp-step-<n>
 STEP_PREFIX = "inspstep"
@@ -230,7 +230,7 @@ def _download_file(trace: Trace | None) -> str | None:
     from backend.trace import write_jsonl
 
     d = tempfile.mkdtemp(prefix="ali-trace-")
-    path = os.path.join(d, f"trace-{trace.id}.jsonl")
+    path = os.path.join(d, trace_file_name(trace))
     write_jsonl([trace], path)
     return path
 

@@ -23,7 +23,7 @@ import gradio as gr
 
 from backend.trace import Trace
 from ui.chat import message_to_chat, pending_message, trace_to_chat
-from ui.context import AppContext, Session, UserError, short_error
+from ui.context import AppContext, Session, UserError, short_error, trace_file_name
 
 WEATHER_TOOLS = [
     {
@@ -237,7 +237,7 @@ def _tmp_trace_file(trace: Trace) -> str:
     from backend.trace import write_jsonl
 
     d = tempfile.mkdtemp(prefix="ali-run-")
-    path = os.path.join(d, f"trace-{trace.id}.jsonl")
+    path = os.path.join(d, trace_file_name(trace))
     write_jsonl([trace], path)
     return path
 
@@ -357,12 +357,20 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
     task = asyncio.ensure_future(loop.run(messages, on_event=view.on_event, cancel=cancel, metadata={"source": "playground"}))
     try:
         last = 0.0
+        stopping = False
         while not task.done():
             await asyncio.wait({task}, timeout=0.08)
             now = time.time()
-            if view.dirty and (now - last >= 0.08 or task.done()):
+            # Stop only sets the cancel event; "stopping" is reported here, in this run's own
+            # stream of updates, so it can never arrive after (and hide) the run's final status
+            if (view.dirty or (cancel.is_set() and not stopping)) and (now - last >= 0.08 or task.done()):
                 last = now
-                yield view.chat(), _status("info", f"running · {view.state} · {now - t0:.1f} s"), None
+                if cancel.is_set():
+                    stopping = True
+                    status = _status("warn", f"stopping: the generation is being aborted… · {now - t0:.1f} s")
+                else:
+                    status = _status("info", f"running · {view.state} · {now - t0:.1f} s")
+                yield view.chat(), status, None
         trace = task.result()
     finally:
         if not task.done():  # the browser went away: abort the generation
@@ -477,7 +485,11 @@ def wire(ctx: AppContext, ui: PlaygroundUI, session: gr.State, after_run) -> Non
     async def on_stop(sess: Session):
         if sess.cancel is not None and not sess.cancel.is_set():
             sess.cancel.set()
-            return _status("warn", "stopping: the generation is being aborted…")
+            # no status from here: this reply races the run's last update and could overwrite
+            # "run N ended: cancelled" with a "stopping" that never goes away; the run says it
+            return gr.update()
+        if sess.running:
+            return gr.update()  # already stopping
         return _status("info", "nothing is running")
 
     async def on_reset(sess: Session):

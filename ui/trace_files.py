@@ -150,11 +150,13 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
         search = gr.Textbox(label="Search (id, messages, tool calls)", elem_id="tf-search", placeholder="e.g. Seattle")
     table = gr.Dataframe(headers=COLUMNS, value=pd.DataFrame([], columns=COLUMNS), interactive=False,
                          label="Traces (click a row to inspect)", elem_id="tf-table", max_height=420)
-    with gr.Row(equal_height=True):
+    # not equal_height: the button would be stretched to the file box's height; the file box
+    # appears once there is a file
+    with gr.Row(equal_height=False):
         export_fmt = gr.Radio(["jsonl", "parquet"], value="jsonl", label="Export the filtered traces as", elem_id="tf-export-fmt",
                               scale=2)
         export_btn = gr.Button("Export filtered", elem_id="tf-export", scale=1)
-        export_file = gr.File(label="Exported file", interactive=False, elem_id="tf-export-file", height=90, scale=2)
+        export_file = gr.File(label="Exported file", interactive=False, elem_id="tf-export-file", height=90, scale=2, visible=False)
     dist = gr.Plot(label="Distributions", show_label=False, elem_id="tf-dist")
     return TraceFilesUI(upload, status, problems, reason_dd, source_dd, search, table, dist, export_fmt, export_btn, export_file)
 
@@ -206,4 +208,5 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
     ui.search.submit(on_filter, [session, ui.reason_dd, ui.source_dd, ui.search], filt_out)
     ui.search.change(on_filter, [session, ui.reason_dd, ui.source_dd, ui.search], filt_out, trigger_mode="always_last")
     ui.table.select(on_select, [session, ui.table], open_outputs)
-    ui.export_btn.click(lambda sess, df, fmt: export_filtered(sess, df, fmt), [session, ui.table, ui.export_fmt], [ui.export_file])
+    ui.export_btn.click(lambda sess, df, fmt: gr.update(value=export_filtered(sess, df, fmt), visible=True),
+                        [session, ui.table, ui.export_fmt], [ui.export_file])
