@@ -165,10 +165,20 @@ class App:
         sel = {"Playground": "#pg-send", "Inspector": "#insp-tokens", "Trace files": "#tf-table", "Template lab": "#lab-render"}[name]
         self.page.wait_for_selector(sel, state="visible")
         if name == "Inspector":
-            self.page.wait_for_selector("#insp-tokens .tv-body > span")
+            self.page.wait_for_selector("#insp-tokens .tv-c > span")
+        self.next_frame()
 
     def text(self, selector: str) -> str:
         return self.page.locator(selector).first.inner_text()
+
+    def tokens_text(self, selector: str) -> str:
+        """The text of a token view's body. textContent, not innerText: token chunks far from
+        the visible part are not rendered (content-visibility: auto) and innerText skips them."""
+        return self.js("(sel) => document.querySelector(sel).textContent", selector)
+
+    def next_frame(self) -> None:
+        """Wait until the browser has rendered a frame (layout of what just became visible)."""
+        self.js("() => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)))")
 
     def js(self, expr: str, arg=None):
         return self.page.evaluate(expr, arg)
@@ -214,7 +224,14 @@ class App:
         return self.js(f"document.querySelectorAll('#{elem_id} [data-row][data-col=\"0\"]').length")
 
     def shot(self, folder: Path, name: str) -> None:
-        self.page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+        """The whole page, rendered: a viewport as tall as the page (a full-page screenshot
+        would show token chunks outside the viewport blank: content-visibility: auto)."""
+        size = self.page.viewport_size
+        height = self.js("document.documentElement.scrollHeight")
+        self.page.set_viewport_size({"width": size["width"], "height": min(height, 8000)})
+        self.next_frame()
+        self.page.screenshot(path=str(folder / f"{name}.png"))
+        self.page.set_viewport_size(size)
 
     def assert_clean(self) -> None:
         assert not self.errors, "JS errors:\n" + "\n".join(self.errors)
@@ -247,12 +264,12 @@ def test_every_tab_opens_and_shows_its_content(app, shots):
 
     # Inspector: the first sample trace (seed 001) is loaded: steps, every token, the conversation
     app.tab("Inspector")
-    app.page.wait_for_selector("#insp-tokens .tv-body > span")
+    app.page.wait_for_selector("#insp-tokens .tv-c > span")
     assert "sample-weather-seattle" in app.text("#insp-summary")
     assert app.rows("insp-steps") == 5
     assert [app.cell("insp-steps", r, 1).inner_text() for r in range(5)] == [
         "pending", "generating", "processing_tools", "generating", "terminated"]
-    spans = app.js("Array.from(document.querySelectorAll('#insp-tokens .tv-body > span'), (s) => s.className)")
+    spans = app.js("Array.from(document.querySelectorAll('#insp-tokens .tv-c > span'), (s) => s.className)")
     assert len(spans) == 247
     kinds = "".join(c[0] for c in spans)  # p prompt, g generated (mask 1), j injected (mask 0)
     assert kinds == "p" * 178 + "g" * 25 + "j" * 28 + "g" * 16
@@ -301,7 +318,7 @@ def test_every_tab_opens_and_shows_its_content(app, shots):
 
 def test_token_view_hover_shows_id_and_bytes(app):
     app.tab("Inspector")
-    tok = app.page.locator("#insp-tokens .tv-body > span").nth(200)
+    tok = app.page.locator("#insp-tokens .tv-c > span").nth(200)
     title = tok.get_attribute("title")
     assert re.fullmatch(r"id \d+", title)
     tok.hover()
@@ -310,7 +327,7 @@ def test_token_view_hover_shows_id_and_bytes(app):
     text = tok.text_content()
     assert " ".join(f"{b:02x}" for b in text.encode()) in info
     # a special token says so in its title
-    sp = app.page.locator("#insp-tokens .tv-body > span.s").first
+    sp = app.page.locator("#insp-tokens .tv-c > span.s").first
     assert sp.get_attribute("title").endswith(" special")
     sp.hover()
     assert "special" in app.text("#insp-tokens .tv-info")
@@ -319,7 +336,7 @@ def test_token_view_hover_shows_id_and_bytes(app):
 
 def test_token_view_whitespace_toggle(app):
     app.tab("Inspector")
-    before = app.js("document.querySelector('#insp-tokens .tv-body').innerText")
+    before = app.tokens_text("#insp-tokens .tv-body")
     newline_mark = "getComputedStyle(document.querySelector('#insp-tokens i.wn'), '::before').content"
     space_bg = "getComputedStyle(document.querySelector('#insp-tokens i.ws')).backgroundImage"
     assert app.js(newline_mark) == "none" and app.js(space_bg) == "none"
@@ -330,15 +347,16 @@ def test_token_view_whitespace_toggle(app):
     app.page.locator("#insp-tokens .tv-ws-toggle").uncheck()
     assert not app.js("document.querySelector('#insp-tokens .tv').classList.contains('tv-ws')")
     assert app.js(newline_mark) == "none"
-    assert app.js("document.querySelector('#insp-tokens .tv-body').innerText") == before
+    assert app.tokens_text("#insp-tokens .tv-body") == before
     app.assert_clean()
 
 
 def test_step_chip_and_step_row_jump_to_the_tokens(app):
     app.page.set_viewport_size({"width": 640, "height": 900})  # narrow: the token box scrolls
     app.tab("Inspector")
+    app.page.locator("#insp-tokens .tv-body").scroll_into_view_if_needed()  # its chunks render when seen
     body = "document.querySelector('#insp-tokens .tv-body')"
-    assert app.js(f"{body}.scrollHeight > {body}.clientHeight + 50")
+    app.page.wait_for_function(f"{body}.scrollHeight > {body}.clientHeight + 50")
     sel_marks = "Array.from(document.querySelectorAll('#insp-tokens .tv-mark.sel'), (a) => a.id)"
     visible = ("(id) => { const a = document.getElementById(id), b = a.closest('.tv-body');"
                " const ra = a.getBoundingClientRect(), rb = b.getBoundingClientRect();"
@@ -362,8 +380,8 @@ def test_step_chip_and_step_row_jump_to_the_tokens(app):
     assert "mask 0" in app.text("#insp-step-head")
     # the selected step's own tokens (its sub-tab): 28 injected tokens with the tool response
     app.page.get_by_role("tab", name="Tokens", exact=True).click()
-    app.page.wait_for_function("document.querySelectorAll('#insp-step-tokens .tv-body > span').length === 28")
-    assert "<tool_response>" in app.text("#insp-step-tokens .tv-body")
+    app.page.wait_for_function("document.querySelectorAll('#insp-step-tokens .tv-c > span').length === 28")
+    assert "<tool_response>" in app.tokens_text("#insp-step-tokens .tv-body")
     app.assert_clean()
 
 
@@ -448,7 +466,7 @@ def test_trace_file_upload_bad_line_and_open_in_inspector(app, tmp_path):
     app.page.wait_for_selector("#tab-inspector", state="visible")
     app.wait_text("#insp-summary", "uploaded-good-trace")
     assert app.js("document.querySelector('#insp-trace input').value").startswith("file · two_lines.jsonl")
-    app.page.wait_for_function("document.querySelectorAll('#insp-tokens .tv-body > span').length === 247")
+    app.page.wait_for_function("document.querySelectorAll('#insp-tokens .tv-c > span').length === 247")
     app.assert_clean()
 
 
@@ -493,10 +511,10 @@ def test_xss_playground_fields(app, shots):
     # the run in the Inspector: every view that shows it
     app.tab("Inspector")
     app.wait_text("#insp-summary", "run 1")
-    app.page.wait_for_selector("#insp-tokens .tv-body > span")
+    app.page.wait_for_selector("#insp-tokens .tv-c > span")
     assert VISIBLE in app.text("#insp-summary")  # the label quotes the user message
     assert VISIBLE_NAME in app.text("#insp-steps")
-    body = app.text("#insp-tokens .tv-body")
+    body = app.tokens_text("#insp-tokens .tv-body")
     assert "System " + IMG in body and "User " + IMG in body and "D " + IMG_HEAD in body
     assert "Answer " + IMG in body and SCRIPT in body
     app.expand_chat("insp-chat")
@@ -511,7 +529,7 @@ def test_xss_playground_fields(app, shots):
     assert VISIBLE_NAME in app.text("#insp-step-results")
     app.page.get_by_role("tab", name="Template text", exact=True).click()
     assert '\\"window.__xss=1\\"' in app.text("#insp-step-text")  # the mock's JSON output, escaped as text
-    app.page.locator("#insp-tokens .tv-body > span").nth(40).hover()
+    app.page.locator("#insp-tokens .tv-c > span").nth(40).hover()
     app.page.locator("#insp-tokens .tv-ws-toggle").check()
     app.assert_no_xss("inspector (playground run)")
     app.shot(shots, "xss_inspector_run")
@@ -587,7 +605,7 @@ def test_xss_uploaded_trace_file(app, shots, xss_trace_file):
     app.cell("tf-table", 0, 1).click()
     app.page.wait_for_selector("#tab-inspector", state="visible")
     app.wait_text("#insp-summary", "Reason")
-    app.page.wait_for_selector("#insp-tokens .tv-body > span")
+    app.page.wait_for_selector("#insp-tokens .tv-c > span")
     summary = app.text("#insp-summary")
     for what in ("id" + NAME, "src" + NAME, "Reason " + IMG, "Desc " + IMG, "Parser " + IMG):
         assert what in summary, what
@@ -597,7 +615,7 @@ def test_xss_uploaded_trace_file(app, shots, xss_trace_file):
     chat = app.text("#insp-chat")
     for what in ("User " + IMG, "Thinking " + IMG, MD_LINK, A_LINK, "Step error " + IMG):
         assert what in chat, what
-    body = app.text("#insp-tokens .tv-body")
+    body = app.tokens_text("#insp-tokens .tv-body")
     assert "User " + IMG in body and "D " + IMG_HEAD in body
     assert VISIBLE_NAME in app.text("#insp-diagnostics")
     # the details of the steps that carry payloads (every sub-tab is mounted once, then stays)
@@ -618,9 +636,15 @@ def test_xss_uploaded_trace_file(app, shots, xss_trace_file):
     # plotly hover text of the timeline (tool names), as text
     bars = app.page.locator("#insp-plot-timeline .bars path")
     hovers = []
+    layer = "(document.querySelector('#insp-plot-timeline .hoverlayer') || {}).textContent || ''"
     for i in range(bars.count()):
+        # plotly throttles hover events (~50 ms): read the label only once this bar's hover has
+        # replaced the last one (moving away first clears it), or a quick hover reads a stale label
+        app.page.mouse.move(0, 0)
+        app.page.wait_for_function(f"({layer}) === ''", timeout=5000)
         bars.nth(i).hover(force=True)
-        hovers.append(app.js("(document.querySelector('#insp-plot-timeline .hoverlayer') || {}).textContent || ''"))
+        app.page.wait_for_function(f"({layer}) !== ''", timeout=5000)
+        hovers.append(app.js(layer))
     assert any(VISIBLE_NAME in h for h in hovers), hovers
     app.assert_no_xss("inspector (uploaded trace)")
     app.shot(shots, "xss_inspector_file")
@@ -654,7 +678,7 @@ def test_xss_template_lab(app, shots):
     assert "User " + IMG in app.text("#lab-diff")
     for tab in app.page.get_by_role("tab", name="Tokens", exact=True).all():
         tab.click()
-    assert "User " + IMG in app.text("#labA-tokens .tv-body")
+    assert "User " + IMG in app.tokens_text("#labA-tokens .tv-body")
     app.assert_no_xss("template lab")
     app.shot(shots, "xss_template_lab")
 

@@ -19,39 +19,47 @@ from ui.context import SAMPLE_DIR
 
 
 class Parsed(HTMLParser):
-    """Token spans of .tv-body (direct children), anchors and every tag/attribute seen."""
+    """Token spans of .tv-body (children of its line-aligned chunks, div.tv-c), anchors, the
+    chunks and every tag/attribute seen."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.tokens: list[dict] = []
         self.anchors: list[dict] = []
+        self.chunks: list[dict] = []  # {"data-i": first token index, "first": index of its first token span}
         self.tags: list[tuple[str, dict]] = []
-        self._depth_in_body = 0
         self._body_depth: int | None = None
         self._stack: list[str] = []
         self._cur: dict | None = None
+        self._cur_depth = 0
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         self.tags.append((tag, a))
         self._stack.append(tag)
+        depth = len(self._stack)
         if tag == "div" and "tv-body" in (a.get("class") or "").split():
-            self._body_depth = len(self._stack)
+            self._body_depth = depth
             return
-        if self._body_depth is not None and len(self._stack) == self._body_depth + 1:
+        if self._body_depth is None:
+            return
+        if tag == "div" and depth == self._body_depth + 1 and "tv-c" in (a.get("class") or "").split():
+            self.chunks.append({"data-i": a.get("data-i"), "first": len(self.tokens)})
+        elif depth == self._body_depth + 2 and self.chunks:
             if tag == "span":
                 self._cur = {"class": a.get("class", ""), "title": a.get("title", ""), "text": ""}
+                self._cur_depth = depth
                 self.tokens.append(self._cur)
             elif tag == "a":
                 self.anchors.append(a)
 
     def handle_endtag(self, tag):
+        if self._cur is not None and len(self._stack) == self._cur_depth:
+            self._cur = None
         if self._stack:
             self._stack.pop()
         if self._body_depth is not None and len(self._stack) < self._body_depth:
             self._body_depth = None
-        if self._cur is not None and self._body_depth is not None and len(self._stack) == self._body_depth:
-            self._cur = None
 
     def handle_data(self, data):
         if self._cur is not None:
@@ -213,3 +221,24 @@ def test_32k_tokens_render_small(qwen):
     assert html.unescape("x") == "x"
 
 
+
+
+def test_chunks_are_line_aligned(qwen):
+    """Tokens come in chunks (div.tv-c, content-visibility in CSS) that end only after a token
+    ending a line, so they stack as the unbroken text would flow; data-i is the first token's
+    index (the hover bar counts from it)."""
+    text = ("def f(x):\n    return x  # 日本語 😀\n\n" + "word " * 300 + "\n") * 30
+    ids = qwen.tokenizer.encode(text, add_special_tokens=False)
+    markup = tv.render_tokens(ids, [tv.GENERATED] * len(ids), qwen.tokenizer)
+    p = parse(markup)
+    assert len(p.tokens) == len(ids) and len(p.chunks) > 5
+    assert [int(c["data-i"]) for c in p.chunks] == [c["first"] for c in p.chunks]
+    ends = [c["first"] for c in p.chunks[1:]] + [len(ids)]
+    for c, end in zip(p.chunks[:-1], ends):
+        assert end - c["first"] >= tv.CHUNK_TOKENS
+        assert p.tokens[end - 1]["text"].endswith("\n")
+    assert "".join(t["text"] for t in p.tokens) == qwen.tokenizer.decode(ids)
+    # a short view is one chunk; no tokens, one empty chunk
+    assert len(parse(tv.render_tokens(ids[:10], [tv.PROMPT] * 10, qwen.tokenizer)).chunks) == 1
+    assert markup.count('<div class="tv-c"') == len(p.chunks)
+    assert '<div class="tv-body"><div class="tv-c" data-i="0"></div></div>' in tv.render_tokens([], [], qwen.tokenizer)

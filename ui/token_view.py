@@ -243,6 +243,10 @@ def _fragment(tid: int, info: TokenInfo) -> tuple[str, str, bool]:
     return inner or "<i class=we></i>", html.escape(title, quote=True), info.special
 
 
+# Tokens per chunk of the token body (at least; a chunk ends only at a line end).
+CHUNK_TOKENS = 256
+
+
 @dataclass
 class StepMark:
     """A loop step's token range, for anchors and the step bar."""
@@ -329,9 +333,15 @@ def render_tokens(
             f'data-start="{s.start}" data-end="{s.end}" title="step {s.index}: tokens {s.start}–{s.end}">{label}</a>'
         )
 
-    out: list[str] = []
+    # Tokens go in chunks (<div class=tv-c data-i=FIRST>) of about CHUNK_TOKENS, each ending
+    # after a token that ends a line, so the chunks stack exactly as the unbroken text would
+    # flow. The CSS gives chunks content-visibility: auto: the browser lays out and paints only
+    # the chunks near the visible part of the scroll box (32k tokens paint ~3x faster).
+    out: list[str] = ['<div class="tv-c" data-i="0">']
     append = out.append
     cls = {(k, p): f"{_KIND_CLASS.get(k, 'p')}{p}" for k in (PROMPT, GENERATED, INJECTED) for p in (0, 1)}
+    n = len(ids)
+    next_cut = CHUNK_TOKENS
     for i, (frag, k) in enumerate(zip(frags, kinds)):
         m = marks.get(i)
         if m:
@@ -340,9 +350,13 @@ def render_tokens(
             append(f'<span class="{cls[(k, i & 1)]} s" title="{frag[1]}">{frag[0]}</span>')
         else:
             append(f'<span class={cls[(k, i & 1)]} title="{frag[1]}">{frag[0]}</span>')
-    tail = marks.get(len(ids))
+        if i + 1 >= next_cut and frag[0].endswith("\n") and i + 1 < n:
+            append(f'</div><div class="tv-c" data-i="{i + 1}">')
+            next_cut = i + 1 + CHUNK_TOKENS
+    tail = marks.get(n)
     if tail:
         append("".join(tail))
+    append("</div>")
 
     jump = ""
     if steps:
@@ -439,15 +453,16 @@ CSS = """
 .tv-jump:hover { background: var(--background-fill-primary); }
 .tv-info { font-size: 12px; min-height: 18px; color: var(--body-text-color-subdued); margin-bottom: 4px; white-space: pre; overflow: hidden; text-overflow: ellipsis; }
 .tv-body { white-space: pre-wrap; word-break: break-all; max-height: 560px; overflow: auto; padding: 6px; border: 1px solid var(--border-color-primary); border-radius: 6px; background: #fff; color: #111; }
-.tv-body > span { border-radius: 2px; }
-.tv-body > span:hover { outline: 2px solid #111; }
+.tv-c { content-visibility: auto; contain-intrinsic-block-size: auto 240px; }
+.tv-c > span { border-radius: 2px; }
+.tv-c > span:hover { outline: 2px solid #111; }
 .p0 { background: #e5e7eb; } .p1 { background: #d1d5db; }
 .g0 { background: #bbf7d0; } .g1 { background: #86efac; }
 .j0 { background: #fed7aa; } .j1 { background: #fdba74; }
-.tv-body > span.s { box-shadow: inset 0 0 0 2px #7c3aed; color: #5b21b6; font-weight: 600; }
+.tv-c > span.s { box-shadow: inset 0 0 0 2px #7c3aed; color: #5b21b6; font-weight: 600; }
 .tv-mark { display: inline-block; font-size: 10px; line-height: 1.2; padding: 0 4px; margin: 0 2px; border-radius: 4px; background: #1e3a8a; color: #fff !important; text-decoration: none; vertical-align: middle; white-space: nowrap; scroll-margin-top: 30px; }
 .tv-mark.sel { background: #dc2626; }
-.tv-body > span.tv-in-sel { text-decoration: underline 2px #dc2626; }
+.tv-c > span.tv-in-sel { text-decoration: underline 2px #dc2626; }
 .wc { color: #b91c1c; font-style: normal; }
 i.ws, i.wn, i.wt, i.we { font-style: normal; }
 .tv-ws i.ws { background: radial-gradient(circle at 50% 55%, #6b7280 0 1.3px, transparent 1.7px) 0 0 / 1ch 100% repeat-x; }
@@ -461,11 +476,13 @@ i.ws, i.wn, i.wt, i.we { font-style: normal; }
 # js_on_load of gr.HTML: runs once per component; `element` survives value updates, so all
 # behaviour is delegated from it. Reads only data attributes and text of our own markup.
 JS = r"""
+/*SCROLL_TO_MARK*/
 const hex = (s) => Array.from(new TextEncoder().encode(s), (b) => b.toString(16).padStart(2, '0')).join(' ');
 const info = (el) => {
   const box = element.querySelector('.tv-info');
   if (!box) return;
-  let idx = 0;
+  // index = the chunk's first token + the spans before this one in its chunk
+  let idx = +(el.parentElement.dataset.i || 0);
   for (let n = el.previousElementSibling; n; n = n.previousElementSibling) { if (n.tagName === 'SPAN') idx++; }
   const title = el.getAttribute('title') || '';
   const text = el.textContent;
@@ -473,7 +490,7 @@ const info = (el) => {
   box.textContent = '#' + idx + '  ' + title + '  ' + JSON.stringify(text) + bytes;
 };
 element.addEventListener('mouseover', (e) => {
-  const el = e.target.closest('.tv-body > span');
+  const el = e.target.closest('.tv-c > span');
   if (el && element.contains(el)) info(el);
 });
 element.addEventListener('change', (e) => {
@@ -491,10 +508,21 @@ element.addEventListener('click', (e) => {
   if (!a) return;
   element.querySelectorAll('.tv-mark.sel').forEach((m) => m.classList.remove('sel'));
   a.classList.add('sel');
-  const body = a.closest('.tv-body');
-  if (body) body.scrollTop = a.offsetTop - body.offsetTop - 8;
+  scrollToMark(a);
 });
 """
+
+
+# Scroll a view's token box so step anchor ``a`` is at its top. From rectangles, not offsetTop,
+# and again on the next frames: chunks away from the visible part are laid out lazily
+# (content-visibility), with estimated heights that become real ones as they come into view.
+_SCROLL_TO_MARK = (
+    "const scrollToMark = (a, n = 0) => { const body = a.closest('.tv-body'); if (!body) return;"
+    " const d = a.getBoundingClientRect().top - body.getBoundingClientRect().top - 8;"
+    " if (Math.abs(d) >= 1) body.scrollTop += d;"
+    " if (n < 4 && body.scrollTop > 0) requestAnimationFrame(() => scrollToMark(a, n + 1)); };"
+)
+JS = JS.replace("/*SCROLL_TO_MARK*/", _SCROLL_TO_MARK)
 
 
 def select_step_js(prefix: str) -> str:
@@ -502,8 +530,9 @@ def select_step_js(prefix: str) -> str:
     prefix = re.sub(r"[^A-Za-z0-9_-]", "", prefix)
     return (
         "(step, ...rest) => { if (step === null || step === undefined || step < 0) return [step, ...rest];"
+        f" {_SCROLL_TO_MARK}"
         f" const a = document.getElementById('{prefix}-step-' + step);"
         " if (a) { const tv = a.closest('.tv'); tv.querySelectorAll('.tv-mark.sel').forEach((m) => m.classList.remove('sel'));"
-        " a.classList.add('sel'); const body = a.closest('.tv-body'); if (body) body.scrollTop = a.offsetTop - body.offsetTop - 8; }"
+        " a.classList.add('sel'); scrollToMark(a); }"
         " return [step, ...rest]; }"
     )
