@@ -38,11 +38,11 @@ Codes (severity):
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from backend import seqdiff
 from backend.trace import Trace
 
 SEVERITIES = ("error", "warning", "info")
@@ -418,8 +418,24 @@ def _describe_op(tok: Any, tag: str, a: list[int], b: list[int], i1: int, i2: in
     return f"'{loop_txt}' vs '{ren_txt}'{after_ctx} (loop tokens {i1}..{i2 - 1} vs re-render tokens {j1}..{j2 - 1}: same text, different tokens)" if loop_txt == ren_txt else f"'{loop_txt}' in the loop vs '{ren_txt}' in the re-render{after_ctx} (loop tokens {i1}..{i2 - 1})"
 
 
-def _opcodes(a: list[int], b: list[int]) -> list[tuple[str, int, int, int, int]]:
-    return difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes()
+def _cut_ids(tok: Any, *seqs: list[int]) -> set[int]:
+    """Ids after which a token sequence may be cut into segments for diffing: tokens whose text
+    holds a line break, and added/special tokens (``<|im_end|>``, ``<tool_call>``...)."""
+    distinct = sorted(set().union(*seqs))
+    cut = {i for i in (getattr(tok, "added_tokens_decoder", None) or {}) if isinstance(i, int)}
+    try:
+        texts = tok.batch_decode([[i] for i in distinct], skip_special_tokens=False)
+    except Exception:  # noqa: BLE001 - an id the tokenizer cannot decode: no cut there
+        texts = [""] * len(distinct)
+    cut.update(i for i, t in zip(distinct, texts) if "\n" in t)
+    return cut
+
+
+def _opcodes(tok: Any, a: list[int], b: list[int]) -> list[tuple[str, int, int, int, int]]:
+    """Alignment of two token sequences (difflib opcodes) in bounded time: by lines and turns
+    first, then token by token inside the parts that differ (``backend.seqdiff``)."""
+    cut = _cut_ids(tok, a, b)
+    return seqdiff.opcodes(a, b, cut_after=cut.__contains__)
 
 
 def _check_drift(trace: Trace, bundle: Any, ix: _Index, rendered: list[int]) -> list[Finding]:
@@ -429,7 +445,7 @@ def _check_drift(trace: Trace, bundle: Any, ix: _Index, rendered: list[int]) -> 
         return []
     n = min(len(loop), len(rendered))
     first = next((k for k in range(n) if loop[k] != rendered[k]), n)
-    ops = [op for op in _opcodes(loop, rendered) if op[0] != "equal"]
+    ops = [op for op in _opcodes(tok, loop, rendered) if op[0] != "equal"]
     loop_only = sum(i2 - i1 for _, i1, i2, _, _ in ops)
     render_only = sum(j2 - j1 for _, _, _, j1, j2 in ops)
     w = 6
@@ -501,7 +517,7 @@ def _check_mask(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
     lmask = trace.full_mask
     p = len(trace.prompt_ids)
     diffs: list[dict[str, Any]] = []
-    for tag, i1, i2, j1, j2 in _opcodes(loop, t_ids):
+    for tag, i1, i2, j1, j2 in _opcodes(tok, loop, t_ids):
         if tag == "equal":
             for k in range(i2 - i1):
                 if lmask[i1 + k] != t_mask[j1 + k]:

@@ -351,3 +351,32 @@ def test_cli_check_broken_trace_text_and_unreadable_file(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("error:") and "Traceback" not in r.stderr
     r = _cli("check", str(tmp_path / "missing.jsonl"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_drift_and_mask_on_a_40k_token_run_are_exact(qwen3):
+    """A long engine run (60 tool turns, ~40k tokens of prose, code-like lines and JSON): the
+    token alignment behind drift and mask findings (by lines first, then token by token, in
+    bounded time) names exactly the '\\n' after each <|im_end|> that the loop never has."""
+    import random
+
+    rng = random.Random(3)
+    # no whitespace-only words: a line ending in spaces before <tool_call> is stripped from the
+    # parsed content, a real drift of its own that would blur the count here
+    words = ["weather", "Seattle", "the", "of", "temperature", "東京", "😀", "x = f(y)", "{", "}", "é", "data", "a\tb"]
+
+    def body() -> str:
+        lines = [" ".join(rng.choice(words) for _ in range(rng.randrange(4, 18))) for _ in range(rng.randrange(20, 40))]
+        return "\n".join(lines)
+
+    script = [body() + "\n" + call("get_current_temperature", city=f"City {i}") for i in range(60)] + [body()]
+    tr = run_loop(qwen3, script, response_length=100_000, max_assistant_turns=100, sampling={"max_tokens": 4096})
+    assert tr.termination_reason == "no_tool_calls" and len(tr.input_ids) > 30_000
+    turns = sum(1 for st in tr.steps if st.state == "generating")
+    assert turns == 61
+    fs = check(tr, qwen3)
+    (d,) = only(fs, "retokenization_drift")
+    assert d.details["loop_only_tokens"] == 0 and d.details["render_only_tokens"] == turns
+    assert f"missing '\\n' after '<|im_end|>' at {turns} place(s)" in d.message
+    (m,) = only(fs, "mask_mismatch")
+    assert len(m.details["positions"]) == turns
+    assert all(p["token"] == "\n" and p["loop_mask"] is None and p["training_mask"] == 1 for p in m.details["positions"])

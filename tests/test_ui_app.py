@@ -332,3 +332,17 @@ def test_template_lab_custom_template_and_errors(ctx):
 def test_diff_html_escapes():
     d = template_lab.diff_html("<a>\nsame\n", "<b>\nsame\n")
     assert "<a>" not in d and "&lt;<mark>a</mark>&gt;" in d and "<mark>b</mark>" in d
+
+
+def test_diff_html_of_huge_renders_marks_only_what_differs():
+    """A 400 KB line differing in one character (a tool schema pasted into the lab), inside
+    20,000 lines that repeat: the diff comes back (character diffs of long lines used to align
+    every repeated character: minutes) and marks just that character and that line."""
+    line = '{"type": "function", "function": {"name": "f", "description": "' + "ab" * 200_000 + '"}}\n'
+    body = "".join(f"<|im_start|>user\nsame {i % 7}\n<|im_end|>\n" for i in range(5000))
+    a = body + line + body
+    b = body + line.replace("abab", "abXb", 1)[::-1][::-1] + body
+    d = template_lab.diff_html(a, b)
+    assert d.count('<div class="d-del">') == 1 and d.count('<div class="d-add">') == 1
+    assert d.count("<mark>") == 2 and "<mark>a</mark>" in d and "<mark>X</mark>" in d
+    assert "unchanged lines" in d

@@ -3,7 +3,6 @@ special tokens marked, the tokens, the token counts and a diff of the two texts.
 
 from __future__ import annotations
 
-import difflib
 import html
 import json
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from typing import Any
 
 import gradio as gr
 
+from backend import seqdiff
 from ui import token_view
 from ui.context import AppContext, UserError, short_error
 
@@ -116,8 +116,8 @@ def diff_html(a: str, b: str, name_a: str = "left", name_b: str = "right") -> st
         return '<div class="ali-ok">The two renderings are identical.</div>'
     al, bl = a.splitlines(keepends=True), b.splitlines(keepends=True)
     out: list[str] = []
-    sm = difflib.SequenceMatcher(None, al, bl, autojunk=False)
-    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+    # bounded time on huge renders: paragraphs first (cut at blank lines), then lines
+    for tag, i1, i2, j1, j2 in seqdiff.opcodes(al, bl, cut_after=lambda line: not line.strip()):
         if tag == "equal":
             block = al[i1:i2]
             if len(block) > 6:
@@ -148,9 +148,8 @@ def _line(sign: str, s: str) -> str:
 
 
 def _char_diff(x: str, y: str) -> tuple[str, str]:
-    sm = difflib.SequenceMatcher(None, x, y, autojunk=False)
     ox, oy = [], []
-    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+    for tag, i1, i2, j1, j2 in seqdiff.opcodes(x, y):  # a 1 MB line differing in one place stays fast
         if tag == "equal":
             ox.append(_vis(x[i1:i2]))
             oy.append(_vis(y[j1:j2]))
