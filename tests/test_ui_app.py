@@ -97,6 +97,21 @@ def test_build_app_with_code_tools_and_cli_flags(tmp_path):
     assert c.model.generator is None  # lazy: nothing started
 
 
+def _header(demo) -> str:
+    (h,) = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "ali-header"]
+    return h.value
+
+
+def test_header_names_the_model_without_a_state_that_goes_stale(ctx):
+    """The header is rendered once per page: it used to say "Model: not started ...; it starts
+    on the first playground run" for ever, also after the model had loaded."""
+    args = app_module.parse_args(["--backend", "vllm", "--model", "my/model_x"])
+    c = app_module.build_context(args)
+    head = _header(ui.build_app(c))
+    assert "vllm · my/model\\_x" in head and "not started" not in head and "starts on" not in head
+    assert "none" in _header(ui.build_app(ctx))  # no model backend: says so
+
+
 def test_session_state_is_per_user(ctx):
     a, b = fresh(ctx), fresh(ctx)
     a.add("mine", ctx.samples[0][1])

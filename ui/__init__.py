@@ -59,7 +59,7 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         session = gr.State(initial_session)
         gr.Markdown(
             "# Agent Loop Inspector\nEvery token of a tool-calling agent loop: what the model generated (mask 1), "
-            "what the loop injected (mask 0), step by step. Model: " + _md_escape(ctx.model.status()),
+            "what the loop injected (mask 0), step by step. Model: " + _md_escape(_model_line(ctx)),
             elem_id="ali-header",
         )
         with gr.Tabs(selected="playground", elem_id="ali-tabs") as tabs:
@@ -93,6 +93,13 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         demo.load(on_load, [session], [*insp_outputs, tf.reason_dd, tf.source_dd, tf.table, tf.dist, tf.status], api_name="app_load")
     demo.queue(default_concurrency_limit=ctx.concurrency_limit)
     return demo
+
+
+def _model_line(ctx: AppContext) -> str:
+    """What the header says of the model: which one, never its state (the header is rendered
+    once; the playground's status line follows loading)."""
+    o = ctx.model.options
+    return o.describe() if o is not None else "none (explore traces; scripted runs only)"
 
 
 def _md_escape(s: str) -> str:
