@@ -470,6 +470,31 @@ def test_trace_file_upload_bad_line_and_open_in_inspector(app, tmp_path):
     app.assert_clean()
 
 
+def test_trace_file_upload_imports_an_agents_sdk_run_and_reimports_on_a_tokenizer_change(app):
+    """Another tool's file through the real page: an OpenAI Agents SDK run is imported (not
+    refused), listed with its source, opens in the Inspector with its tokens; choosing another
+    tokenizer re-reads the same upload with it."""
+    path = ROOT / "tests" / "data" / "import" / "agents_sdk_run.json"
+    app.tab("Trace files")
+    app.page.locator("#tf-upload input[type=file]").set_input_files(str(path))
+    status = app.wait_text("#tf-status", "agents_sdk_run.json")
+    assert "imported from agents-sdk" in status and "rendered and decoded with qwen3" in status, status
+    app.page.wait_for_function("document.querySelectorAll('#tf-table [data-row][data-col=\"0\"]').length === 1")
+    assert app.cell("tf-table", 0, 2).inner_text() == "agents-sdk"
+
+    app.page.locator("#tf-import-tok input").click()
+    app.page.get_by_role("option", name="qwen2.5", exact=True).click()
+    status = app.wait_text("#tf-status", "decoded with qwen2.5")
+    assert "imported from agents-sdk" in status
+
+    app.cell("tf-table", 0, 1).click()
+    app.page.wait_for_selector("#tab-inspector", state="visible")
+    app.wait_text("#insp-summary", "qwen2.5")
+    app.page.wait_for_selector("#insp-tokens .tv-c > span")
+    assert "What's the weather in Seattle?" in app.tokens_text("#insp-tokens .tv-body")
+    app.assert_clean()
+
+
 # ---- XSS --------------------------------------------------------------------------------------
 
 

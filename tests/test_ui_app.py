@@ -319,6 +319,81 @@ def test_trace_file_unreadable(ctx, tmp_path):
     assert "Could not read" in status and "Traceback" not in status
 
 
+IMPORT_DATA = os.path.join(os.path.dirname(__file__), "data", "import")
+
+
+@pytest.mark.parametrize("name,fmt", [
+    ("agents_sdk_run.json", "agents-sdk"), ("agents_sdk_items.json", "agents-sdk"), ("verl_rollout_dump.jsonl", "verl"),
+    ("verl_agent_loop.jsonl", "verl"), ("openai_chat.jsonl", "openai-chat"), ("sharegpt.jsonl", "sharegpt"),
+])
+def test_trace_file_upload_imports_other_tools_formats(ctx, name, fmt):
+    """The Trace files tab takes what other tools write (it used to refuse such a file with a
+    hint to run the CLI): the upload equals the importer's own result, shown as a trace table."""
+    from backend.importers import import_file
+
+    path = os.path.join(IMPORT_DATA, name)
+    want = import_file(path, fmt, tokenizer="qwen3")
+    assert want.traces
+    sess = fresh(ctx)
+    status, probs = trace_files.load_file(ctx, sess, path)
+    assert f"{len(want.traces)} trace(s) imported from <b>{fmt}</b>" in status, status
+    got = [sess.traces[label] for label in sess.file_traces]
+    assert [(t.id, t.prompt_ids, t.response_ids, t.response_mask, t.messages) for t in got] == \
+        [(t.id, t.prompt_ids, t.response_ids, t.response_mask, t.messages) for t in want.traces]
+    assert list(probs["line"]) == [p.line for p in want.problems]
+    df = trace_files.table_outputs(sess)[2]
+    assert len(df) == len(want.traces) and set(df["source"]) == {fmt}
+    given = sum(1 for t in want.traces if t.metadata.get("ids") == "given")
+    assert (f"token ids as given for {given}" in status) == bool(given)
+
+
+def test_trace_file_import_tokenizer_and_format_choice(ctx, tmp_path):
+    path = os.path.join(IMPORT_DATA, "sharegpt.jsonl")
+    sess = fresh(ctx)
+    status, _ = trace_files.load_file(ctx, sess, path, "auto", "qwen2.5")
+    assert "rendered and decoded with qwen2.5" in status
+    first = sess.traces[sess.file_traces[0]]
+    assert first.tokenizer.name == "qwen2.5"
+    assert first.prompt_ids + first.response_ids == ctx.tokenizers.get("qwen2.5").tokenizer.encode(
+        ctx.tokenizers.get("qwen2.5").tokenizer.decode(first.prompt_ids + first.response_ids), add_special_tokens=False)
+    # a tokenizer outside the offline profiles is refused (a visitor must not make the server fetch one)
+    status, probs = trace_files.load_file(ctx, fresh(ctx), path, "auto", "someone/their-model")
+    assert "Could not read" in status and "not one this app imports with" in status and probs.empty
+    # a format forced onto records of another kind: each record refused with its line, nothing loaded
+    sess = fresh(ctx)
+    status, probs = trace_files.load_file(ctx, sess, path, "agents-sdk")
+    assert "0 trace(s) imported from <b>agents-sdk</b>" in status and "4 bad record(s)" in status
+    assert list(probs["line"]) == [1, 2, 3, 4] and all("run items" in p for p in probs["problem"])
+    assert sess.file_traces == []
+    # our trace lines carry verl's agent-loop fields: forced to verl they keep their ids exactly
+    ours = str(SAMPLE_DIR / "01_weather.jsonl")
+    sess = fresh(ctx)
+    status, _ = trace_files.load_file(ctx, sess, ours, "verl")
+    (t,) = [sess.traces[label] for label in sess.file_traces]
+    assert "token ids as given for 1" in status and len(t.prompt_ids) == 178 and inspector.mask_runs(t.response_mask) == [(1, 25), (0, 28), (1, 16)]
+    # our own traces under auto: loaded as they are, not imported
+    status, _ = trace_files.load_file(ctx, fresh(ctx), ours)
+    assert "1 trace(s) loaded" in status and "imported" not in status
+
+
+def test_trace_file_upload_imports_another_tools_parquet(ctx, tmp_path):
+    """HF messages rows in Parquet (a training set): the file is not ours, so load_any refuses
+    it; the upload imports it row by row and reports the damaged row by number."""
+    conv = [{"role": "user", "content": "Weather in Oslo?"},
+            {"role": "assistant", "content": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'},
+            {"role": "tool", "content": "3C"}, {"role": "assistant", "content": "It is 3C."}]
+    p = tmp_path / "rows.parquet"
+    pd.DataFrame({"messages": [json.dumps(conv), "[not json", json.dumps(conv)]}).to_parquet(p)
+    with pytest.raises(Exception):
+        load_any(str(p))
+    sess = fresh(ctx)
+    status, probs = trace_files.load_file(ctx, sess, str(p))
+    assert "2 trace(s) imported from <b>sharegpt</b>" in status and "listed below with their row numbers" in status
+    assert list(probs["line"]) == [2]
+    t = sess.traces[sess.file_traces[0]]
+    assert [m["role"] for m in t.messages] == ["user", "assistant", "tool", "assistant"] and 1 in t.response_mask
+
+
 # ---- template lab -----------------------------------------------------------------------------
 
 

@@ -20,6 +20,10 @@ from ui.context import AppContext, Session, short_error
 
 COLUMNS = ["#", "id", "source", "turns", "tokens", "termination", "errors"]
 ALL = "(all)"
+AUTO = "auto"
+# what an uploaded file may be: "auto" (our traces; a file holding none but another tool's
+# records is imported) or one of the importers' formats
+FILE_FORMATS = [AUTO, "agents-sdk", "verl", "openai-chat", "sharegpt"]
 
 
 @dataclass
@@ -35,6 +39,8 @@ class TraceFilesUI:
     export_fmt: gr.Radio
     export_btn: gr.Button
     export_file: gr.File
+    import_fmt: gr.Dropdown
+    import_tok: gr.Dropdown
 
 
 def _source(t: Trace) -> str:
@@ -89,11 +95,67 @@ def filter_choices(df: pd.DataFrame) -> tuple[list[str], list[str]]:
     return [ALL, *reasons], [ALL, *sources]
 
 
-def load_file(ctx: AppContext, session: Session, path: str | None) -> tuple[str, pd.DataFrame]:
-    """Load an uploaded file into the session. Returns (status html, problems frame)."""
+def import_tokenizers(ctx: AppContext) -> list[str]:
+    """Tokenizers an upload may be imported with: the offline profiles, and the model's own
+    when the model service has one loaded. Never a typed hub id or path: on a shared deployment
+    an upload must not make the server fetch or read what a visitor names."""
+    from backend.tokenizers import PROFILES
+
+    names = list(PROFILES)
+    own = getattr(getattr(ctx.model, "bundle", None), "name", None)
+    if own and own not in names:
+        names.append(own)
+    return names
+
+
+def _import_bundle(ctx: AppContext, name: str | None) -> Any:
+    from backend.trace import TraceFileError
+
+    name = name or ctx.default_tokenizer
+    if name not in import_tokenizers(ctx):
+        raise TraceFileError(f"tokenizer {name!r} is not one this app imports with ({', '.join(import_tokenizers(ctx))})")
+    own = getattr(ctx.model, "bundle", None)
+    if own is not None and getattr(own, "name", None) == name:
+        return own
+    return ctx.tokenizers.get(name)
+
+
+def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | None = None) -> tuple[Any, str | None]:
+    """Traces and bad records of an uploaded file, and the format it was imported from (None
+    for our own traces). ``fmt`` "auto": our traces as they are; a file in which nothing is a
+    trace but whose records are another tool's is imported with ``tokenizer``."""
+    from backend import importers
+    from backend.export import load_any
+    from backend.trace import TraceFileError
+
+    if fmt not in FILE_FORMATS:
+        raise TraceFileError(f"unknown file format {fmt!r}; choose one of {', '.join(FILE_FORMATS)}")
+    if fmt == AUTO:
+        try:
+            res, refused = load_any(path), None
+        except TraceFileError as e:  # e.g. another tool's Parquet file: maybe importable
+            res, refused = None, e
+        if res is not None and res.traces:
+            return res, None
+        try:
+            found = importers.detect(path)
+        except TraceFileError:
+            found = None
+        if found in (None, "trace"):
+            if refused is not None:
+                raise refused
+            return res, None
+        fmt = found
+    res = importers.import_file(path, fmt, bundle=_import_bundle(ctx, tokenizer))
+    return res, fmt
+
+
+def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AUTO,
+              tokenizer: str | None = None) -> tuple[str, pd.DataFrame]:
+    """Load an uploaded file into the session (importing another tool's format, see
+    :func:`read_upload`). Returns (status html, problems frame)."""
     import html
 
-    from backend.export import load_any
     from backend.trace import TraceFileError, human_bytes
 
     empty = pd.DataFrame([], columns=["line", "problem"])
@@ -104,7 +166,7 @@ def load_file(ctx: AppContext, session: Session, path: str | None) -> tuple[str,
         size = os.path.getsize(path)
         if size > ctx.max_upload_bytes:
             raise TraceFileError(f"{name} is {human_bytes(size)}, over this app's {human_bytes(ctx.max_upload_bytes)} upload limit")
-        res = load_any(path)
+        res, imported = read_upload(ctx, path, fmt, tokenizer)
     except Exception as e:  # noqa: BLE001 - shown to the user
         return f'<div class="ali-err">Could not read {html.escape(name)}: {html.escape(short_error(e))}</div>', empty
     labels = [session.add(f"file · {name} · {t.id}", t) for t in res.traces]
@@ -113,10 +175,18 @@ def load_file(ctx: AppContext, session: Session, path: str | None) -> tuple[str,
     session.file_problems = [(p.line, p.reason) for p in res.problems]
     if labels:
         session.current = labels[0]
+    unit = getattr(res, "unit", "line")
     probs = pd.DataFrame([{"line": p.line, "problem": p.reason} for p in res.problems], columns=["line", "problem"])
     msg = f"{html.escape(name)}: {len(res.traces)} trace(s) loaded"
+    if imported:
+        given = sum(1 for t in res.traces if t.metadata.get("ids") == "given")
+        how = f"token ids as given for {given}, " if given else ""
+        tok = res.traces[0].tokenizer.name if res.traces else (tokenizer or ctx.default_tokenizer)
+        msg = (f"{html.escape(name)}: {len(res.traces)} trace(s) imported from <b>{html.escape(imported)}</b> "
+               f"({how}rendered and decoded with {html.escape(str(tok))})")
     if res.problems:
-        msg += f", <b>{len(res.problems)} bad record(s)</b> (listed below with their line numbers)"
+        where = {"row": "row", "index": "index"}.get(unit, "line")
+        msg += f", <b>{len(res.problems)} bad record(s)</b> (listed below with their {where} numbers)"
     cls = "ali-ok" if not res.problems else "ali-warn"
     return f'<div class="{cls}">{msg}</div>', probs
 
@@ -136,10 +206,19 @@ def export_filtered(session: Session, df: pd.DataFrame | None, fmt: str) -> str:
 
 
 def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
-    gr.Markdown("Upload trace files (our JSONL / JSON / Parquet). Bad records are listed with their line numbers; "
-                "the good ones load. Select a row to open it in the **Inspector**.")
+    gr.Markdown("Upload trace files (JSONL / JSON / Parquet): our traces, or another tool's records (OpenAI Agents SDK "
+                "runs, verl rollout dumps, chat-completions logs, ShareGPT / HF messages rows), imported as traces. Bad records "
+                "are listed with their line numbers; the good ones load. Select a row to open it in the **Inspector**.")
     with gr.Row():
-        upload = gr.File(label="Trace file", file_types=[".jsonl", ".json", ".parquet"], type="filepath", elem_id="tf-upload", scale=2)
+        with gr.Column(scale=2):
+            upload = gr.File(label="Trace file", file_types=[".jsonl", ".json", ".parquet"], type="filepath", elem_id="tf-upload")
+            with gr.Row():
+                import_fmt = gr.Dropdown(FILE_FORMATS, value=AUTO, label="Format", elem_id="tf-import-fmt",
+                                         info="auto: our traces, or the other tool's format found in the file")
+                toks = import_tokenizers(ctx)
+                import_tok = gr.Dropdown(toks, value=ctx.default_tokenizer if ctx.default_tokenizer in toks else toks[0],
+                                         label="Tokenizer for imports", elem_id="tf-import-tok",
+                                         info="renders records that carry no token ids")
         with gr.Column(scale=3):
             status = gr.HTML(elem_id="tf-status")
             problems = gr.Dataframe(headers=["line", "problem"], value=pd.DataFrame([], columns=["line", "problem"]),
@@ -158,7 +237,8 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
         export_btn = gr.Button("Export filtered", elem_id="tf-export", scale=1)
         export_file = gr.File(label="Exported file", interactive=False, elem_id="tf-export-file", height=90, scale=2, visible=False)
     dist = gr.Plot(label="Distributions", show_label=False, elem_id="tf-dist")
-    return TraceFilesUI(upload, status, problems, reason_dd, source_dd, search, table, dist, export_fmt, export_btn, export_file)
+    return TraceFilesUI(upload, status, problems, reason_dd, source_dd, search, table, dist, export_fmt, export_btn, export_file,
+                        import_fmt, import_tok)
 
 
 def table_outputs(session: Session, reason: str | None = ALL, source: str | None = ALL, query: str | None = "") -> list[Any]:
@@ -185,8 +265,10 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
     it is given as (fn, outputs)."""
     fn_open, open_outputs = open_in_inspector
 
-    def on_upload(sess: Session, path: str | None):
-        status, probs = load_file(ctx, sess, path)
+    def on_upload(sess: Session, path: str | None, fmt: str = AUTO, tokenizer: str | None = None):
+        if not path:  # a format/tokenizer change with no file: nothing to (re)load
+            return [sess, gr.update(), gr.update(), *table_outputs(sess)]
+        status, probs = load_file(ctx, sess, path, fmt or AUTO, tokenizer)
         return [sess, status, probs, *table_outputs(sess)]
 
     def on_filter(sess: Session, reason: str, source: str, query: str):
@@ -202,7 +284,13 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
     filt_out = [ui.reason_dd, ui.source_dd, ui.table, ui.dist]
     # API name, kept stable (see ui/playground.py): /trace_files_upload (file) -> status, bad records,
     # the two filters, the table, the plot; the file goes into the caller's session only
-    ui.upload.upload(on_upload, [session, ui.upload], [session, ui.status, ui.problems, *filt_out], api_name="trace_files_upload")
+    # (file, format="auto", tokenizer=the default) -> ...; format and tokenizer have defaults, so
+    # a client passing the file alone still works
+    up_in, up_out = [session, ui.upload, ui.import_fmt, ui.import_tok], [session, ui.status, ui.problems, *filt_out]
+    ui.upload.upload(on_upload, up_in, up_out, api_name="trace_files_upload")
+    # choosing another format or tokenizer re-reads the file already uploaded
+    for comp in (ui.import_fmt, ui.import_tok):
+        comp.input(on_upload, up_in, up_out, api_visibility="private")
     for comp in (ui.reason_dd, ui.source_dd):
         comp.input(on_filter, [session, ui.reason_dd, ui.source_dd, ui.search], filt_out)
     ui.search.submit(on_filter, [session, ui.reason_dd, ui.source_dd, ui.search], filt_out)

@@ -201,9 +201,15 @@ def import_file(
     tokenizer: str = "qwen3",
     template: str | None = None,
     options: dict[str, Any] | None = None,
+    bundle: Any = None,
 ) -> ImportResult:
+    """Import a whole file. ``bundle``: an already loaded tokenizer bundle to render and decode
+    with (else ``tokenizer``/``template`` are loaded when a record first needs them)."""
     res = ImportResult(unit=_unit_for(path))
-    for n, item, name in iter_import(path, fmt, tokenizer=tokenizer, template=template, options=options):
+    ctx = ImportContext(tokenizer=tokenizer, template=template, options=dict(options or {}), path=path)
+    if bundle is not None:
+        ctx._bundle = bundle
+    for n, item, name in iter_import(path, fmt, ctx=ctx):
         if isinstance(item, LoadProblem):
             res.problems.append(item)
         else:
