@@ -112,6 +112,16 @@ def test_header_names_the_model_without_a_state_that_goes_stale(ctx):
     assert "none" in _header(ui.build_app(ctx))  # no model backend: says so
 
 
+def test_script_box_is_open_only_for_the_scripted_backend(ctx):
+    def script_box(c):
+        (acc,) = [b for b in ui.build_app(c).blocks.values() if getattr(b, "elem_id", None) == "pg-script-box"]
+        return acc
+
+    assert script_box(ctx).open  # scripted: the script is what runs
+    c = app_module.build_context(app_module.parse_args(["--backend", "vllm", "--model", "m"]))
+    assert c.default_backend_choice == "vllm" and not script_box(c).open
+
+
 def test_session_state_is_per_user(ctx):
     a, b = fresh(ctx), fresh(ctx)
     a.add("mine", ctx.samples[0][1])

@@ -401,7 +401,9 @@ def build(ctx: AppContext) -> PlaygroundUI:
             backend = gr.Radio(backends, value=ctx.default_backend_choice, label="Backend", elem_id="pg-backend",
                                info="scripted replays the script below (no model needed)")
             model_status = gr.HTML(_status("info", "model: " + ctx.model.status()), elem_id="pg-model-status")
-            with gr.Accordion("Script (scripted backend)", open=True):
+            # open while the scripted backend is chosen: a model backend does not read the script
+            with gr.Accordion("Script (scripted backend)", open=ctx.default_backend_choice == "scripted",
+                              elem_id="pg-script-box") as script_box:
                 script = gr.Code(json.dumps(ctx.default_script or WEATHER_SCRIPT, ensure_ascii=False, indent=2), language="json",
                                  label="model outputs, one per assistant turn (JSON list)", lines=6, max_lines=20, elem_id="pg-script")
                 token_delay = gr.Slider(0, 0.5, value=0.02, step=0.01, label="delay per token (s)", elem_id="pg-delay")
@@ -412,6 +414,8 @@ def build(ctx: AppContext) -> PlaygroundUI:
                                       elem_id="pg-template")
                 parser = gr.Dropdown(["auto", *available_parsers()], value="auto", label="tool-call parser", elem_id="pg-parser")
                 template_kwargs = gr.Textbox("{}", label="chat_template_kwargs (JSON)", elem_id="pg-kwargs")
+            backend.input(lambda b: gr.Accordion(open=b == "scripted"), backend, script_box, queue=False,
+                          api_visibility="private")
             system = gr.Textbox(label="System prompt", lines=2, elem_id="pg-system")
             with gr.Accordion("Tools", open=True):
                 tools = gr.Code(json.dumps(WEATHER_TOOLS, indent=2), language="json", lines=10, max_lines=30,
