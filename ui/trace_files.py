@@ -112,8 +112,9 @@ def _import_bundle(ctx: AppContext, name: str | None) -> Any:
     from backend.trace import TraceFileError
 
     name = name or ctx.default_tokenizer
-    if name not in import_tokenizers(ctx):
-        raise TraceFileError(f"tokenizer {name!r} is not one this app imports with ({', '.join(import_tokenizers(ctx))})")
+    allowed = import_tokenizers(ctx)
+    if name not in allowed:
+        raise TraceFileError(f"tokenizer {name!r} is not one this app imports with ({', '.join(allowed)})")
     own = getattr(ctx.model, "bundle", None)
     if own is not None and getattr(own, "name", None) == name:
         return own
