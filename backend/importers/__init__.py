@@ -206,9 +206,7 @@ def import_file(
     """Import a whole file. ``bundle``: an already loaded tokenizer bundle to render and decode
     with (else ``tokenizer``/``template`` are loaded when a record first needs them)."""
     res = ImportResult(unit=_unit_for(path))
-    ctx = ImportContext(tokenizer=tokenizer, template=template, options=dict(options or {}), path=path)
-    if bundle is not None:
-        ctx._bundle = bundle
+    ctx = ImportContext(tokenizer=tokenizer, template=template, options=dict(options or {}), path=path, _bundle=bundle)
     for n, item, name in iter_import(path, fmt, ctx=ctx):
         if isinstance(item, LoadProblem):
             res.problems.append(item)
@@ -225,9 +223,7 @@ def import_records(
     options: dict[str, Any] | None = None,
 ) -> ImportResult:
     """Import in-memory records (e.g. ``result.to_input_list()`` wrapped as ``[{"items": ...}]``)."""
-    ctx = ImportContext(tokenizer=tokenizer, template=template, options=dict(options or {}))
-    if bundle is not None:
-        ctx._bundle = bundle
+    ctx = ImportContext(tokenizer=tokenizer, template=template, options=dict(options or {}), _bundle=bundle)
     res = ImportResult(unit="index")
     for i, rec in enumerate(records, start=1):
         name = fmt if fmt != "auto" else detect_record(rec)
@@ -261,9 +257,7 @@ def import_agents_sdk_run(items: list[Any], tools: Any = None, *, instructions: 
     """One Agents SDK run (``result.to_input_list()``, and the agent's tools) → a trace."""
     from backend.importers.agents_sdk import items_to_conversation
 
-    ctx = ImportContext(tokenizer=tokenizer)
-    if bundle is not None:
-        ctx._bundle = bundle
+    ctx = ImportContext(tokenizer=tokenizer, _bundle=bundle)
     conv = items_to_conversation(items, tools, instructions)
     from backend.importers.common import record_id
 
