@@ -262,37 +262,39 @@ def export_traces(traces: Iterable[Trace], fmt: str, out: str) -> int:
 # ---- loading anything ---------------------------------------------------------------------------
 
 
-def load_any(path: str, *, import_foreign: bool = False, tokenizer: str = "qwen3") -> LoadResult:
+def load_any(path: str, *, import_foreign: bool = False, tokenizer: str = "qwen3", bundle: Any = None) -> LoadResult:
     """Load a trace file for the UI: ``.parquet`` (ours), or JSONL / JSON (ours).
 
-    Records that are not traces but look like a known foreign format (Agents SDK, verl,
-    OpenAI chat logs, ShareGPT) are imported when ``import_foreign`` is set (rendered with
-    ``tokenizer``); otherwise each is reported with the ``import`` command to use."""
+    A file in which nothing is a trace but whose first records look like a known foreign format
+    (Agents SDK, verl, OpenAI chat logs, ShareGPT) is imported when ``import_foreign`` is set
+    (an :class:`~backend.importers.ImportResult`, rendered with ``bundle`` if given, else
+    ``tokenizer``); otherwise it is refused with the ``import`` command to use."""
     if not os.path.exists(path):
         raise TraceFileError(f"file not found: {path}")
     if os.path.isdir(path):
         raise TraceFileError(f"{path} is a folder, not a trace file")
-    if path.endswith(".parquet"):
-        from backend import importers
+    from backend import importers
 
+    def imported(fmt: str) -> LoadResult:
+        return importers.import_file(path, fmt, tokenizer=tokenizer, bundle=bundle)
+
+    if path.endswith(".parquet"):
         if is_trace_parquet(path):
             return read_parquet_traces(path)
         fmt = importers.detect(path)
         if fmt and fmt != "trace" and import_foreign:
-            return importers.import_file(path, fmt, tokenizer=tokenizer)
+            return imported(fmt)
         return read_parquet_traces(path)  # raises with a hint
-    from backend import importers
-
     fmt = importers.detect(path)
     foreign = fmt is not None and fmt != "trace"
-    if foreign and import_foreign:
-        return importers.import_file(path, fmt, tokenizer=tokenizer)
-    # detect() looks at the first few readable records only: one damaged trace line among them
-    # must not turn the whole file into "foreign data". load_traces refuses records that are not
-    # traces one by one (no id/format_version), so load, and refuse the file only when nothing
-    # in it is a trace.
+    # detect() looks at the first few readable records only: one damaged trace line (or one
+    # foreign record) among them must not turn a file of traces into "foreign data".
+    # load_traces refuses records that are not traces one by one (no id/format_version), so
+    # load, and import or refuse the file only when nothing in it is a trace.
     res = load_traces(path)
     if foreign and not res.traces:
+        if import_foreign:
+            return imported(fmt)
         res = LoadResult()
         hint = f"looks like {fmt} data, not a trace; import it: python -m backend import --from {fmt} {path} --out TRACES.jsonl"
         res.problems.append(LoadProblem(1, hint))

@@ -102,7 +102,7 @@ def import_tokenizers(ctx: AppContext) -> list[str]:
     from backend.tokenizers import PROFILES
 
     names = list(PROFILES)
-    own = getattr(getattr(ctx.model, "bundle", None), "name", None)
+    own = getattr(ctx.model.bundle, "name", None)
     if own and own not in names:
         names.append(own)
     return names
@@ -115,14 +115,14 @@ def _import_bundle(ctx: AppContext, name: str | None) -> Any:
     allowed = import_tokenizers(ctx)
     if name not in allowed:
         raise TraceFileError(f"tokenizer {name!r} is not one this app imports with ({', '.join(allowed)})")
-    own = getattr(ctx.model, "bundle", None)
+    own = ctx.model.bundle
     if own is not None and getattr(own, "name", None) == name:
         return own
     return ctx.tokenizers.get(name)
 
 
 def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | None = None) -> tuple[Any, str | None]:
-    """Traces and bad records of an uploaded file, and the format it was imported from (None
+    """Traces and bad records of an uploaded file, and the format(s) it was imported from (None
     for our own traces). ``fmt`` "auto": our traces as they are; a file in which nothing is a
     trace but whose records are another tool's is imported with ``tokenizer``."""
     from backend import importers
@@ -131,24 +131,13 @@ def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | No
 
     if fmt not in FILE_FORMATS:
         raise TraceFileError(f"unknown file format {fmt!r}; choose one of {', '.join(FILE_FORMATS)}")
-    if fmt == AUTO:
-        try:
-            res, refused = load_any(path), None
-        except TraceFileError as e:  # e.g. another tool's Parquet file: maybe importable
-            res, refused = None, e
-        if res is not None and res.traces:
-            return res, None
-        try:
-            found = importers.detect(path)
-        except TraceFileError:
-            found = None
-        if found in (None, "trace"):
-            if refused is not None:
-                raise refused
-            return res, None
-        fmt = found
-    res = importers.import_file(path, fmt, bundle=_import_bundle(ctx, tokenizer))
-    return res, fmt
+    bundle = lambda: _import_bundle(ctx, tokenizer)  # noqa: E731 - loaded only for an import
+    if fmt != AUTO:
+        return importers.import_file(path, fmt, bundle=bundle()), fmt
+    if importers.detect(path) in (None, "trace"):
+        return load_any(path), None
+    res = load_any(path, import_foreign=True, bundle=bundle())
+    return res, ", ".join(getattr(res, "formats", None) or {}) or None
 
 
 def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AUTO,
@@ -176,7 +165,7 @@ def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AU
     session.file_problems = [(p.line, p.reason) for p in res.problems]
     if labels:
         session.current = labels[0]
-    unit = getattr(res, "unit", "line")
+    unit = getattr(res, "unit", "line")  # what a bad record's number counts: line, row or index
     probs = pd.DataFrame([{"line": p.line, "problem": p.reason} for p in res.problems], columns=["line", "problem"])
     msg = f"{html.escape(name)}: {len(res.traces)} trace(s) loaded"
     if imported:
@@ -186,8 +175,7 @@ def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AU
         msg = (f"{html.escape(name)}: {len(res.traces)} trace(s) imported from <b>{html.escape(imported)}</b> "
                f"({how}rendered and decoded with {html.escape(str(tok))})")
     if res.problems:
-        where = {"row": "row", "index": "index"}.get(unit, "line")
-        msg += f", <b>{len(res.problems)} bad record(s)</b> (listed below with their {where} numbers)"
+        msg += f", <b>{len(res.problems)} bad record(s)</b> (listed below with their {unit} numbers)"
     cls = "ali-ok" if not res.problems else "ali-warn"
     return f'<div class="{cls}">{msg}</div>', probs
 
