@@ -17,32 +17,124 @@ import sys
 from typing import Any
 
 BACKENDS = ("vllm", "vllm-server", "transformers", "scripted")
+TRUE = ("1", "true", "yes", "on")
+FALSE = ("0", "false", "no", "off", "")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="app.py", description="Agent Loop Inspector web app")
-    p.add_argument("--backend", choices=BACKENDS, default=None,
-                   help="model backend (default: vllm when installed, else transformers); scripted replays --script")
-    p.add_argument("--model", default=None, help="hub id or local path (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--server-url", action="append", default=[], help="vllm-server base URL (repeatable)")
-    p.add_argument("--tokenizer", default=None, help="tokenizer: offline profile (qwen3, qwen3-thinking, qwen2.5, smollm2), hub id or path")
-    p.add_argument("--template", default=None, help="chat template override: trl template name, .jinja file or Jinja text")
-    p.add_argument("--script", default=None, help="scripted backend: JSON list of model outputs to preload")
-    g = p.add_argument_group("engine options (vllm)")
-    g.add_argument("--dtype", default=None)
-    g.add_argument("--tensor-parallel-size", type=int, default=None)
-    g.add_argument("--gpu-memory-utilization", type=float, default=None)
-    g.add_argument("--max-model-len", type=int, default=None)
-    g.add_argument("--enforce-eager", action="store_true", default=None)
-    p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
-    p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
-    p.add_argument("--share", action="store_true", help="create a public gradio.live link")
-    p.add_argument("--enable-code-tools", action="store_true",
-                   help="allow Python function tools in the playground (run in a sandboxed subprocess); off by default")
-    p.add_argument("--concurrency-limit", type=int, default=4, help="agent runs at once, across all users")
-    p.add_argument("--no-model", action="store_true", help="no model backend: explore traces (and scripted runs) only")
-    p.add_argument("--sample-dir", default=None, help="folder of *.jsonl traces to load at start (default: sample_traces/)")
-    return p.parse_args(argv)
+class EnvDefaultError(ValueError):
+    pass
+
+
+def _from_env(env: str, kind: str, fallback: Any, environ: dict[str, str]) -> Any:
+    raw = environ.get(env)
+    if raw is None:
+        return fallback
+    v = raw.strip()
+    try:
+        if kind == "flag":
+            if v.lower() in TRUE:
+                return True
+            if v.lower() in FALSE:
+                return fallback if fallback is not None else False
+            raise ValueError("expected 1/0, true/false, yes/no")
+        if kind == "int":
+            return int(v)
+        if kind == "float":
+            return float(v)
+        if kind == "list":
+            return [x.strip() for x in v.split(",") if x.strip()]
+        return v or fallback
+    except ValueError as e:
+        raise EnvDefaultError(f"environment variable {env}={raw!r}: {e}") from None
+
+
+# Every flag, with the environment variable that sets it (a Hugging Face Space cannot pass
+# flags): (flags, env, kind, default, help, extra argparse kwargs). The flag wins over the variable.
+OPTIONS: list[tuple[tuple[str, ...], str, str, Any, str, dict[str, Any]]] = [
+    (("--backend",), "ALI_BACKEND", "str", None,
+     "model backend (default: vllm when installed, else transformers); scripted replays --script", {"choices": BACKENDS}),
+    (("--model",), "ALI_MODEL", "str", None, "hub id or local path (default: the embedded SmolLM2-135M-Instruct)", {}),
+    (("--server-url",), "ALI_SERVER_URL", "list", None, "vllm-server base URL (repeatable; the variable: comma-separated)",
+     {"action": "append"}),
+    (("--tokenizer",), "ALI_TOKENIZER", "str", None,
+     "tokenizer: offline profile (qwen3, qwen3-thinking, qwen2.5, smollm2), hub id or path", {}),
+    (("--template",), "ALI_TEMPLATE", "str", None, "chat template override: trl template name, .jinja file or Jinja text", {}),
+    (("--script",), "ALI_SCRIPT", "str", None, "scripted backend: JSON list of model outputs to preload", {}),
+    (("--dtype",), "ALI_DTYPE", "str", None, "vllm: dtype", {}),
+    (("--tensor-parallel-size",), "ALI_TENSOR_PARALLEL_SIZE", "int", None, "vllm: tensor parallel size", {"type": int}),
+    (("--gpu-memory-utilization",), "ALI_GPU_MEMORY_UTILIZATION", "float", None, "vllm: GPU memory share", {"type": float}),
+    (("--max-model-len",), "ALI_MAX_MODEL_LEN", "int", None, "vllm: context length", {"type": int}),
+    (("--enforce-eager",), "ALI_ENFORCE_EAGER", "flag", None, "vllm: no CUDA graphs", {"action": "store_true"}),
+    (("--host",), "ALI_HOST", "str", None,
+     "address to listen on (default 127.0.0.1; GRADIO_SERVER_NAME is read too); any address but loopback means public mode", {}),
+    (("--port",), "ALI_PORT", "int", None, "port (default 7860; GRADIO_SERVER_PORT is read too)", {"type": int}),
+    (("--share",), "ALI_SHARE", "flag", None, "create a public gradio.live link (public mode)", {"action": "store_true"}),
+    (("--public",), "", "flag", None, "public mode whatever the address: visitors name no paths, hub ids or URLs "
+     "(ALI_MODE=public)", {"action": "store_true"}),
+    (("--local",), "", "flag", None, "local mode whatever the address: typed paths and hub ids are loaded; only for a "
+     "server nobody else can reach (ALI_MODE=local)", {"action": "store_true"}),
+    (("--enable-code-tools",), "ALI_ENABLE_CODE_TOOLS", "flag", None,
+     "allow Python function tools in the playground (run in a sandboxed subprocess); off by default", {"action": "store_true"}),
+    (("--concurrency-limit",), "ALI_CONCURRENCY_LIMIT", "int", 4, "agent runs at once, across all users", {"type": int}),
+    (("--run-timeout-s",), "ALI_RUN_TIMEOUT_S", "float", None,
+     "wall-clock limit per agent run in seconds, 0 = none (default: 300 in public mode, none in local mode)", {"type": float}),
+    (("--max-upload-mb",), "ALI_MAX_UPLOAD_MB", "float", 200.0,
+     "largest upload accepted; bigger ones are refused before they are stored", {"type": float}),
+    (("--no-model",), "ALI_NO_MODEL", "flag", None, "no model backend: explore traces (and scripted runs) only", {"action": "store_true"}),
+    (("--sample-dir",), "ALI_SAMPLE_DIR", "str", None, "folder of *.jsonl traces to load at start (default: sample_traces/)", {}),
+]
+PUBLIC_RUN_TIMEOUT_S = 300.0
+
+
+def parse_args(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> argparse.Namespace:
+    env = os.environ if environ is None else environ
+    p = argparse.ArgumentParser(
+        prog="app.py", description="Agent Loop Inspector web app",
+        epilog="Each flag can be set by the environment variable named beside it (the flag wins). Also: ALI_MODE="
+               "public|local|auto; ALI_TEMPLATE_TIMEOUT_S, ALI_TEMPLATE_WORKERS (guarded template renders); "
+               "ALI_MAX_TRACE_FILE_BYTES, ALI_MAX_TRACE_LINE_BYTES, ALI_MAX_TRACE_TOKENS (trace files); ALI_CACHE_DIR.")
+    groups = {"--dtype": p.add_argument_group("engine options (vllm)")}
+    target = p
+    for flags, var, kind, default, help_text, extra in OPTIONS:
+        if flags[0] in groups:
+            target = groups[flags[0]]
+        elif flags[0] == "--host":
+            target = p
+        try:
+            dflt = _from_env(var, kind, default, env) if var else default
+        except EnvDefaultError as e:
+            p.error(str(e))
+        target.add_argument(*flags, default=dflt, help=help_text + (f" [env {var}]" if var else ""), **extra)
+    args = p.parse_args(argv)
+    if args.server_url is None:
+        args.server_url = []
+    if args.host is None:
+        args.host = env.get("GRADIO_SERVER_NAME", "127.0.0.1")
+    if args.port is None:
+        args.port = int(env.get("GRADIO_SERVER_PORT", "7860"))
+    if args.public and args.local:
+        p.error("--public and --local exclude each other")
+    return args
+
+
+def trust_policy(args: argparse.Namespace, environ: dict[str, str] | None = None, model_tokenizer: str | None = None):
+    """The trust boundary for this server (backend.trust): public or local mode from the flags
+    and the environment, the run time limit."""
+    from backend.trust import Mode, TrustPolicy, decide_mode
+
+    env = os.environ if environ is None else environ
+    forced = "public" if args.public else "local" if args.local else env.get("ALI_MODE") or None
+    try:
+        mode, why = decide_mode(args.host, args.share, forced, env)
+    except ValueError as e:
+        raise SystemExit(f"ALI_MODE: {e}") from None
+    timeout = args.run_timeout_s
+    if timeout is None:
+        timeout = PUBLIC_RUN_TIMEOUT_S if mode is Mode.PUBLIC else 0
+    if timeout < 0:
+        raise SystemExit("--run-timeout-s must be 0 (none) or positive")
+    ops = (model_tokenizer,) if model_tokenizer else ()
+    return TrustPolicy(mode, why, operator_tokenizers=ops, run_timeout_s=timeout or None)
 
 
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -86,14 +178,24 @@ def build_context(args: argparse.Namespace):
     for p in problems:
         print(f"sample traces: {p}", file=sys.stderr)
     tok = args.tokenizer if args.tokenizer and (args.backend == "scripted" or args.no_model) else "qwen3"
+    if args.max_upload_mb <= 0:
+        raise SystemExit("--max-upload-mb must be positive")
+    model = ModelService(options)
+    own = None
+    if options is not None:
+        own = options.tokenizer or options.model or "smollm2"
+    elif args.tokenizer:
+        own = args.tokenizer  # the operator's --tokenizer for scripted runs
     return AppContext(
-        model=ModelService(options),
+        model=model,
         enable_code_tools=args.enable_code_tools,
         concurrency_limit=args.concurrency_limit,
         default_script=script,
         default_tokenizer=tok,
         samples=samples,
         sample_problems=problems,
+        max_upload_bytes=int(args.max_upload_mb * (1 << 20)),
+        trust=trust_policy(args, model_tokenizer=own),
     )
 
 
@@ -105,7 +207,12 @@ def main(argv: list[str] | None = None) -> None:
     ctx = build_context(args)
     ctx.warm_up()  # load the samples' tokenizers in the background: the first page view is fast
     demo = ui.build_app(ctx)
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **ui.launch_kwargs())
+    t = ctx.trust
+    print(f"Agent Loop Inspector: {t.mode.value} mode ({t.why}); "
+          + ("visitors can name only offline profiles, trl templates and inline Jinja; "
+             if t.public else "typed paths and hub ids are loaded; ")
+          + (f"runs stop after {t.run_timeout_s:g} s" if t.run_timeout_s else "runs have no time limit"), file=sys.stderr)
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **ui.launch_kwargs(ctx))
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ TOOL_ERROR = "tool_error"
 GENERATION_ERROR = "generation_error"
 RENDER_ERROR = "render_error"
 CANCELLED = "cancelled"
+TIME_LIMIT = "time_limit"  # the run's wall-clock limit (run(time_limit_s=...)) passed
 # how long a cancelled run waits for its generation's clean-up (the backend's abort) before the
 # cancellation leaves the loop
 CANCEL_CLEANUP_S = 30.0
@@ -155,6 +156,7 @@ class _Run:
     pending_calls: list[ToolCall] = field(default_factory=list)
     termination: str | None = None
     started: float = field(default_factory=time.time)
+    stop_reason: str | None = None  # why the run's stop event was set: cancelled or time_limit
 
     @property
     def total(self) -> int:
@@ -223,22 +225,37 @@ class AgentLoop:
         cancel: asyncio.Event | None = None,
         trace_id: str | None = None,
         metadata: dict[str, Any] | None = None,
+        time_limit_s: float | None = None,
     ) -> Trace:
         """Run the loop to termination and return the trace. Never raises for model, tool or
         template failures: they end the run with a termination reason and an error on the step.
-        ``cancel`` (set from another task) aborts the current generation and ends the run."""
+        ``cancel`` (set from another task) aborts the current generation and ends the run.
+        ``time_limit_s``: a wall-clock limit for the whole run; when it passes, the generation
+        in progress is aborted (what it produced is kept) and the run ends with ``time_limit``
+        before its next state."""
         run = _Run(messages=copy.deepcopy(list(messages)))
-        state = "pending"
-        while state != "terminated":
-            self._emit(on_event, LoopEvent("state", state=state))
-            if state == "pending":
-                state = await self._pending(run, on_event)
-            elif state == "generating":
-                state = await self._generating(run, on_event, cancel)
-            elif state == "processing_tools":
-                state = await self._processing_tools(run, on_event)
-            else:  # pragma: no cover - states are closed
-                raise AssertionError(state)
+        stop, timer = cancel, None
+        if time_limit_s is not None and time_limit_s > 0:
+            stop = asyncio.Event()
+            timer = asyncio.ensure_future(self._watch(run, cancel, stop, time_limit_s))
+        try:
+            state = "pending"
+            while state != "terminated":
+                if run.stop_reason == TIME_LIMIT and state != "pending":
+                    run.termination = TIME_LIMIT
+                    break
+                self._emit(on_event, LoopEvent("state", state=state))
+                if state == "pending":
+                    state = await self._pending(run, on_event)
+                elif state == "generating":
+                    state = await self._generating(run, on_event, stop)
+                elif state == "processing_tools":
+                    state = await self._processing_tools(run, on_event)
+                else:  # pragma: no cover - states are closed
+                    raise AssertionError(state)
+        finally:
+            if timer is not None:
+                timer.cancel()
         end = Step(
             index=len(run.steps), state="terminated", start=run.total, end=run.total,
             started_at=time.time(), info={"reason": run.termination},
@@ -246,6 +263,22 @@ class AgentLoop:
         run.steps.append(end)
         self._emit(on_event, LoopEvent("step", step=end))
         return self._trace(run, trace_id, metadata)
+
+    @staticmethod
+    async def _watch(run: _Run, cancel: asyncio.Event | None, stop: asyncio.Event, limit_s: float) -> None:
+        """Set ``stop`` when the caller cancels or the time limit passes, noting which."""
+        try:
+            if cancel is None:
+                await asyncio.sleep(limit_s)
+            else:
+                await asyncio.wait_for(cancel.wait(), timeout=limit_s)
+                run.stop_reason = CANCELLED
+                stop.set()
+                return
+        except asyncio.TimeoutError:
+            pass
+        run.stop_reason = TIME_LIMIT
+        stop.set()
 
     def _trace(self, run: _Run, trace_id: str | None, metadata: dict[str, Any] | None) -> Trace:
         n = self.config.response_length
@@ -406,7 +439,7 @@ class AgentLoop:
 
         # termination, in verl's order
         if cancelled:
-            run.termination = CANCELLED
+            run.termination = run.stop_reason or CANCELLED
         elif error is not None:
             run.termination = GENERATION_ERROR
         elif len(run.response_mask) >= self.config.response_length:

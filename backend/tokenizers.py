@@ -268,28 +268,49 @@ def training_variant(template_name: str | None) -> str | None:
 MAX_TEMPLATE_CHARS = 1_000_000
 
 
-def resolve_template(spec: str) -> tuple[str, str]:
+def resolve_template(spec: str, *, allow_files: bool = True) -> tuple[str, str]:
     """A template given as a trl template name, a file path, or the template text itself.
 
-    Returns ``(name, text)``; ``name`` is ``"custom"`` for inline text."""
+    Returns ``(name, text)``; ``name`` is ``"custom"`` for inline text. Whether the text may be
+    rendered outside the guarded worker is :func:`template_source`'s answer, never the name's.
+    ``allow_files=False`` (visitor input on a public server) never touches the disk outside
+    trl's folder, and answers a path the same way whether or not it exists."""
+    name, text, _ = _resolve(spec, allow_files=allow_files)
+    return name, text
+
+
+def template_source(spec: str, *, allow_files: bool = True) -> tuple[str, str, str]:
+    """``(name, text, source)`` with ``source`` one of ``trl`` (read from trl's installed
+    folder: trusted), ``inline`` (the text itself) or ``file`` (read from a path)."""
+    return _resolve(spec, allow_files=allow_files)
+
+
+def _resolve(spec: str, *, allow_files: bool) -> tuple[str, str, str]:
     if spec is None or not str(spec).strip():
         raise TokenizerLoadError("empty chat template")
     spec = str(spec)
     if "{%" in spec or "{{" in spec:
         if len(spec) > MAX_TEMPLATE_CHARS:
             raise TokenizerLoadError(f"template is {len(spec)} characters; the limit is {MAX_TEMPLATE_CHARS}")
-        return "custom", spec
-    if os.path.isfile(spec):
+        return "custom", spec, "inline"
+    name = spec.strip()
+    base = name[: -len(".jinja")] if name.endswith(".jinja") else name
+    # a trl name is looked up in trl's folder first, so a file that happens to be called like
+    # one (an upload stored under its own name) is never taken for it
+    if "/" not in base and os.sep not in base and base in trl_template_names():
+        return base, read_trl_template(base), "trl"
+    if allow_files and os.path.isfile(spec):
         size = os.path.getsize(spec)
         if size > MAX_TEMPLATE_CHARS:
             raise TokenizerLoadError(f"template file {spec} is {size} bytes; the limit is {MAX_TEMPLATE_CHARS}")
         try:
-            return os.path.basename(spec), Path(spec).read_text(encoding="utf-8")
+            return os.path.basename(spec), Path(spec).read_text(encoding="utf-8"), "file"
         except UnicodeDecodeError as e:
             raise TokenizerLoadError(f"template file {spec} is not UTF-8 text") from e
-    name = spec[: -len(".jinja")] if spec.endswith(".jinja") else spec
-    if name in trl_template_names():
-        return name, read_trl_template(name)
+    if not allow_files:
+        raise TokenizerLoadError(
+            f"template: give one of trl's templates ({', '.join(trl_template_names()[:12])}, ...) or Jinja text; "
+            "files are not read here")
     raise TokenizerLoadError(
         f"template {spec!r} is not a file, not Jinja text, and not one of trl's templates "
         f"({', '.join(trl_template_names()[:12])}, ...)"
@@ -346,13 +367,22 @@ class TokenizerBundle:
             vocab_size=len(self.tokenizer),
         )
 
-    def with_template(self, spec: str) -> TokenizerBundle:
-        name, text = resolve_template(spec)
-        untrusted = name not in _trl_template_names()
+    def with_template(self, spec: str, *, allow_files: bool = True) -> TokenizerBundle:
+        """The same tokenizer with another template (see :func:`template_source`). Only a
+        template read from trl's folder renders outside the guarded worker."""
+        name, text, source = _resolve(spec, allow_files=allow_files)
         return TokenizerBundle(
             self.tokenizer, self.name, name, text, guess_parser(text), dict(self.chat_template_kwargs),
-            untrusted_template=untrusted,
+            untrusted_template=source != "trl",
         )
+
+    def guarded(self) -> TokenizerBundle:
+        """The same bundle with its template rendered by the guarded worker (a tokenizer that a
+        visitor chose by hub id or path brings a template nobody vetted)."""
+        if self.untrusted_template:
+            return self
+        return TokenizerBundle(self.tokenizer, self.name, self.template_name, self.chat_template, self.parser,
+                               dict(self.chat_template_kwargs), untrusted_template=True)
 
 
 @lru_cache(maxsize=16)
@@ -381,7 +411,8 @@ def _load_own_tokenizer(folder: str):
 
 def load_tokenizer(name: str = "qwen3", template: str | None = None) -> TokenizerBundle:
     """Load an offline profile, a local tokenizer folder, or a hub id; optionally override the
-    template (trl template name, file, or Jinja text)."""
+    template (trl template name, file, or Jinja text). Operator input: visitor input goes
+    through :class:`backend.trust.TrustPolicy` first (see ``ui.context.TokenizerCache``)."""
     if not name:
         raise TokenizerLoadError("no tokenizer given")
     profile = PROFILES.get(name)

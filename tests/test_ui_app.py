@@ -195,7 +195,7 @@ async def test_playground_multi_turn_continues_the_script(ctx):
         (dict(script="[not json"), "script: invalid JSON"),
         (dict(tools="{}"), "tools: a JSON list"),
         (dict(template_kwargs="[1]"), "chat_template_kwargs must be a JSON object"),
-        (dict(response_length=-5), "loop settings"),
+        (dict(response_length=-5), "response_length must be between 1 and"),
         (dict(tokenizer="no/such-tokenizer-here"), "tokenizer"),
     ],
 )

@@ -41,9 +41,18 @@ CSS = """
 """
 
 
-def launch_kwargs() -> dict[str, Any]:
-    """What ``launch()`` needs besides host/port (Gradio 6 takes theme and css there)."""
-    return {"css": CSS, "theme": gr.themes.Soft()}
+def launch_kwargs(ctx: AppContext | None = None) -> dict[str, Any]:
+    """What ``launch()`` needs besides host/port (Gradio 6 takes theme and css there). An
+    upload over the app's limit is refused by gradio while it streams in, before it is stored."""
+    kw: dict[str, Any] = {"css": CSS, "theme": gr.themes.Soft()}
+    if ctx is not None:
+        kw["max_file_size"] = ctx.max_upload_bytes
+    return kw
+
+
+# gradio's cache of uploads and downloads: every hour, files older than an hour are deleted (a
+# session's own temporary folders go when the session ends, see build_app)
+DELETE_CACHE = (3600, 3600)
 
 
 def build_app(ctx: AppContext) -> gr.Blocks:
@@ -55,11 +64,12 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         s.file_name = "sample_traces"
         return s
 
-    with gr.Blocks(title="Agent Loop Inspector") as demo:
+    with gr.Blocks(title="Agent Loop Inspector", delete_cache=DELETE_CACHE) as demo:
         session = gr.State(initial_session)
         gr.Markdown(
             "# Agent Loop Inspector\nEvery token of a tool-calling agent loop: what the model generated (mask 1), "
-            "what the loop injected (mask 0), step by step. Model: " + _md_escape(_model_line(ctx)),
+            "what the loop injected (mask 0), step by step. Model: " + _md_escape(_model_line(ctx))
+            + " · " + _md_escape(_mode_line(ctx)),
             elem_id="ali-header",
         )
         with gr.Tabs(selected="playground", elem_id="ali-tabs") as tabs:
@@ -100,6 +110,13 @@ def _model_line(ctx: AppContext) -> str:
     once; the playground's status line follows loading)."""
     o = ctx.model.options
     return o.describe() if o is not None else "none (explore traces; scripted runs only)"
+
+
+def _mode_line(ctx: AppContext) -> str:
+    t = ctx.trust
+    if t.public:
+        return "public mode (tokenizers: offline profiles and the model's own; templates: trl names or Jinja text)"
+    return "local mode (typed paths and hub ids are loaded)"
 
 
 def _md_escape(s: str) -> str:

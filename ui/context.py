@@ -9,16 +9,19 @@ a run) lives in that user's :class:`Session`, kept in a ``gr.State``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import re
 import threading
 import time
 import traceback
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from backend.trace import Trace
+from backend.trust import LOCAL, TrustPolicy, VisitorInputError
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DIR = ROOT / "sample_traces"
@@ -39,7 +42,7 @@ def short_error(e: BaseException) -> str:
     """One readable line for an exception (never a traceback)."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
     name = type(e).__name__
-    if isinstance(e, (UserError,)) or name.endswith(("LoadError", "FormatError", "FileError", "ConfigError", "ScriptError")):
+    if isinstance(e, (UserError, VisitorInputError)) or name.endswith(("LoadError", "FormatError", "FileError", "ConfigError", "ScriptError")):
         return msg or name
     return f"{name}: {msg}" if msg else name
 
@@ -137,77 +140,59 @@ class ModelService:
 
 class TokenizerCache:
     """Tokenizer bundles by (name, template), loaded once, shared (they are read-only and the
-    bundle carries its own lock for the engine)."""
+    bundle carries its own lock for the engine). Bounded: the least recently used entry goes
+    when more than ``max_entries`` are held (a template typed by a visitor is part of a key)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_entries: int = 32) -> None:
         self._lock = threading.Lock()
-        self._cache: dict[tuple[str, str | None], Any] = {}
-        self._errors: dict[tuple[str, str | None], str] = {}
+        self._cache: OrderedDict[tuple[str, str | None], Any] = OrderedDict()
+        self.max_entries = max_entries
 
-    def get(self, name: str, template: str | None = None) -> Any:
-        from backend.tokenizers import load_tokenizer
+    def _key(self, name: str, template: str | None) -> tuple[str, str | None]:
+        # long template texts are keyed by their digest, not held twice
+        if template is not None and len(template) > 200:
+            template = "sha256:" + hashlib.sha256(template.encode("utf-8", "surrogatepass")).hexdigest()
+        return name, template
 
-        key = (name, template)
+    def peek(self, name: str, template: str | None = None) -> Any | None:
+        key = self._key(name, template)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+            return hit
+
+    def put(self, name: str, template: str | None, bundle: Any) -> Any:
+        key = self._key(name, template)
         with self._lock:
             if key in self._cache:
+                self._cache.move_to_end(key)
                 return self._cache[key]
-        bundle = load_tokenizer(name, template=template)
-        with self._lock:
-            self._cache.setdefault(key, bundle)
-            return self._cache[key]
-
-    def for_trace(self, trace: Trace, override: str | None = None) -> tuple[Any | None, str]:
-        """A tokenizer bundle to decode this trace's ids (with the trace's own template when it
-        can be found: a trl template name, or the template text kept in the metadata), and a
-        note when there is none.
-
-        Offline profiles and local folders load; hub ids are not fetched (no Hub here) unless
-        that tokenizer is already loaded by the model service."""
-        from backend.tokenizers import PROFILES
-
-        name = override if override and override != "auto" else (trace.tokenizer.name or "")
-        if not name:
-            return None, "this trace names no tokenizer: showing token ids only (pick one under 'decode with')"
-        bundle = None
-        if name in PROFILES or os.path.isdir(name):
-            try:
-                bundle = self.get(name)
-            except Exception as e:  # noqa: BLE001
-                return None, f"tokenizer {name!r} failed to load ({short_error(e)}): showing token ids only"
-        else:
-            with self._lock:
-                for (n, _), b in self._cache.items():
-                    if n == name:
-                        bundle = b
-                        break
-        if bundle is None:
-            return None, f"tokenizer {name!r} is not available offline: showing token ids only (pick one under 'decode with')"
-        return self._with_trace_template(bundle, trace), ""
-
-    def _with_trace_template(self, bundle: Any, trace: Trace) -> Any:
-        want = trace.tokenizer.template_sha256
-        if not want or want == bundle.template_sha256:
+            self._cache[key] = bundle
+            while len(self._cache) > self.max_entries:
+                self._cache.popitem(last=False)
             return bundle
-        candidates = []
-        text = trace.metadata.get("chat_template") if isinstance(trace.metadata, dict) else None
-        if isinstance(text, str) and text:
-            candidates.append(text)
-        if trace.tokenizer.template and trace.tokenizer.template != "custom":
-            candidates.append(trace.tokenizer.template)
-        for spec in candidates:
-            key = (bundle.name, spec)
-            with self._lock:
-                hit = self._cache.get(key)
-            if hit is None:
-                try:
-                    hit = bundle.with_template(spec)
-                except Exception:  # noqa: BLE001 - not this one
-                    continue
-            if hit.template_sha256 == want:
-                with self._lock:
-                    self._cache.setdefault(key, hit)
-                return hit
-        return bundle
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._cache)
+
+    def get(self, name: str, template: str | None = None) -> Any:
+        """Operator-level load (an offline profile, or what the operator named): a visitor's
+        input goes through :meth:`AppContext.visitor_bundle` first."""
+        from backend.tokenizers import load_tokenizer
+
+        hit = self.peek(name, template)
+        if hit is not None:
+            return hit
+        return self.put(name, template, load_tokenizer(name, template=template))
+
+    def loaded_named(self, name: str) -> Any | None:
+        with self._lock:
+            for (n, _), b in self._cache.items():
+                if n == name:
+                    return b
+        return None
 
 
 @dataclass
@@ -223,6 +208,90 @@ class AppContext:
     sample_problems: list[str] = field(default_factory=list)
     tokenizers: TokenizerCache = field(default_factory=TokenizerCache)
     max_upload_bytes: int = 200 << 20
+    # what visitor input may name (public or local mode), the number ranges, the run time limit
+    trust: TrustPolicy = LOCAL
+
+    def model_tokenizer_name(self) -> str | None:
+        """The name the model's own tokenizer goes by (operator input), when there is a model."""
+        o = self.model.options
+        if o is None:
+            return None
+        return o.tokenizer or o.model or "smollm2"
+
+    def visitor_bundle(self, tokenizer: Any, template: Any = None) -> Any:
+        """A tokenizer bundle for visitor input (any field of the app): the trust policy decides
+        what may be named (:class:`backend.trust.TrustPolicy`); a template the visitor typed, or
+        one that came with a tokenizer the visitor named, renders in the guarded worker."""
+        from backend.tokenizers import PROFILES
+
+        name = self.trust.tokenizer(tokenizer)
+        choice = self.trust.template(template) if template is not None and str(template).strip() else None
+        own = self.model.bundle
+        if own is not None and name in (getattr(own, "name", None), self.model_tokenizer_name()):
+            base = own
+        elif name in PROFILES or name in self.trust.operator_tokenizers:
+            base = self.tokenizers.get(name)
+        else:  # local mode: a typed hub id or path, loaded as typed; its template is nobody's vetted one
+            base = self.tokenizers.peek(name, None)
+            if base is None:
+                base = self.tokenizers.put(name, None, _load_typed_tokenizer(name))
+        if choice is None:
+            return base
+        key = f"{choice.kind}:{choice.value}"
+        hit = self.tokenizers.peek(base.name, key)
+        if hit is not None and hit.tokenizer is base.tokenizer:
+            return hit
+        bundle = base.with_template(choice.value, allow_files=choice.kind == "file")
+        return self.tokenizers.put(base.name, key, bundle)
+
+    def trace_bundle(self, trace: Trace, override: str | None = None) -> tuple[Any | None, str]:
+        """A tokenizer bundle to decode this trace's ids (with the trace's own template when it
+        can be found: a trl template name, or the template text kept in the metadata), and a
+        note when there is none. The trace's tokenizer and template names come from a file: they
+        are visitor input. Offline profiles load; the model's own tokenizer when loaded; in local
+        mode a local folder; hub ids are never fetched for it."""
+        from backend.tokenizers import PROFILES
+
+        name = override if override and override != "auto" else (trace.tokenizer.name or "")
+        if not name:
+            return None, "this trace names no tokenizer: showing token ids only (pick one under 'decode with')"
+        bundle = None
+        own = self.model.bundle
+        if own is not None and name in (getattr(own, "name", None), self.model_tokenizer_name()):
+            bundle = own
+        elif name in PROFILES or (not self.trust.public and os.path.isdir(name)):
+            try:
+                bundle = self.visitor_bundle(name) if name in PROFILES else self.tokenizers.get(name).guarded()
+            except Exception as e:  # noqa: BLE001
+                return None, f"tokenizer {name!r} failed to load ({short_error(e)}): showing token ids only"
+        else:
+            bundle = self.tokenizers.loaded_named(name)
+        if bundle is None:
+            return None, f"tokenizer {name!r} is not available offline: showing token ids only (pick one under 'decode with')"
+        return self._with_trace_template(bundle, trace), ""
+
+    def _with_trace_template(self, bundle: Any, trace: Trace) -> Any:
+        want = trace.tokenizer.template_sha256
+        if not want or want == bundle.template_sha256:
+            return bundle
+        candidates = []
+        text = trace.metadata.get("chat_template") if isinstance(trace.metadata, dict) else None
+        if isinstance(text, str) and text and ("{%" in text or "{{" in text):
+            candidates.append(text)
+        if trace.tokenizer.template and trace.tokenizer.template != "custom":
+            candidates.append(trace.tokenizer.template)
+        for spec in candidates:
+            key = f"trace:{spec}"
+            hit = self.tokenizers.peek(bundle.name, key)
+            if hit is None or hit.tokenizer is not bundle.tokenizer:
+                try:
+                    # a name or text from a file: never a path on a public server
+                    hit = bundle.with_template(spec, allow_files=not self.trust.public)
+                except Exception:  # noqa: BLE001 - not this one
+                    continue
+            if hit.template_sha256 == want:
+                return self.tokenizers.put(bundle.name, key, hit)
+        return bundle
 
     def warm_up(self) -> threading.Thread:
         """Load, in a background thread, the tokenizers the sample traces and the playground use."""
@@ -260,6 +329,13 @@ class AppContext:
     @property
     def default_backend_choice(self) -> str:
         return self.model.options.backend if self.model.available and self.default_script is None else "scripted"
+
+
+def _load_typed_tokenizer(name: str) -> Any:
+    """A tokenizer a local user typed (hub id or path): loaded as typed, its template guarded."""
+    from backend.tokenizers import load_tokenizer
+
+    return load_tokenizer(name).guarded()
 
 
 def load_samples(folder: Path = SAMPLE_DIR) -> tuple[list[tuple[str, Trace]], list[str]]:

@@ -243,7 +243,7 @@ def show_trace(ctx: AppContext, session: Session, label: str | None, decode: str
     trace = session.get(label)
     bundle, note = (None, "")
     if trace is not None:
-        bundle, note = ctx.tokenizers.for_trace(trace, decode)
+        bundle, note = ctx.trace_bundle(trace, decode)
     tok = bundle.tokenizer if bundle is not None else None
     step = default_step(trace)
     tokens_html = (
@@ -267,7 +267,7 @@ def show_trace(ctx: AppContext, session: Session, label: str | None, decode: str
 
 def show_step(ctx: AppContext, session: Session, step: int | None, decode: str | None) -> tuple[str, str, str, str, str]:
     trace = session.get(session.current)
-    bundle = ctx.tokenizers.for_trace(trace, decode)[0] if trace is not None else None
+    bundle = ctx.trace_bundle(trace, decode)[0] if trace is not None else None
     return step_detail(trace, step, bundle)
 
 

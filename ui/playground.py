@@ -11,6 +11,7 @@ with ``cancelled``, keeping what was generated. Everything per user lives in the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import html
 import json
 import os
@@ -132,11 +133,31 @@ class RunSettings:
     code_tools: str = ""
 
 
-def _opt_int(v: Any) -> int | None:
-    if v is None or v == "":
-        return None
-    n = int(v)
-    return n if n > 0 else None
+def check_settings(ctx: AppContext, s: RunSettings) -> RunSettings:
+    """Every number and text of a run as this server accepts it (:mod:`backend.trust`): the
+    API bypasses the widgets, so the ranges the widgets offer are enforced here."""
+    from backend.trust import VisitorInputError, check_text
+
+    t = ctx.trust
+    try:
+        for name in ("script", "system", "tools", "template_kwargs", "code_tools", "template", "tool_choice"):
+            check_text(getattr(s, name), name.replace("_", " "))
+        return dataclasses.replace(
+            s,
+            token_delay=t.number("token_delay", s.token_delay, 0.0),
+            temperature=t.number("temperature", s.temperature, 0.7),
+            top_p=t.number("top_p", s.top_p, 1.0),
+            max_tokens=t.number("max_tokens", s.max_tokens, 512),
+            seed=t.number("seed", s.seed, None),
+            response_length=t.number("response_length", s.response_length, 4096),
+            max_assistant_turns=t.number("max_assistant_turns", s.max_assistant_turns, None),
+            max_user_turns=t.number("max_user_turns", s.max_user_turns, None),
+            max_parallel_calls=t.number("max_parallel_calls", s.max_parallel_calls, 1),
+            max_tool_response_length=t.number("max_tool_response_length", s.max_tool_response_length, None),
+            tool_timeout=t.number("tool_timeout", s.tool_timeout, 30.0),
+        )
+    except VisitorInputError as e:
+        raise UserError(str(e)) from None
 
 
 def tool_choice_policy(choice: str | None, has_tools: bool) -> Any:
@@ -157,16 +178,17 @@ def loop_config(s: RunSettings, has_tools: bool = True) -> Any:
         raise UserError(f"chat_template_kwargs: invalid JSON ({e.msg})") from None
     if not isinstance(kwargs, dict):
         raise UserError("chat_template_kwargs must be a JSON object")
+    # s went through check_settings: numbers are in range, 0 limits are None
     sampling: dict[str, Any] = {"temperature": float(s.temperature), "top_p": float(s.top_p), "max_tokens": int(s.max_tokens or 512)}
     if s.seed not in (None, ""):
         sampling["seed"] = int(s.seed)
     try:
         return LoopConfig(
             response_length=int(s.response_length or 4096),
-            max_assistant_turns=_opt_int(s.max_assistant_turns),
-            max_user_turns=_opt_int(s.max_user_turns),
+            max_assistant_turns=s.max_assistant_turns or None,
+            max_user_turns=s.max_user_turns or None,
             max_parallel_calls=int(s.max_parallel_calls or 1),
-            max_tool_response_length=_opt_int(s.max_tool_response_length),
+            max_tool_response_length=s.max_tool_response_length or None,
             tool_response_truncate_side=s.truncate_side or "middle",
             apply_chat_template_kwargs=kwargs,
             parser=None if s.parser in (None, "", "auto") else s.parser,
@@ -179,23 +201,14 @@ def loop_config(s: RunSettings, has_tools: bool = True) -> Any:
         raise UserError(f"loop settings: {e}") from None
 
 
-def parse_script(text: str) -> list[Any]:
-    from backend.generators.scripted import ScriptError, _check_entry
+def parse_script(text: str, max_token_delay_s: float | None = None) -> list[Any]:
+    from backend.generators.scripted import ScriptError
+    from backend.generators.scripted import parse_script as parse
 
     try:
-        data = json.loads(text or "[]")
-    except json.JSONDecodeError as e:
-        raise UserError(f"script: invalid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
-    if isinstance(data, dict) and "script" in data:
-        data = data["script"]
-    if not isinstance(data, list) or not data:
-        raise UserError("script: a non-empty JSON list of model outputs (one string per assistant turn)")
-    try:
-        for i, e in enumerate(data):
-            _check_entry(i, e)
+        return parse(text, max_token_delay_s=max_token_delay_s)
     except ScriptError as e:
         raise UserError(f"script: {e}") from None
-    return data
 
 
 def build_tools(ctx: AppContext, s: RunSettings) -> Any:
@@ -317,15 +330,22 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
     user_text = (user_text or "").strip()
     if not user_text:
         raise UserError("type a message first")
+    s = check_settings(ctx, s)
+    try:
+        from backend.trust import check_text
+
+        check_text(user_text, "the message")
+    except ValueError as e:
+        raise UserError(str(e)) from None
     tools = build_tools(ctx, s)
     cfg = loop_config(s, has_tools=bool(tools is not None and tools.names))
     if s.backend == "scripted":
-        script = parse_script(s.script)
+        script = parse_script(s.script, ctx.trust.ranges["token_delay"].hi)
         if session.script_cursor >= len(script):
             raise UserError(f"the script's {len(script)} turn(s) are used up; press Reset or add entries")
         yield None, _status("info", f"loading tokenizer {s.tokenizer}…"), None
         try:
-            bundle = await asyncio.to_thread(ctx.tokenizers.get, s.tokenizer or "qwen3", (s.template or "").strip() or None)
+            bundle = await asyncio.to_thread(ctx.visitor_bundle, s.tokenizer or "qwen3", (s.template or "").strip() or None)
         except Exception as e:  # noqa: BLE001
             raise UserError(f"tokenizer: {short_error(e)}") from None
         gen = ScriptedGenerator(bundle.tokenizer, script[session.script_cursor :], token_delay_s=float(s.token_delay or 0.0))
@@ -335,7 +355,7 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
         gen, bundle = await ctx.model.get()
         if (s.template or "").strip():
             try:
-                bundle = await asyncio.to_thread(bundle.with_template, s.template.strip())
+                bundle = await asyncio.to_thread(ctx.visitor_bundle, bundle.name, s.template.strip())
             except Exception as e:  # noqa: BLE001
                 raise UserError(f"template: {short_error(e)}") from None
 
@@ -354,7 +374,8 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
     session.cancel = cancel
     session.running = True
     t0 = time.time()
-    task = asyncio.ensure_future(loop.run(messages, on_event=view.on_event, cancel=cancel, metadata={"source": "playground"}))
+    task = asyncio.ensure_future(loop.run(messages, on_event=view.on_event, cancel=cancel, metadata={"source": "playground"},
+                                          time_limit_s=ctx.trust.run_timeout_s))
     try:
         last = 0.0
         stopping = False
@@ -386,15 +407,24 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
     session.last_run = label
     session.current = label
     kind = "ok" if trace.termination_reason in ("no_tool_calls",) else "warn"
-    yield trace_to_chat(trace), _status(kind, f"run {session.runs} ended: {trace.termination_reason} · "
+    why = (f" (this server stops a run after {ctx.trust.run_timeout_s:g} s)"
+           if trace.termination_reason == "time_limit" and ctx.trust.run_timeout_s else "")
+    yield trace_to_chat(trace), _status(kind, f"run {session.runs} ended: {trace.termination_reason}{why} · "
                                               f"{len(trace.response_ids)} response tokens · {time.time() - t0:.2f} s "
                                               "(open the Inspector tab for every token)"), trace
 
 
+def _bounds(r: Any) -> dict[str, Any]:
+    """A number widget's minimum/maximum from the trust policy's range (0 stays allowed where
+    it means "no limit")."""
+    return {"minimum": 0 if r.zero_means_none else r.lo, "maximum": r.hi}
+
+
 def build(ctx: AppContext) -> PlaygroundUI:
     from backend.parsers import available_parsers
-    from backend.tokenizers import PROFILES
+    from ui.template_lab import tokenizer_choices
 
+    R = ctx.trust.ranges
     backends = ["scripted"] + ([ctx.model.options.backend] if ctx.model.available else [])
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=320):
@@ -406,12 +436,13 @@ def build(ctx: AppContext) -> PlaygroundUI:
                               elem_id="pg-script-box") as script_box:
                 script = gr.Code(json.dumps(ctx.default_script or WEATHER_SCRIPT, ensure_ascii=False, indent=2), language="json",
                                  label="model outputs, one per assistant turn (JSON list)", lines=6, max_lines=20, elem_id="pg-script")
-                token_delay = gr.Slider(0, 0.5, value=0.02, step=0.01, label="delay per token (s)", elem_id="pg-delay")
+                token_delay = gr.Slider(R["token_delay"].lo, R["token_delay"].hi, value=0.02, step=0.01, label="delay per token (s)", elem_id="pg-delay")
             with gr.Accordion("Tokenizer, template, parser", open=False):
-                tokenizer = gr.Dropdown(list(PROFILES), value=ctx.default_tokenizer, allow_custom_value=True,
+                public = ctx.trust.public
+                tokenizer = gr.Dropdown(tokenizer_choices(ctx), value=ctx.default_tokenizer, allow_custom_value=not public,
                                         label="tokenizer (scripted backend; a model uses its own)", elem_id="pg-tokenizer")
-                template = gr.Textbox(label="template override (trl name, file or Jinja text; empty = default)", lines=1,
-                                      elem_id="pg-template")
+                template = gr.Textbox(label="template override (trl name" + ("" if public else ", file") +
+                                      " or Jinja text; empty = default)", lines=1, elem_id="pg-template")
                 parser = gr.Dropdown(["auto", *available_parsers()], value="auto", label="tool-call parser", elem_id="pg-parser")
                 template_kwargs = gr.Textbox("{}", label="chat_template_kwargs (JSON)", elem_id="pg-kwargs")
             backend.input(lambda b: gr.Accordion(open=b == "scripted"), backend, script_box, queue=False,
@@ -429,19 +460,19 @@ def build(ctx: AppContext) -> PlaygroundUI:
                     code_tools = gr.Code(EXAMPLE_CODE_TOOLS, language="python", lines=10, max_lines=40, elem_id="pg-code-tools",
                                          label="Python tools (documented functions; run in a sandboxed subprocess)")
             with gr.Accordion("Sampling", open=False):
-                temperature = gr.Slider(0, 2, value=0.7, step=0.05, label="temperature", elem_id="pg-temperature")
-                top_p = gr.Slider(0.05, 1, value=1.0, step=0.05, label="top_p", elem_id="pg-top-p")
-                max_tokens = gr.Number(512, precision=0, label="max_tokens per turn", elem_id="pg-max-tokens")
-                seed = gr.Number(None, precision=0, label="seed (empty: random)", elem_id="pg-seed")
+                temperature = gr.Slider(R["temperature"].lo, R["temperature"].hi, value=0.7, step=0.05, label="temperature", elem_id="pg-temperature")
+                top_p = gr.Slider(R["top_p"].lo, R["top_p"].hi, value=1.0, step=0.05, label="top_p", elem_id="pg-top-p")
+                max_tokens = gr.Number(512, precision=0, **_bounds(R["max_tokens"]), label="max_tokens per turn", elem_id="pg-max-tokens")
+                seed = gr.Number(None, precision=0, **_bounds(R["seed"]), label="seed (empty: random)", elem_id="pg-seed")
             with gr.Accordion("Loop limits (LoopConfig)", open=False):
-                response_length = gr.Number(4096, precision=0, label="response_length (all response tokens)", elem_id="pg-response-length")
-                max_assistant_turns = gr.Number(0, precision=0, label="max_assistant_turns (0 = no limit)", elem_id="pg-max-assistant")
-                max_user_turns = gr.Number(0, precision=0, label="max_user_turns (0 = no limit)", elem_id="pg-max-user")
-                max_parallel_calls = gr.Number(1, precision=0, label="max_parallel_calls", elem_id="pg-parallel")
-                max_tool_response_length = gr.Number(256, precision=0, label="max_tool_response_length (chars, 0 = no limit)",
+                response_length = gr.Number(4096, precision=0, **_bounds(R["response_length"]), label="response_length (all response tokens)", elem_id="pg-response-length")
+                max_assistant_turns = gr.Number(0, precision=0, **_bounds(R["max_assistant_turns"]), label="max_assistant_turns (0 = no limit)", elem_id="pg-max-assistant")
+                max_user_turns = gr.Number(0, precision=0, **_bounds(R["max_user_turns"]), label="max_user_turns (0 = no limit)", elem_id="pg-max-user")
+                max_parallel_calls = gr.Number(1, precision=0, **_bounds(R["max_parallel_calls"]), label="max_parallel_calls", elem_id="pg-parallel")
+                max_tool_response_length = gr.Number(256, precision=0, **_bounds(R["max_tool_response_length"]), label="max_tool_response_length (chars, 0 = no limit)",
                                                      elem_id="pg-max-tool-len")
                 truncate_side = gr.Dropdown(TRUNCATE_SIDES, value="middle", label="tool_response_truncate_side", elem_id="pg-trunc")
-                tool_timeout = gr.Number(30, label="tool_timeout_s", elem_id="pg-tool-timeout")
+                tool_timeout = gr.Number(30, **_bounds(R["tool_timeout"]), label="tool_timeout_s", elem_id="pg-tool-timeout")
                 on_tool_error = gr.Radio(["feed_back", "terminate"], value="feed_back", label="on_tool_error", elem_id="pg-on-error")
         with gr.Column(scale=3):
             chat = gr.Chatbot(label="Agent loop", elem_id="pg-chat", height=520, feedback_options=None, sanitize_html=True,

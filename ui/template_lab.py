@@ -67,7 +67,12 @@ def _template_choices() -> list[str]:
 
 
 def parse_json(text: str, what: str, kind: type) -> Any:
-    text = (text or "").strip()
+    from backend.trust import VisitorInputError, check_text
+
+    try:
+        text = check_text(text, what).strip()
+    except VisitorInputError as e:
+        raise UserError(str(e)) from None
     if not text:
         return kind()
     try:
@@ -87,14 +92,15 @@ def render_one(ctx: AppContext, tokenizer: str, template: str, custom: str, mess
     try:
         if not tokenizer:
             raise UserError("choose a tokenizer")
+        # visitor input: what may be named is the trust policy's to say (public / local mode)
         if template == CUSTOM:
             if not (custom or "").strip():
                 raise UserError("the custom template is empty")
-            bundle = ctx.tokenizers.get(tokenizer).with_template(custom)
+            bundle = ctx.visitor_bundle(tokenizer, custom)
         elif template and template != OWN:
-            bundle = ctx.tokenizers.get(tokenizer, template)
+            bundle = ctx.visitor_bundle(tokenizer, template)
         else:
-            bundle = ctx.tokenizers.get(tokenizer)
+            bundle = ctx.visitor_bundle(tokenizer)
         r = render(bundle, messages, tools or None, add_generation_prompt=gen_prompt, chat_template_kwargs=kwargs, spans=False)
     except Exception as e:  # noqa: BLE001 - any failure is shown, never raised
         msg = html.escape(short_error(e))
@@ -185,14 +191,26 @@ def run_lab(ctx: AppContext, messages_text: str, tools_text: str, gen_prompt: bo
     return [ls, lt, lk, rs, rt, rk, d]
 
 
-def _side(label: str, tok: str, tpl: str, prefix: str) -> Side:
+def tokenizer_choices(ctx: AppContext) -> list[str]:
+    """What a tokenizer field lists: the offline profiles and the model's own tokenizer."""
     from backend.tokenizers import PROFILES
 
+    names = list(PROFILES)
+    own = ctx.model_tokenizer_name()
+    if own and own not in names:
+        names.append(own)
+    return names
+
+
+def _side(ctx: AppContext, label: str, tok: str, tpl: str, prefix: str) -> Side:
+    public = ctx.trust.public
     with gr.Row():
-        t = gr.Dropdown(list(PROFILES), value=tok, allow_custom_value=True, label=f"{label}: tokenizer (profile, hub id or path)",
-                        elem_id=f"{prefix}-tok")
+        # a public server loads only what it lists; a local one also what its user types
+        t = gr.Dropdown(tokenizer_choices(ctx), value=tok, allow_custom_value=not public,
+                        label=f"{label}: tokenizer" + ("" if public else " (profile, hub id or path)"), elem_id=f"{prefix}-tok")
         p = gr.Dropdown(_template_choices(), value=tpl, label=f"{label}: template", elem_id=f"{prefix}-tpl")
-    c = gr.Code(language="jinja2", label=f"{label}: custom template (used when template = custom)", lines=4, max_lines=16,
+    c = gr.Code(language="jinja2", label=f"{label}: custom template (used when template = custom): Jinja text"
+                + ("" if public else " or a file path"), lines=4, max_lines=16,
                 elem_id=f"{prefix}-custom")
     s = gr.HTML(elem_id=f"{prefix}-summary")
     with gr.Tabs():
@@ -218,9 +236,9 @@ def build(ctx: AppContext) -> TemplateLabUI:
         render_btn = gr.Button("Render", variant="primary", elem_id="lab-render")
     with gr.Row(equal_height=False):
         with gr.Column():
-            left = _side("A", "qwen3", OWN, "labA")
+            left = _side(ctx, "A", "qwen3", OWN, "labA")
         with gr.Column() as right_col:
-            right = _side("B", "qwen3", "qwen3" if "qwen3" in _template_choices() else OWN, "labB")
+            right = _side(ctx, "B", "qwen3", "qwen3" if "qwen3" in _template_choices() else OWN, "labB")
     gr.Markdown("### Diff (A → B)")
     diff = gr.HTML(elem_id="lab-diff")
     ui = TemplateLabUI(messages, tools, gen_prompt, kwargs, compare, render_btn, left, right, diff, right_col)

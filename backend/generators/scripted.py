@@ -34,19 +34,44 @@ def load_script(path: str) -> list[Any]:
                 data.append(json.loads(line))
             except json.JSONDecodeError as e:
                 raise ScriptError(f"{path}:{i}: invalid JSON ({e.msg})") from None
+    try:
+        return check_script(data)
+    except ScriptError as e:
+        raise ScriptError(f"{path}: {e}") from None
+
+
+def parse_script(text: str, *, max_token_delay_s: float | None = None) -> list[Any]:
+    """A script typed as JSON text (the playground's box): a list, or ``{"script": [...]}``."""
+    try:
+        data = json.loads(text or "[]")
+    except json.JSONDecodeError as e:
+        raise ScriptError(f"invalid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    return check_script(data, max_token_delay_s=max_token_delay_s)
+
+
+def check_script(data: Any, *, max_token_delay_s: float | None = None) -> list[Any]:
+    """The entries of a script (a list, or ``{"script": [...]}``), each checked; an entry's own
+    ``token_delay_s`` must be a number in ``0..max_token_delay_s`` when a maximum is given (a
+    public server's: a visitor's delay must not hold a run slot for ever)."""
     if isinstance(data, dict) and "script" in data:
         data = data["script"]
-    if not isinstance(data, list):
-        raise ScriptError(f"{path}: a script is a JSON list of model outputs")
+    if not isinstance(data, list) or not data:
+        raise ScriptError("a script is a non-empty JSON list of model outputs (one per assistant turn)")
     for i, e in enumerate(data):
-        _check_entry(i, e)
+        _check_entry(i, e, max_token_delay_s)
     return data
 
 
-def _check_entry(i: int, e: Any) -> None:
+def _check_entry(i: int, e: Any, max_token_delay_s: float | None = None) -> None:
     if isinstance(e, str):
         return
     if isinstance(e, dict) and (isinstance(e.get("text"), str) or isinstance(e.get("token_ids"), list)):
+        if "token_delay_s" in e:
+            d = e["token_delay_s"]
+            if isinstance(d, bool) or not isinstance(d, (int, float)) or not (d >= 0) or d == float("inf"):
+                raise ScriptError(f"script entry {i}: token_delay_s must be a number of seconds >= 0")
+            if max_token_delay_s is not None and d > max_token_delay_s:
+                raise ScriptError(f"script entry {i}: token_delay_s {d:g} is over this server's limit of {max_token_delay_s:g} s")
         return
     raise ScriptError(f"script entry {i} must be a string or an object with 'text' or 'token_ids'")
 
