@@ -424,6 +424,13 @@ class AgentLoop:
         ]
         step.tool_calls = calls
         step.parse_errors = list(parsed.errors)
+        if cancelled:
+            # Stop (or the time limit) cut the turn: a call still being written at the end is not
+            # the model's mistake. Kept on the step as cut text, not as a parse error.
+            cut = [e for e in parsed.errors if e.span is None or e.span[1] >= len(text.rstrip())]
+            if cut:
+                step.parse_errors = [e for e in parsed.errors if e not in cut]
+                step.info["cut_tool_call"] = [e.model_dump(mode="json") for e in cut]
         msg: dict[str, Any] = {"role": "assistant", "content": parsed.content}
         if parsed.reasoning is not None:
             msg["reasoning_content"] = parsed.reasoning

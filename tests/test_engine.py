@@ -326,3 +326,40 @@ def test_property_mask_matches_generated_text(qwen3, script):
     # every mask-1 token belongs to a generating step and nothing else
     ones = [i for i, m in enumerate(t.full_mask) if m == 1]
     assert ones == [i for s in gen_steps for i in range(s.start, s.end)]
+
+
+def test_stop_inside_a_tool_call_is_a_cut_turn_not_a_malformed_call(qwen3):
+    """Stop pressed while the model writes a tool call: the turn ends ``cancelled``, the
+    unfinished call is kept on the step as ``info["cut_tool_call"]`` (its text, where it starts),
+    and no parse error is recorded (it was not the model's mistake); a complete call before it
+    stays a call. The cancel is set from the token stream, once the call's JSON has begun."""
+    script = "Let me check.\n" + call("get_current_temperature", city="Paris") + "\n" + CALL_SEATTLE
+
+    async def go():
+        gen = ScriptedGenerator(qwen3.tokenizer, [script], token_delay_s=0.002)
+        loop = AgentLoop(gen, qwen3, tools=ToolRegistry.from_functions([get_current_temperature]),
+                         config=LoopConfig(max_parallel_calls=2))
+        cancel = asyncio.Event()
+        streamed: list[int] = []
+
+        def on_event(ev):
+            if ev.kind == "tokens":
+                streamed.extend(ev.token_ids)
+                text = qwen3.tokenizer.decode(streamed)
+                if text.count("<tool_call>") == 2 and '"name": "get_' in text.split("<tool_call>")[-1]:
+                    cancel.set()
+
+        return await loop.run(SEATTLE, cancel=cancel, on_event=on_event)
+
+    t = asyncio.run(go())
+    assert t.termination_reason == "cancelled"
+    gen_step = t.steps[1]
+    assert gen_step.finish_reason == "abort" and "</tool_call>" in gen_step.text
+    assert gen_step.parse_errors == []
+    assert [c.arguments for c in gen_step.tool_calls] == [{"city": "Paris"}]
+    cut = gen_step.info["cut_tool_call"]
+    assert len(cut) == 1 and cut[0]["raw"].startswith('<tool_call>\n{"name": "get_')
+    assert not gen_step.text.endswith("</tool_call>")
+    assert t.step_errors() == 0
+    again = Trace.from_json(t.to_json())  # the cut call survives a round trip
+    assert again.steps[1].info["cut_tool_call"] == cut
