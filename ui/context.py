@@ -44,7 +44,13 @@ def short_error(e: BaseException) -> str:
     name = type(e).__name__
     if isinstance(e, (UserError, VisitorInputError)) or name.endswith(("LoadError", "FormatError", "FileError", "ConfigError", "ScriptError")):
         return msg or name
+    # an unexpected error: its text may name the server's folders (a library's path in an
+    # ImportError, a cache folder); a visitor sees only the last part of each path
+    msg = _SERVER_PATH.sub(lambda m: "…/" + m.group(1), msg)
     return f"{name}: {msg}" if msg else name
+
+
+_SERVER_PATH = re.compile(r"(?<![\w.:/])/(?:[\w.@+-]+/)+([\w.@+-]*)")
 
 
 @dataclass
@@ -297,6 +303,10 @@ class AppContext:
         """Load, in a background thread, the tokenizers the sample traces and the playground use."""
         names = {t.tokenizer.name for _, t in self.samples if t.tokenizer.name}
         names.add(self.default_tokenizer)
+        # transformers resolves its names lazily, and two threads resolving one at once can get
+        # an ImportError (seen: 'cannot import name PreTrainedTokenizerFast'): resolve here,
+        # once, before any request or this warm-up thread can
+        from transformers import AutoTokenizer, PreTrainedTokenizerFast  # noqa: F401
 
         def work() -> None:
             from backend.tokenizers import PROFILES

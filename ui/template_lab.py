@@ -245,6 +245,7 @@ def build(ctx: AppContext) -> TemplateLabUI:
     inputs = [messages, tools, gen_prompt, kwargs, compare, left.tokenizer, left.template, left.custom, right.tokenizer,
               right.template, right.custom]
     outputs = [left.summary, left.text, left.tokens, right.summary, right.text, right.tokens, diff]
-    render_btn.click(lambda *a: run_lab(ctx, *a), inputs, outputs, concurrency_limit=ctx.concurrency_limit, concurrency_id="lab")
+    render_btn.click(lambda *a: run_lab(ctx, *a), inputs, outputs, concurrency_limit=ctx.concurrency_limit, concurrency_id="lab",
+                     api_name="template_lab_render")
     compare.change(lambda c: gr.update(visible=c), [compare], [right_col])
     return ui
