@@ -205,14 +205,21 @@ def main(argv: list[str] | None = None) -> None:
     import ui
 
     ctx = build_context(args)
+    from backend import lifecycle
+
+    # SIGTERM / SIGINT: cancel runs, stop the server, close the model and the template worker,
+    # kill what is left, remove temp files, exit (bounded: ALI_SHUTDOWN_TIMEOUT_S)
+    lifecycle.install_app(ctx.model.close)
     ctx.warm_up()  # load the samples' tokenizers in the background: the first page view is fast
     demo = ui.build_app(ctx)
+    lifecycle.register_server_stop(demo.close)
     t = ctx.trust
     print(f"Agent Loop Inspector: {t.mode.value} mode ({t.why}); "
           + ("visitors can name only offline profiles, trl templates and inline Jinja; "
              if t.public else "typed paths and hub ids are loaded; ")
           + (f"runs stop after {t.run_timeout_s:g} s" if t.run_timeout_s else "runs have no time limit"), file=sys.stderr)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **ui.launch_kwargs(ctx))
+    lifecycle.wait_for_shutdown()  # launch() returns once the server is stopped
 
 
 if __name__ == "__main__":

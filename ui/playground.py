@@ -15,13 +15,13 @@ import dataclasses
 import html
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 
+from backend import lifecycle
 from backend.trace import Trace
 from ui.chat import message_to_chat, pending_message, trace_to_chat
 from ui.context import AppContext, Session, UserError, short_error, trace_file_name
@@ -249,7 +249,7 @@ def _merge(a: Any, b: Any) -> Any:
 def _tmp_trace_file(trace: Trace) -> str:
     from backend.trace import write_jsonl
 
-    d = tempfile.mkdtemp(prefix="ali-run-")
+    d = lifecycle.temp_dir("ali-run-")  # removed at shutdown
     path = os.path.join(d, trace_file_name(trace))
     write_jsonl([trace], path)
     return path
@@ -371,6 +371,7 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
         raise UserError(short_error(e)) from None
     view = LiveView(loop, bundle, messages)
     cancel = asyncio.Event()
+    unregister_run = lifecycle.register_run(cancel)  # a shutdown (SIGTERM) cancels the run too
     session.cancel = cancel
     session.running = True
     t0 = time.time()
@@ -399,6 +400,7 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
             task.cancel()
         session.running = False
         session.cancel = None
+        unregister_run()
     if s.backend == "scripted":
         session.script_cursor += getattr(gen, "calls", 0)
     session.history = [m for m in trace.messages if m.get("role") != "system"]

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 import pandas as pd
 
+from backend import lifecycle
 from backend.trace import Trace
 from ui import charts
 from ui.context import AppContext, Session, short_error
@@ -186,7 +186,7 @@ def export_filtered(session: Session, df: pd.DataFrame | None, fmt: str) -> str:
     if df is None or len(df) == 0:
         raise gr.Error("nothing to export: the filtered table is empty")
     traces = [session.traces[session.file_traces[int(i)]] for i in df["#"]]
-    d = tempfile.mkdtemp(prefix="ali-export-")
+    d = lifecycle.temp_dir("ali-export-")  # removed at shutdown
     ext = "parquet" if fmt == "parquet" else "jsonl"
     base = os.path.splitext(session.file_name or "traces")[0] or "traces"
     out = os.path.join(d, f"{base}-filtered.{ext}")
