@@ -125,7 +125,8 @@ def is_trace_parquet(path: str) -> bool:
 
 def read_parquet_traces(path: str) -> LoadResult:
     """Read a Parquet file written by :func:`write_parquet`. Bad rows are reported by row number
-    (1-based), the rest load. A Parquet file in another layout raises :class:`TraceFileError`
+    (1-based), the rest load; rows over the token limits are reported without being decoded
+    (:mod:`backend.parquet_limits`). A Parquet file in another layout raises :class:`TraceFileError`
     with a hint to import it."""
     try:
         import pyarrow.parquet as pq
@@ -149,16 +150,18 @@ def read_parquet_traces(path: str) -> LoadResult:
             except Exception:
                 pass
             raise TraceFileError(f"{os.path.basename(path)} is not a trace Parquet file (columns: {', '.join(sorted(cols)[:8])}){hint}")
+    from backend.parquet_limits import iter_parquet_rows
+
     res = LoadResult()
-    n = 0
-    for batch in pf.iter_batches(batch_size=1024):
-        for row in batch.to_pylist():
-            n += 1
-            try:
-                res.traces.append(_trace_from_row(row))
-                res.lines.append(n)
-            except (TraceFormatError, json.JSONDecodeError, TypeError, ValueError) as e:
-                res.problems.append(LoadProblem(n, f"bad row: {e}"))
+    for n, row in iter_parquet_rows(pf, path):  # bounded: token and list-value limits checked before decoding
+        if isinstance(row, LoadProblem):
+            res.problems.append(row)
+            continue
+        try:
+            res.traces.append(_trace_from_row(row))
+            res.lines.append(n)
+        except (TraceFormatError, json.JSONDecodeError, TypeError, ValueError) as e:
+            res.problems.append(LoadProblem(n, f"bad row: {e}"))
     return res
 
 

@@ -413,6 +413,70 @@ def _explain(e: ValidationError) -> str:
 DEFAULT_MAX_FILE_BYTES = int(os.environ.get("ALI_MAX_TRACE_FILE_BYTES", 1 << 30))  # 1 GiB
 DEFAULT_MAX_LINE_BYTES = int(os.environ.get("ALI_MAX_TRACE_LINE_BYTES", 64 << 20))  # 64 MiB
 
+# Byte limits do not bound a Parquet file: its list columns are compressed, and a 16 KB file can
+# hold a list of 5·10⁷ token ids (2.7 GB of peak memory once read). These two count values
+# instead (backend/parquet_limits.py checks them before decoding); both are read from the
+# environment at each call (max_trace_tokens / max_file_values).
+#
+# ALI_MAX_TRACE_TOKENS: token ids in one trace (prompt_ids + response_ids). 4,000,000 is four times
+# a 1M-token context window; one such trace is ~250 MB once loaded (see below).
+DEFAULT_MAX_TRACE_TOKENS = 4_000_000
+# ALI_MAX_FILE_VALUES: list elements (token ids, mask bits, logprobs, the items of other tools'
+# list columns) decoded from one Parquet file in total. A loaded token id costs its list slot
+# (8 bytes) and, above 256, its own int object (32 bytes), plus what the allocators keep of the
+# decoding: measured on our layout, 8.2M distinct ids (prompt only, the worst case) raise the peak
+# by 0.51 GB, and 16M elements of 8k-prompt/4k-response traces (mask bits are shared small ints)
+# by 0.65 GB, so 16M could reach ~1 GB. 8,000,000 keeps a file at ~0.5 GB at worst (~500 traces
+# of 8k + 4k tokens); the decoding itself is 8 bytes a value, one row group at a time.
+DEFAULT_MAX_FILE_VALUES = 8_000_000
+
+
+def _env_count(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise TraceFileError(f"{name}={raw!r} is not a whole number") from None
+    if value < 1:
+        raise TraceFileError(f"{name}={raw!r}: the limit must be at least 1")
+    return value
+
+
+def max_trace_tokens() -> int:
+    """Most token ids (prompt_ids + response_ids) one trace read from a file may have:
+    ``ALI_MAX_TRACE_TOKENS``, default :data:`DEFAULT_MAX_TRACE_TOKENS`."""
+    return _env_count("ALI_MAX_TRACE_TOKENS", DEFAULT_MAX_TRACE_TOKENS)
+
+
+def max_file_values() -> int:
+    """Most list elements decoded from one Parquet file: ``ALI_MAX_FILE_VALUES``, default
+    :data:`DEFAULT_MAX_FILE_VALUES`."""
+    return _env_count("ALI_MAX_FILE_VALUES", DEFAULT_MAX_FILE_VALUES)
+
+
+def too_many_tokens(n: int, where: str = "prompt_ids + response_ids") -> str | None:
+    """The reason a trace of ``n`` token ids is refused, or None when it is within
+    :func:`max_trace_tokens`."""
+    limit = max_trace_tokens()
+    if n <= limit:
+        return None
+    return f"{n:,} token ids in {where}; the limit is {limit:,} (ALI_MAX_TRACE_TOKENS)"
+
+
+def record_tokens_problem(rec: Any) -> str | None:
+    """:func:`too_many_tokens` for a parsed record (a dict with ``prompt_ids`` / ``response_ids``
+    lists), checked before it becomes a :class:`Trace`."""
+    if not isinstance(rec, dict):
+        return None
+    n = 0
+    for key in ("prompt_ids", "response_ids"):
+        v = rec.get(key)
+        if isinstance(v, list):
+            n += len(v)
+    return too_many_tokens(n)
+
 
 @dataclass
 class LoadProblem:
@@ -542,6 +606,10 @@ def load_traces(path: str, max_bytes: int | None = None, max_line_bytes: int | N
 def _add(result: LoadResult, line: int, rec: Any) -> None:
     if isinstance(rec, LoadProblem):
         result.problems.append(rec)
+        return
+    why = record_tokens_problem(rec)
+    if why:
+        result.problems.append(LoadProblem(line, why))
         return
     # Trace.from_dict refuses a record without format_version / id: every field has a default,
     # so otherwise a record of another format (or a trace line that lost its keys) would load as

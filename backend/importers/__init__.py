@@ -29,7 +29,7 @@ from backend.importers.base import ImportContext, Importer, get_importer, import
 from backend.importers.common import Conversation, RecordError, trace_from_conversation
 from backend.tokenizers import TokenizerLoadError
 from backend.trace import (LoadProblem, LoadResult, Trace, TraceFileError, TraceFormatError, _Refused, iter_jsonl_records,
-                           json_type, parse_json_record)
+                           json_type, parse_json_record, record_tokens_problem, too_many_tokens)
 
 FORMATS = ("agents-sdk", "verl", "openai-chat", "sharegpt")
 # auto-detection order: most specific first; plain {messages} rows go to openai-chat last
@@ -90,6 +90,7 @@ class ImportResult(LoadResult):
 
 
 def _read_parquet_rows(path: str) -> Iterator[tuple[int, Any]]:
+    """``(row number, row dict or LoadProblem)`` of another tool's Parquet file."""
     try:
         import pyarrow.parquet as pq
     except ImportError as e:  # pragma: no cover
@@ -98,11 +99,10 @@ def _read_parquet_rows(path: str) -> Iterator[tuple[int, Any]]:
         pf = pq.ParquetFile(path)
     except Exception as e:  # pyarrow raises ArrowInvalid/OSError
         raise TraceFileError(f"{os.path.basename(path)} is not a readable Parquet file: {e}") from None
-    n = 0
-    for batch in pf.iter_batches(batch_size=1024):
-        for row in batch.to_pylist():
-            n += 1
-            yield n, row
+    from backend.parquet_limits import iter_parquet_rows
+
+    # a row over the token limits comes as a LoadProblem, never decoded
+    yield from iter_parquet_rows(pf, path)
 
 
 def _unit_for(path: str) -> str:
@@ -178,12 +178,20 @@ def iter_import(
             what = f"keys: {', '.join(sorted(rec)[:8])}" if isinstance(rec, dict) else f"{json_type(rec)}, not a JSON object"
             yield n, LoadProblem(n, f"unrecognised record ({what}); pass --from to choose a format"), None
             continue
+        why = record_tokens_problem(rec)  # ALI_MAX_TRACE_TOKENS, before the ids are copied into a trace
+        if why:
+            yield n, LoadProblem(n, why), name
+            continue
         try:
             if name == "trace":
                 yield n, Trace.from_dict(rec), name
                 continue
             for item in get_importer(name).convert(rec, ctx):
                 t = trace_from_conversation(item, ctx.bundle, name) if isinstance(item, Conversation) else item
+                why = too_many_tokens(len(t.prompt_ids) + len(t.response_ids))  # ids rendered from the messages
+                if why:
+                    yield n, LoadProblem(n, why), name
+                    continue
                 t.metadata["import"] = {"file": base, unit: n}
                 yield n, t, name
         except (RecordError, TraceFormatError) as e:

@@ -1,0 +1,351 @@
+"""Token and list-value limits on trace files (``ALI_MAX_TRACE_TOKENS``, ``ALI_MAX_FILE_VALUES``).
+
+A Parquet file of a few KB can hold one row with 5·10⁷ token ids; reading it used to raise the
+process's peak memory by 2.7 GB. These tests write such files with pyarrow and load them the way
+the app does, in a child process that reports its own peak memory (VmHWM) before and after."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from backend.export import load_any, write_parquet
+from backend.importers import import_file
+from backend.parquet_limits import _page_header, _Short, _Unreadable
+from backend.trace import Trace, TraceFileError, max_file_values, max_trace_tokens, write_jsonl
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VERL_ROWS = os.path.join(ROOT, "tests", "data", "import", "verl_agent_loop.jsonl")
+HUGE = 50_000_000  # token ids in the one bad row
+MAX_GROWTH_MB = 300
+
+# Loads a file the way the app does and prints its peak memory (VmHWM) before and after. pyarrow
+# and (for an import) the tokenizer are loaded first: their memory is not the file's.
+CHILD = r"""
+import json, sys
+
+def hwm_kb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+
+import pyarrow.compute, pyarrow.parquet  # noqa: F401
+from backend.export import load_any
+
+bundle = None
+if sys.argv[2] == "import":
+    from backend.tokenizers import load_tokenizer
+    bundle = load_tokenizer("qwen3")
+before = hwm_kb()
+res = load_any(sys.argv[1], import_foreign=bundle is not None, bundle=bundle)
+after = hwm_kb()
+print(json.dumps({"before_kb": before, "after_kb": after, "traces": [t.id for t in res.traces], "lines": res.lines,
+                  "problems": [[p.line, p.reason] for p in res.problems]}))
+"""
+
+
+def load_in_child(path, mode: str = "ours") -> dict:
+    env = {**os.environ, "PYTHONPATH": ROOT, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    for k in ("ALI_MAX_TRACE_TOKENS", "ALI_MAX_FILE_VALUES"):
+        env.pop(k, None)  # the defaults
+    p = subprocess.run([sys.executable, "-c", CHILD, str(path), mode], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out["growth_mb"] = (out["after_kb"] - out["before_kb"]) / 1024
+    return out
+
+
+def zeros_list(n: int, list_type: pa.DataType) -> pa.Array:
+    """One row: a list of ``n`` zeros (cheap to build, a few KB once compressed)."""
+    values = pa.array(np.zeros(n, dtype=list_type.value_type.to_pandas_dtype()))
+    return pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), values, type=list_type)
+
+
+def small_trace(i, prompt: int = 5, response: int = 5) -> Trace:
+    return Trace(id=f"t{i}", prompt_ids=[300 + i] * prompt, response_ids=[400 + i] * response, response_mask=[1] * response,
+                 messages=[{"role": "user", "content": f"question {i}"}])
+
+
+def write_groups(path, groups: list[list[Trace]]) -> None:
+    """Our Parquet layout (write_parquet's schema), one row group per list of traces."""
+    tables = []
+    for k, traces in enumerate(groups):
+        part = f"{path}.part{k}"
+        write_parquet(traces, part)
+        tables.append(pq.read_table(part))
+        os.remove(part)
+    with pq.ParquetWriter(str(path), tables[0].schema, compression="zstd") as w:
+        for t in tables:
+            w.write_table(t)
+    assert pq.ParquetFile(str(path)).metadata.num_row_groups == len(groups)
+
+
+# ---- one huge row: reported from the page headers, never decoded ----------------------------------
+
+
+def test_huge_row_in_our_parquet_is_reported_and_memory_stays_bounded(tmp_path):
+    path = tmp_path / "huge.parquet"
+    write_groups(path, [[small_trace(1)]])
+    good = pq.read_table(str(path))
+    schema = good.schema
+    cols = {name: good.column(name) for name in schema.names}
+    cols["id"] = pa.array(["huge"])
+    # a valid trace (ids and mask bits in range, mask as long as the response), only too long
+    cols["response_ids"] = zeros_list(HUGE, schema.field("response_ids").type)
+    cols["response_mask"] = zeros_list(HUGE, schema.field("response_mask").type)
+    huge = pa.Table.from_arrays([cols[n] for n in schema.names], schema=schema)
+    del cols
+    with pq.ParquetWriter(str(path), schema, compression="zstd") as w:
+        w.write_table(good)
+        w.write_table(huge)
+        w.write_table(good.set_column(schema.get_field_index("id"), schema.field("id"), pa.array(["after"])))
+    del huge
+    assert os.path.getsize(path) < 100_000  # the whole file is a few KB
+
+    out = load_in_child(path)
+    assert out["traces"] == ["t1", "after"] and out["lines"] == [1, 3]
+    assert out["problems"] == [[2, "50,000,000 token ids in column response_ids; the limit is 4,000,000 (ALI_MAX_TRACE_TOKENS)"]]
+    assert out["growth_mb"] < MAX_GROWTH_MB, out  # was 2.7 GB
+
+
+def test_huge_row_in_foreign_parquet_is_reported_and_memory_stays_bounded(tmp_path):
+    """A verl agent-loop dump (prompt_ids / response_ids / response_mask rows) with one row of
+    5·10⁷ response ids, imported as the upload handler imports it."""
+    row = json.loads(open(VERL_ROWS).readline())
+    ids = pa.list_(pa.int64())
+    schema = pa.schema([("id", pa.string()), ("prompt_ids", ids), ("response_ids", ids), ("response_mask", ids)])
+
+    def table(rid, prompt, response, mask):
+        return pa.Table.from_arrays([pa.array([rid]), prompt, response, mask], schema=schema)
+
+    def given(key):
+        return pa.array([row[key]], ids)
+
+    path = tmp_path / "verl_dump.parquet"
+    with pq.ParquetWriter(str(path), schema, compression="zstd") as w:
+        w.write_table(table("first", given("prompt_ids"), given("response_ids"), given("response_mask")))
+        w.write_table(table("huge", given("prompt_ids"), zeros_list(HUGE, ids), pa.array([None], ids)))
+        w.write_table(table("last", given("prompt_ids"), given("response_ids"), given("response_mask")))
+    assert os.path.getsize(path) < 100_000
+
+    out = load_in_child(path, "import")
+    assert out["traces"] == ["first", "last"] and out["lines"] == [1, 3]
+    assert out["problems"] == [[2, "50,000,000 token ids in column response_ids; the limit is 4,000,000 (ALI_MAX_TRACE_TOKENS)"]]
+    assert out["growth_mb"] < MAX_GROWTH_MB, out
+
+
+def test_footer_that_understates_a_column_is_not_trusted(tmp_path):
+    """pyarrow decodes what a column's pages hold, whatever the footer says: a footer edited to
+    claim fewer values than the pages hold must not get a huge row past the limit."""
+    n, claimed = 5_000_000, 3_000_000
+    path = tmp_path / "lie.parquet"
+    write_groups(path, [[small_trace(1)]])
+    good = pq.read_table(str(path))
+    schema = good.schema
+    cols = {name: good.column(name) for name in schema.names}
+    cols["id"] = pa.array(["liar"])
+    cols["response_ids"] = zeros_list(n, schema.field("response_ids").type)
+    cols["response_mask"] = zeros_list(n, schema.field("response_mask").type)
+    with pq.ParquetWriter(str(path), schema, compression="zstd") as w:
+        w.write_table(good)
+        w.write_table(pa.Table.from_arrays([cols[c] for c in schema.names], schema=schema))
+
+    def varint(v: int) -> bytes:  # Thrift compact i64: zigzag varint
+        v, out = 2 * v, bytearray()
+        while v >= 0x80:
+            out.append(v & 0x7F | 0x80)
+            v >>= 7
+        return bytes(out + bytes([v]))
+
+    data = path.read_bytes()
+    footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    assert len(varint(n)) == len(varint(claimed)) and data.count(varint(n), footer) >= 1
+    path.write_bytes(data[:footer] + data[footer:].replace(varint(n), varint(claimed)))
+    assert pq.ParquetFile(str(path)).metadata.row_group(1).column(schema.get_field_index("response_ids")).num_values == claimed
+
+    res = load_any(str(path))
+    assert [t.id for t in res.traces] == ["t1"]
+    assert [p.line for p in res.problems] == [2]
+    assert "footer says 3,000,000 values, its pages hold 5,000,000" in res.problems[0].reason
+
+
+# ---- limits over row groups of several rows ----------------------------------------------------
+
+
+def test_row_group_over_the_file_budget_stops_reading(tmp_path, monkeypatch):
+    """Rows 1-2 (30 list values) load; the row group of rows 3-5 (330) holds more than the whole budget,
+    so it is not decoded at all and one problem says what was not read."""
+    monkeypatch.setenv("ALI_MAX_FILE_VALUES", "60")
+    path = tmp_path / "budget.parquet"
+    write_groups(path, [[small_trace(1), small_trace(2)], [small_trace(3), small_trace(4, 100, 100), small_trace(5)]])
+    res = load_any(str(path))
+    assert [t.id for t in res.traces] == ["t1", "t2"]
+    assert [(p.line, p.reason) for p in res.problems] == [
+        (3, "rows 3–5 (3 of 5) not read: at most 60 list values are read from one file (ALI_MAX_FILE_VALUES); "
+            "rows 3–5 (one row group: read whole or not at all) hold 330 and 30 are left")]
+
+
+def test_file_budget_counts_decoded_row_groups(tmp_path, monkeypatch):
+    """Row groups are read while they fit in what is left of the budget; the rest is one problem,
+    in the import path as well."""
+    monkeypatch.setenv("ALI_MAX_FILE_VALUES", "100")
+    path = tmp_path / "many.parquet"
+    write_groups(path, [[small_trace(2 * k + 1), small_trace(2 * k + 2)] for k in range(5)])  # 30 values a group
+    res = load_any(str(path))
+    assert [t.id for t in res.traces] == ["t1", "t2", "t3", "t4", "t5", "t6"]
+    assert len(res.problems) == 1 and res.problems[0].line == 7
+    assert res.problems[0].reason.startswith("rows 7–10 (4 of 10) not read: at most 100 list values are read from one file")
+    monkeypatch.setenv("ALI_MAX_FILE_VALUES", "300")
+    assert len(load_any(str(path)).traces) == 10
+
+
+@pytest.mark.parametrize("rows_per_group", [1, 3])
+def test_row_over_the_token_limit_among_others(tmp_path, monkeypatch, rows_per_group):
+    """The same verdicts whether a row is alone in its row group (checked from the page headers,
+    not decoded) or shares it (checked from the decoded offsets, before any Python list is made)."""
+    monkeypatch.setenv("ALI_MAX_TRACE_TOKENS", "20")
+    traces = [small_trace(1), small_trace(2, 15, 15), small_trace(3), small_trace(4, 1, 25), small_trace(5, 20, 0)]
+    path = tmp_path / "tokens.parquet"
+    write_groups(path, [traces[i : i + rows_per_group] for i in range(0, len(traces), rows_per_group)])
+    res = load_any(str(path))
+    assert [t.id for t in res.traces] == ["t1", "t3", "t5"] and res.lines == [1, 3, 5]
+    assert [(p.line, p.reason) for p in res.problems] == [
+        (2, "30 token ids in columns prompt_ids + response_ids; the limit is 20 (ALI_MAX_TRACE_TOKENS)"),
+        (4, "25 token ids in column response_ids; the limit is 20 (ALI_MAX_TRACE_TOKENS)"),
+    ]
+
+
+@pytest.mark.parametrize("rows_per_group", [1, 3])
+def test_nested_list_column_of_foreign_rows(tmp_path, monkeypatch, rows_per_group):
+    """HF ``messages`` rows (a list of structs): a row with more messages than the limit is a bad
+    record by its row number; it is counted per message, not per leaf."""
+    from backend.importers import _read_parquet_rows
+
+    monkeypatch.setenv("ALI_MAX_TRACE_TOKENS", "10")
+    convs = [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]] * 3
+    convs[1] = [{"role": "user", "content": str(i)} for i in range(50)]
+    table = pa.table({"messages": convs})
+    path = tmp_path / "hf.parquet"
+    pq.write_table(table, str(path), row_group_size=rows_per_group)
+    rows = list(_read_parquet_rows(str(path)))
+    assert [n for n, _ in rows] == [1, 2, 3]
+    assert rows[0][1] == {"messages": convs[0]} and rows[2][1] == {"messages": convs[2]}
+    assert rows[1][1].reason == "50 values in column messages; the limit is 10 (ALI_MAX_TRACE_TOKENS)"
+
+
+# ---- JSON / JSONL ----------------------------------------------------------------------------------
+
+
+def test_jsonl_and_json_traces_over_the_token_limit(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALI_MAX_TRACE_TOKENS", "20")
+    traces = [small_trace(1), small_trace(2, 15, 15), small_trace(3)]
+    jsonl = tmp_path / "t.jsonl"
+    write_jsonl(traces, str(jsonl))
+    res = load_any(str(jsonl))
+    assert [t.id for t in res.traces] == ["t1", "t3"] and res.lines == [1, 3]
+    assert [(p.line, p.reason) for p in res.problems] == [(2, "30 token ids in prompt_ids + response_ids; the limit is 20 (ALI_MAX_TRACE_TOKENS)")]
+    whole = tmp_path / "t.json"
+    whole.write_text(json.dumps([t.to_dict() for t in traces]))
+    res = load_any(str(whole))
+    assert [t.id for t in res.traces] == ["t1", "t3"] and [p.line for p in res.problems] == [2]
+    # our trace records met by the importer, and a verl record with too many ids: refused before
+    # anything is rendered or copied
+    verl = tmp_path / "verl.jsonl"
+    verl.write_text(json.dumps({"id": "v", "prompt_ids": [1] * 12, "response_ids": [2] * 12}) + "\n"
+                    + json.dumps(traces[1].to_dict()) + "\n")
+    res = import_file(str(verl), "auto")
+    assert not res.traces
+    assert [(p.line, p.reason.split(";")[0]) for p in res.problems] == [(1, "24 token ids in prompt_ids + response_ids"),
+                                                                        (2, "30 token ids in prompt_ids + response_ids")]
+
+
+def test_limits_read_from_the_environment_at_call_time(monkeypatch):
+    monkeypatch.delenv("ALI_MAX_TRACE_TOKENS", raising=False)
+    monkeypatch.delenv("ALI_MAX_FILE_VALUES", raising=False)
+    assert (max_trace_tokens(), max_file_values()) == (4_000_000, 8_000_000)
+    monkeypatch.setenv("ALI_MAX_TRACE_TOKENS", "123")
+    monkeypatch.setenv("ALI_MAX_FILE_VALUES", "456")
+    assert (max_trace_tokens(), max_file_values()) == (123, 456)
+    for bad in ("lots", "0", "-5", "1.5"):
+        monkeypatch.setenv("ALI_MAX_FILE_VALUES", bad)
+        with pytest.raises(TraceFileError, match="ALI_MAX_FILE_VALUES"):
+            max_file_values()
+
+
+# ---- the page-header reader on damaged bytes -------------------------------------------------------
+
+
+def test_page_header_reader_refuses_garbage_with_its_own_errors(tmp_path):
+    path = tmp_path / "real.parquet"
+    write_parquet([small_trace(1)], str(path))
+    md = pq.ParquetFile(str(path)).metadata.row_group(0).column(4)  # prompt_ids
+    start = md.dictionary_page_offset if md.has_dictionary_page else md.data_page_offset
+    real = path.read_bytes()[start : start + 200]
+    page_type, size, n, header = _page_header(real)
+    assert page_type in (0, 2, 3) and n >= 1 and 0 < header < 200 and size > 0
+    rng = random.Random(0)
+    for i in range(3000):
+        if i % 2:
+            buf = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 80)))
+        else:
+            b = bytearray(real[: rng.randrange(1, 120)])
+            for _ in range(rng.randrange(1, 6)):
+                b[rng.randrange(len(b))] = rng.randrange(256)
+            buf = bytes(b)
+        try:
+            _page_header(buf)
+        except (_Short, _Unreadable):
+            pass
+
+
+def test_damaged_column_chunk_is_a_problem_not_a_crash(tmp_path):
+    """Page headers overwritten with garbage: that row group is reported, the others load."""
+    path = tmp_path / "damaged.parquet"
+    write_groups(path, [[small_trace(1)], [small_trace(2)], [small_trace(3)]])
+    md = pq.ParquetFile(str(path)).metadata.row_group(1).column(5)  # response_ids of row 2
+    start = md.dictionary_page_offset if md.has_dictionary_page else md.data_page_offset
+    data = bytearray(path.read_bytes())
+    data[start : start + 4] = b"\x00\x00\x00\x00"  # a header that ends before saying anything
+    path.write_bytes(bytes(data))
+    res = load_any(str(path))
+    assert [t.id for t in res.traces] == ["t1", "t3"]
+    assert [p.line for p in res.problems] == [2] and res.problems[0].reason.startswith("row 2 not read: ")
+
+
+def test_too_many_pages_stop_reading(tmp_path, monkeypatch):
+    """Page headers are read in Python: past MAX_PAGES the rest of the file is one problem."""
+    from backend import parquet_limits
+
+    path = tmp_path / "pages.parquet"
+    write_groups(path, [[small_trace(k)] for k in range(1, 6)])
+    cap = 2 * pq.ParquetFile(str(path)).metadata.num_columns  # a column chunk has one page or more
+    monkeypatch.setattr(parquet_limits, "MAX_PAGES", cap)
+    res = load_any(str(path))
+    assert 1 <= len(res.traces) <= 2 and len(res.problems) == 1
+    first = len(res.traces) + 1
+    assert res.problems[0].line == first
+    assert res.problems[0].reason == f"rows {first}–5 not read: the file has more than {cap} pages to check (very small row groups?)"
+
+
+def test_page_header_work_is_bounded(monkeypatch):
+    """A header is read in Python: a crafted one with a long list of one-byte items counts against
+    the file's MAX_HEADER_FIELDS (and a real header of a few fields does not come close)."""
+    from backend import parquet_limits
+
+    # type=0 (DATA_PAGE), uncompressed=1, compressed=1, a list of 100 bytes as field 9, then
+    # data_page_header {num_values=3}
+    crafted = (bytes([0x15, 0x00, 0x15, 0x02, 0x15, 0x02, 0x69, 0xF3, 100]) + bytes(100)
+               + bytes([0x0C, 0x0A, 0x15, 0x06, 0x00, 0x00]))  # field 5 by its full id (ids may not go down by delta)
+    assert _page_header(crafted)[:3] == (0, 1, 3)
+    monkeypatch.setattr(parquet_limits, "MAX_HEADER_FIELDS", 50)
+    with pytest.raises(parquet_limits._TooMuchToCheck, match="more than 50 fields"):
+        _page_header(crafted)
