@@ -93,8 +93,10 @@ class ModelService:
             return "no model (started with --no-model or the scripted backend)"
         if self.error:
             return f"failed to load: {self.error}"
-        if self.generator is not None:
+        if self.generator is not None and self.load_seconds is not None:
             return f"ready ({self.options.describe()}, loaded in {self.load_seconds:.1f} s)"
+        if self.generator is not None:  # built, the engine still starting
+            return f"starting ({self.options.describe()})"
         return f"{self._state} ({self.options.describe()}); it starts on the first playground run"
 
     async def get(self) -> tuple[Any, Any]:
@@ -386,6 +388,33 @@ class Session:
     script_cursor: int = 0
     running: bool = False
     cancel: Any = None  # asyncio.Event of the run in progress
+    # the session's download folders by kind (run, export, trace): the newest of each kind is
+    # kept (gradio serves its own copy of a file once it is returned), all go when the session
+    # ends (State delete_callback) or the app stops (backend.lifecycle)
+    temp_dirs: dict[str, str] = field(default_factory=dict)
+
+    def temp_dir(self, kind: str) -> str:
+        from backend import lifecycle
+
+        old = self.temp_dirs.pop(kind, None)
+        if old:
+            try:
+                lifecycle.remove_temp_dir(old)
+            except ValueError:
+                pass  # not ours (the root was re-made): leave it
+        d = lifecycle.temp_dir(f"ali-{re.sub(r'[^a-z]+', '', kind) or 'file'}-")
+        self.temp_dirs[kind] = d
+        return d
+
+    def remove_temp_dirs(self) -> None:
+        from backend import lifecycle
+
+        for d in list(self.temp_dirs.values()):
+            try:
+                lifecycle.remove_temp_dir(d)
+            except ValueError:
+                pass
+        self.temp_dirs.clear()
 
     def add(self, label: str, trace: Trace) -> str:
         base, n = label, 2
@@ -410,7 +439,7 @@ class Session:
 
         return dataclasses.replace(
             self, traces=dict(self.traces), file_traces=list(self.file_traces), file_problems=list(self.file_problems),
-            history=copy.deepcopy(self.history, memo), running=False, cancel=None,
+            history=copy.deepcopy(self.history, memo), running=False, cancel=None, temp_dirs={},
         )
 
 
