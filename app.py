@@ -218,6 +218,11 @@ def main(argv: list[str] | None = None) -> None:
           + ("visitors can name only offline profiles, trl templates and inline Jinja; "
              if t.public else "typed paths and hub ids are loaded; ")
           + (f"runs stop after {t.run_timeout_s:g} s" if t.run_timeout_s else "runs have no time limit"), file=sys.stderr)
+    from backend.trust import is_loopback
+
+    if not t.public and (args.share or not is_loopback(args.host)):
+        print(f"WARNING: local mode on {'a public link' if args.share else args.host}: anyone who can reach this server can "
+              "make it read files and load hub ids; use --public", file=sys.stderr)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **ui.launch_kwargs(ctx))
     lifecycle.wait_for_shutdown()  # launch() returns once the server is stopped
 
