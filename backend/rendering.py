@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from backend.template_errors import template_error_text
 from backend.tokenizers import TokenizerBundle
 from backend.trace import MessageSpan
 
@@ -87,7 +88,7 @@ def render_text(
             **_template_kwargs(bundle, chat_template_kwargs),
         )
     except Exception as e:  # jinja2 TemplateError, SecurityError, raise_exception(), TypeError ...
-        raise RenderError(f"chat template {bundle.template_name!r} failed: {type(e).__name__}: {e}") from e
+        raise RenderError(f"chat template {bundle.template_name!r} failed: {template_error_text(e)}") from e
     if not isinstance(out, str):  # batched input or a template returning something odd
         raise RenderError(f"chat template {bundle.template_name!r} did not render to text")
     return out

@@ -105,7 +105,9 @@ def _answer(conn, req: dict[str, Any], render_jinja_template, max_chars: int, me
     except MemoryError:
         conn.send(("limit", f"the template used more than {memory_bytes >> 20} MB of memory"))
     except BaseException as e:  # noqa: BLE001 - everything goes back to the parent as text
-        conn.send(("error", f"{type(e).__name__}: {e}"))
+        from backend.template_errors import template_error_text
+
+        conn.send(("error", template_error_text(e)))  # with the template line it failed on
 
 
 class _Worker:

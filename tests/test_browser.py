@@ -393,7 +393,7 @@ def test_playground_scripted_run_stop_reset_save(app, tmp_path):
 
     app.page.locator("#pg-send").click()
     status = app.wait_status("pg-status")
-    assert "run 1 ended: no_tool_calls" in status
+    assert "run 1 ended: answered (no_tool_calls)" in status
     app.expand_chat("pg-chat")
     chat = app.text("#pg-chat")
     assert "Tool call · get_current_temperature" in chat
@@ -430,8 +430,8 @@ def test_playground_scripted_run_stop_reset_save(app, tmp_path):
     app.page.locator("#pg-stop").click()
     app.wait_text("#pg-status", "ended")
     status = app.text("#pg-status")
-    assert "run 2 ended: cancelled" in status
-    assert "Run ended · cancelled" in app.text("#pg-chat")
+    assert "run 2 ended: stopped by user (cancelled)" in status
+    assert "Run ended · stopped by user (cancelled)" in app.text("#pg-chat")
     app.assert_clean()
 
 

@@ -314,7 +314,7 @@ def test_trace_file_filters_search_and_export(ctx, tmp_path):
     paris = trace_files.filter_frame(full, sess.file_traces, sess.traces, trace_files.ALL, trace_files.ALL, "paris")
     assert list(paris["id"]) == ["sample-hunyuan-format"]
     reasons, sources = trace_files.filter_choices(full)
-    assert "malformed_tool_call" in reasons and "sample" in sources
+    assert "malformed tool call (malformed_tool_call)" in reasons and "sample" in sources
     for fmt in ("jsonl", "parquet"):
         path = trace_files.export_filtered(sess, paris, fmt)
         res = load_any(path)

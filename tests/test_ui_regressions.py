@@ -153,5 +153,5 @@ async def test_stop_leaves_the_status_to_the_run(ctx):
             reply = await on_stop(sess)
             assert reply == {"__type__": "update"}  # no status of its own: it could land after the run's last one
     assert "stopping: the generation is being aborted" in "".join(statuses[:-1])
-    assert "run 1 ended: cancelled" in statuses[-1]
+    assert "run 1 ended: stopped by user (cancelled)" in statuses[-1]
     assert "nothing is running" in await on_stop(sess)

@@ -14,6 +14,7 @@ import json
 import re
 from typing import Any
 
+from backend.labels import termination_label
 from backend.trace import Step, ToolResult, Trace
 
 
@@ -146,6 +147,12 @@ def message_to_chat(
                     body += "\n\n" + code_block(err.raw)
                 out.append({"role": "assistant", "content": body,
                             "metadata": {"title": "Malformed tool call", "status": "done", "id": f"m{index}e{j}"}})
+            for j, cut in enumerate(_cut_calls(step)):
+                # a call Stop (or the time limit) cut while the model wrote it: not a malformed one
+                out.append({"role": "assistant", "content": "The turn was stopped while the model was writing this call; "
+                            "it was not run.\n\n" + code_block(cut.get("raw") or ""),
+                            "metadata": {"title": "Unfinished tool call · stopped, not run", "status": "done",
+                                         "id": f"m{index}u{j}"}})
             if step.error:
                 out.append({"role": "assistant", "content": esc(step.error),
                             "metadata": {"title": "Generation error", "status": "done", "id": f"m{index}g"}})
@@ -186,13 +193,24 @@ def trace_to_chat(trace: Trace | None) -> list[dict[str, Any]]:
         if s.state == "processing_tools" and not s.messages_added and s.info.get("not_appended"):
             out.append({"role": "assistant", "content": esc(s.info["not_appended"]),
                         "metadata": {"title": "Tool turn not appended", "status": "done", "id": f"s{s.index}"}})
+        if s.state == "pending" and s.error:  # the prompt did not render (a template error, with its line)
+            out.append({"role": "assistant", "content": esc(s.error),
+                        "metadata": {"title": "Template error", "status": "done", "id": f"s{s.index}"}})
         if s.state == "generating" and not s.messages_added and s.error:
             out.append({"role": "assistant", "content": esc(s.error),
                         "metadata": {"title": "Generation error", "status": "done", "id": f"s{s.index}"}})
     if trace.termination_reason:
-        out.append({"role": "assistant", "content": f"Run ended: **{esc(trace.termination_reason)}**",
-                    "metadata": {"title": f"Run ended · {md_title(trace.termination_reason, 40)}", "status": "done", "id": "end"}})
+        label = termination_label(trace.termination_reason)  # "answered (no_tool_calls)": words, then verl's code
+        out.append({"role": "assistant", "content": f"Run ended: **{esc(label)}**",
+                    "metadata": {"title": f"Run ended · {md_title(label, 80)}", "status": "done", "id": "end"}})
     return out
+
+
+def _cut_calls(step: Step) -> list[dict[str, Any]]:
+    """The unfinished tool call(s) of a turn cut by Stop / the time limit (``info["cut_tool_call"]``,
+    recorded by the engine)."""
+    cut = step.info.get("cut_tool_call") if isinstance(step.info, dict) else None
+    return [c for c in cut if isinstance(c, dict)] if isinstance(cut, list) else []
 
 
 def pending_message(text: str, state: str = "generating") -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any
 import gradio as gr
 
 from backend import lifecycle
+from backend.labels import OK_CODES, termination_label
 from backend.trace import Trace
 from ui.chat import message_to_chat, pending_message, trace_to_chat
 from ui.context import AppContext, Session, UserError, short_error, trace_file_name
@@ -57,9 +58,33 @@ EXAMPLE_CODE_TOOLS = '''def get_current_temperature(city: str):
 '''
 TRUNCATE_SIDES = ["middle", "left", "right"]
 # tool_choice presets; any tool name, or a comma-separated list (one per assistant turn, the last
-# repeats), is accepted too
-TOOL_CHOICE_DEFAULT_EMBEDDED = "required, then auto"
-TOOL_CHOICES = [TOOL_CHOICE_DEFAULT_EMBEDDED, "auto", "required", "none"]
+# repeats), is accepted too. "X, then auto" forces X on the first turn only: a forced choice that
+# repeats (required, a tool's name) makes every turn a call, so the run can end only on a limit.
+THEN_AUTO = ", then auto"
+TOOL_CHOICE_DEFAULT_EMBEDDED = "required" + THEN_AUTO
+TOOL_CHOICES = ["auto", "required", "none", TOOL_CHOICE_DEFAULT_EMBEDDED]
+
+
+def tool_choice_choices(tool_names: list[str]) -> list[str]:
+    """The dropdown's choices: the plain choices and tool names first, then the "X, then auto"
+    presets. Gradio's dropdown picks the first option containing the typed text, so each choice
+    comes before the longer ones that contain it: typing ``required`` selects ``required``."""
+    names = [n for n in dict.fromkeys(tool_names) if n and n not in TOOL_CHOICES]
+    return ["auto", "required", "none", *names, TOOL_CHOICE_DEFAULT_EMBEDDED, *[n + THEN_AUTO for n in names]]
+
+
+def _tool_names(tools_json: str | None) -> list[str] | None:
+    """Tool names in the tools box; None while it is not valid JSON (the run reports that)."""
+    try:
+        schemas = json.loads(tools_json or "[]")
+    except (json.JSONDecodeError, TypeError):
+        return None
+    out = []
+    for t in schemas if isinstance(schemas, list) else []:
+        fn = t.get("function", t) if isinstance(t, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            out.append(fn["name"])
+    return out
 
 
 @dataclass
@@ -95,6 +120,7 @@ class PlaygroundUI:
     reset: gr.Button
     save: gr.DownloadButton
     status: gr.HTML
+    tool_choice_note: gr.HTML | None = None  # says when a tool_choice forces a call on every turn
 
     def settings(self) -> list[Any]:
         comps = [self.backend, self.script, self.token_delay, self.tokenizer, self.template, self.parser, self.system, self.tools,
@@ -161,12 +187,37 @@ def check_settings(ctx: AppContext, s: RunSettings) -> RunSettings:
 
 
 def tool_choice_policy(choice: str | None, has_tools: bool) -> Any:
-    """The LoopConfig ``tool_choice`` for the playground's setting. The embedded-model preset
-    ("required, then auto") means plain ``auto`` when no tools are defined."""
+    """The LoopConfig ``tool_choice`` for the playground's setting. A preset "X, then auto" is
+    ``[X, "auto"]``; "required, then auto" means plain ``auto`` when no tools are defined."""
     c = (choice or "auto").strip()
-    if c == TOOL_CHOICE_DEFAULT_EMBEDDED:
-        return ["required", "auto"] if has_tools else "auto"
+    if c.endswith(THEN_AUTO) and c[: -len(THEN_AUTO)].strip():
+        first = c[: -len(THEN_AUTO)].strip()
+        if first == "required" and not has_tools:
+            return "auto"
+        return [first, "auto"]
     return c
+
+
+def tool_choice_note(choice: str | None, has_tools: bool) -> tuple[str, str] | None:
+    """``(kind, text)`` when the choice needs saying: a forced choice that repeats on every turn
+    (the model can never answer, so the run goes on to a limit), or a preset that fell back to
+    auto for want of tools. None when the choice is unremarkable."""
+    from backend.tool_choice import ToolChoiceError, normalize_policy
+
+    c = (choice or "auto").strip()
+    policy = tool_choice_policy(c, has_tools)
+    if c == TOOL_CHOICE_DEFAULT_EMBEDDED and policy == "auto":
+        return "info", f"no tools are defined: tool_choice '{c}' fell back to auto"
+    try:
+        last = normalize_policy(policy)[-1]
+    except ToolChoiceError:
+        return None  # the run reports a bad choice
+    if last in ("auto", "none"):
+        return None
+    what = "a tool call" if last == "required" else f"a call to {last}"
+    return "warn", (f"tool_choice '{c}' forces {what} on every turn: the model can never answer, so the run goes on until "
+                    f"response_length or max_assistant_turns. To force one call and then let the model answer, choose "
+                    f"'{last + THEN_AUTO}'.")
 
 
 def loop_config(s: RunSettings, has_tools: bool = True) -> Any:
@@ -273,6 +324,27 @@ class LiveView:
         self.stream_step: int | None = None
         self.state = "pending"
         self.dirty = True
+        # progress: tokens generated in finished turns, and the time spent generating them
+        self.generated = 0
+        self.gen_seconds = 0.0
+        self.gen_started: float | None = None
+
+    @property
+    def tokens_so_far(self) -> int:
+        """Generated tokens so far (finished turns and the one being generated)."""
+        return self.generated + len(self.streaming)
+
+    def tokens_per_second(self, now: float) -> float:
+        t = self.gen_seconds + (now - self.gen_started if self.gen_started is not None else 0.0)
+        return self.tokens_so_far / t if t > 0 else 0.0
+
+    def progress(self, now: float) -> str:
+        """What the run is doing, for the status line: ``generating · 120 tokens · 35.2 tok/s``."""
+        doing = {"pending": f"rendering the prompt (template {getattr(self.bundle, 'template_name', '?')})",
+                 "processing_tools": "running tools"}.get(self.state, self.state)
+        if not self.tokens_so_far:
+            return doing
+        return f"{doing} · {self.tokens_so_far} tokens · {self.tokens_per_second(now):.1f} tok/s"
 
     def on_event(self, ev: Any) -> None:
         self.dirty = True
@@ -280,6 +352,7 @@ class LiveView:
             self.state = ev.state or self.state
             if ev.state == "generating":
                 self.streaming = []
+                self.gen_started = time.time()
         elif ev.kind == "tokens":
             self.streaming.extend(ev.token_ids)
         elif ev.kind == "step" and ev.step is not None:
@@ -288,6 +361,10 @@ class LiveView:
     def _step(self, step: Any) -> None:
         if step.state == "generating":
             self.streaming = []
+            self.generated += max(0, step.end - step.start)
+            if self.gen_started is not None:
+                self.gen_seconds += time.time() - self.gen_started
+                self.gen_started = None
             text = step.text
             eos = self.bundle.tokenizer.eos_token
             if eos and text.endswith(eos):
@@ -322,6 +399,15 @@ class LiveView:
         return out
 
 
+async def _waiting(task: asyncio.Future, what: str):
+    """``(None, status, None)`` every half second until ``task`` is done: what the run waits for
+    (a tokenizer, a template, the model) and for how long, so a slow load is not a frozen page."""
+    t0 = time.time()
+    while not task.done():
+        yield None, _status("info", f"{what}… {time.time() - t0:.1f} s"), None
+        await asyncio.wait({task}, timeout=0.5)
+
+
 async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSettings):
     """Async generator of ``(chat, status html, trace or None)`` for one user message."""
     from backend.engine import AgentLoop
@@ -338,24 +424,36 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
     except ValueError as e:
         raise UserError(str(e)) from None
     tools = build_tools(ctx, s)
-    cfg = loop_config(s, has_tools=bool(tools is not None and tools.names))
+    has_tools = bool(tools is not None and tools.names)
+    cfg = loop_config(s, has_tools=has_tools)
+    note = tool_choice_note(s.tool_choice, has_tools)  # a forced call on every turn, or a fallback to auto
+    note_text = f" · {note[1]}" if note else ""
     if s.backend == "scripted":
         script = parse_script(s.script, ctx.trust.ranges["token_delay"].hi)
         if session.script_cursor >= len(script):
             raise UserError(f"the script's {len(script)} turn(s) are used up; press Reset or add entries")
-        yield None, _status("info", f"loading tokenizer {s.tokenizer}…"), None
+        template = (s.template or "").strip() or None
+        load = asyncio.ensure_future(asyncio.to_thread(ctx.visitor_bundle, s.tokenizer or "qwen3", template))
+        async for item in _waiting(load, f"loading tokenizer {s.tokenizer or 'qwen3'}" + (" and the template override" if template else "")):
+            yield item
         try:
-            bundle = await asyncio.to_thread(ctx.visitor_bundle, s.tokenizer or "qwen3", (s.template or "").strip() or None)
+            bundle = load.result()
         except Exception as e:  # noqa: BLE001
             raise UserError(f"tokenizer: {short_error(e)}") from None
         gen = ScriptedGenerator(bundle.tokenizer, script[session.script_cursor :], token_delay_s=float(s.token_delay or 0.0))
     else:
-        yield None, _status("info", f"starting the model ({ctx.model.options.describe() if ctx.model.options else '?'}), "
-                                    "this can take a minute the first time…"), None
-        gen, bundle = await ctx.model.get()
+        start = asyncio.ensure_future(ctx.model.get())
+        what = "connecting to the model" if ctx.model.generator is not None else (
+            f"starting the model ({ctx.model.options.describe() if ctx.model.options else '?'}), this can take a minute the first time")
+        async for item in _waiting(start, what):
+            yield item
+        gen, bundle = start.result()
         if (s.template or "").strip():
+            load = asyncio.ensure_future(asyncio.to_thread(ctx.visitor_bundle, bundle.name, s.template.strip()))
+            async for item in _waiting(load, "loading the template override"):
+                yield item
             try:
-                bundle = await asyncio.to_thread(ctx.visitor_bundle, bundle.name, s.template.strip())
+                bundle = load.result()
             except Exception as e:  # noqa: BLE001
                 raise UserError(f"template: {short_error(e)}") from None
 
@@ -391,7 +489,8 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
                     stopping = True
                     status = _status("warn", f"stopping: the generation is being aborted… · {now - t0:.1f} s")
                 else:
-                    status = _status("info", f"running · {view.state} · {now - t0:.1f} s")
+                    status = _status("warn" if note and note[0] == "warn" else "info",
+                                     f"running · {view.progress(now)} · {now - t0:.1f} s{note_text}")
                 yield view.chat(), status, None
         trace = task.result()
     finally:
@@ -408,12 +507,13 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
     label = session.add(f"run {session.runs} · {user_text[:40]}", trace)
     session.last_run = label
     session.current = label
-    kind = "ok" if trace.termination_reason in ("no_tool_calls",) else "warn"
+    kind = "ok" if trace.termination_reason in OK_CODES else "warn"
     why = (f" (this server stops a run after {ctx.trust.run_timeout_s:g} s)"
            if trace.termination_reason == "time_limit" and ctx.trust.run_timeout_s else "")
-    yield trace_to_chat(trace), _status(kind, f"run {session.runs} ended: {trace.termination_reason}{why} · "
-                                              f"{len(trace.response_ids)} response tokens · {time.time() - t0:.2f} s "
-                                              "(open the Inspector tab for every token)"), trace
+    rate = f" at {view.tokens_per_second(time.time()):.1f} tok/s" if view.tokens_so_far else ""
+    yield trace_to_chat(trace), _status(kind, f"run {session.runs} ended: {termination_label(trace.termination_reason)}{why} · "
+                                              f"{len(trace.response_ids)} response tokens ({view.tokens_so_far} generated{rate}) · "
+                                              f"{time.time() - t0:.2f} s (open the Inspector tab for every token){note_text}"), trace
 
 
 def _bounds(r: Any) -> dict[str, Any]:
@@ -454,9 +554,12 @@ def build(ctx: AppContext) -> PlaygroundUI:
                 tools = gr.Code(json.dumps(WEATHER_TOOLS, indent=2), language="json", lines=10, max_lines=30,
                                 label='tool schemas with "mock" results (JSON list)', elem_id="pg-tools")
                 tool_choice = gr.Dropdown(
-                    TOOL_CHOICES, value=ctx.default_tool_choice, allow_custom_value=True, label="tool_choice", elem_id="pg-tool-choice",
-                    info="enforced by constrained decoding. required: the turn must be tool calls; none: no call; "
-                         "a tool's name: one call to it; comma-separated: one per assistant turn (last repeats)")
+                    tool_choice_choices(_tool_names(json.dumps(WEATHER_TOOLS)) or []), value=ctx.default_tool_choice, allow_custom_value=True,
+                    label="tool_choice", elem_id="pg-tool-choice",
+                    info="enforced by constrained decoding. 'X, then auto': X on the first turn, then the model decides; "
+                         "required (tool calls) or a tool's name alone: on EVERY turn, so the run ends only on a limit; "
+                         "none: no call; comma-separated: one per assistant turn (last repeats)")
+                choice_note = gr.HTML(tool_choice_note_html(ctx.default_tool_choice, True), elem_id="pg-tool-choice-note")
                 code_tools = None
                 if ctx.enable_code_tools:
                     code_tools = gr.Code(EXAMPLE_CODE_TOOLS, language="python", lines=10, max_lines=40, elem_id="pg-code-tools",
@@ -491,7 +594,7 @@ def build(ctx: AppContext) -> PlaygroundUI:
     return PlaygroundUI(backend, model_status, script, token_delay, tokenizer, template, parser, system, tools, code_tools,
                         temperature, top_p, max_tokens, seed, response_length, max_assistant_turns, max_user_turns,
                         max_parallel_calls, max_tool_response_length, truncate_side, tool_timeout, on_tool_error,
-                        template_kwargs, tool_choice, chat, message, send, stop, reset, save, status)
+                        template_kwargs, tool_choice, chat, message, send, stop, reset, save, status, choice_note)
 
 
 def wire(ctx: AppContext, ui: PlaygroundUI, session: gr.State, after_run) -> None:
@@ -505,14 +608,27 @@ def wire(ctx: AppContext, ui: PlaygroundUI, session: gr.State, after_run) -> Non
         if sess.running:
             yield sess, gr.update(), _status("warn", "a run is in progress: press Stop first"), gr.update(), gr.update(), gr.update()
             return
+        # the message box is emptied with the first update of an accepted message, then left alone:
+        # what the user types while the run goes on is theirs (the end of the run must not wipe
+        # it); a message refused before its run started goes back into the box
+        cleared = False
+
+        def box() -> Any:
+            nonlocal cleared
+            if cleared:
+                return gr.update()
+            cleared = True
+            return ""
+
         try:
             async for chat, status, trace in run_turn(ctx, sess, text, s):
                 if trace is None:
-                    yield sess, (chat if chat is not None else gr.update()), status, gr.update(), gr.update(), _model_status(ctx)
+                    yield sess, (chat if chat is not None else gr.update()), status, box(), gr.update(), _model_status(ctx)
                 else:
-                    yield sess, chat, status, "", gr.update(value=_tmp_trace_file(trace), interactive=True), _model_status(ctx)
+                    yield sess, chat, status, box(), gr.update(value=_tmp_trace_file(trace), interactive=True), _model_status(ctx)
         except UserError as e:
-            yield sess, gr.update(), _status("err", str(e)), gr.update(), gr.update(), _model_status(ctx)
+            # run_turn raises these only before the loop starts (a bad setting, a load that failed)
+            yield sess, gr.update(), _status("err", str(e)), (text if cleared else gr.update()), gr.update(), _model_status(ctx)
         except Exception as e:  # noqa: BLE001 - never a traceback in the UI
             import traceback
 
@@ -552,7 +668,34 @@ def wire(ctx: AppContext, ui: PlaygroundUI, session: gr.State, after_run) -> Non
     ui.message.submit(on_send, run_inputs, outs, api_name="playground_run_enter", api_visibility="undocumented",
                       **ev_args).then(fn, inputs, outputs)
     ui.stop.click(on_stop, [session], [ui.status], queue=False, api_name="playground_stop")
+    if ui.tool_choice_note is not None:
+        # the dropdown offers the tools' names and "<name>, then auto"; the note says when a choice
+        # forces a call on every turn (or fell back to auto for want of tools)
+        code_in = [ui.code_tools] if ui.code_tools is not None else []
+
+        def has_tools(tools_json: str, code: str = "") -> bool:
+            names = _tool_names(tools_json)
+            return names is None or bool(names) or bool((code or "").strip())  # unreadable: say nothing yet
+
+        def on_choice(choice: str, tools_json: str, *code: str):
+            return tool_choice_note_html(choice, has_tools(tools_json, *code))
+
+        def on_tools(choice: str, tools_json: str, *code: str):
+            names = _tool_names(tools_json)
+            return (gr.update() if names is None else gr.update(choices=tool_choice_choices(names)),
+                    tool_choice_note_html(choice, has_tools(tools_json, *code)))
+
+        note_args = dict(queue=False, api_visibility="private", trigger_mode="always_last")
+        ui.tool_choice.change(on_choice, [ui.tool_choice, ui.tools, *code_in], [ui.tool_choice_note], **note_args)
+        for comp in (ui.tools, *code_in):
+            comp.change(on_tools, [ui.tool_choice, ui.tools, *code_in], [ui.tool_choice, ui.tool_choice_note], **note_args)
     ui.reset.click(on_reset, [session], [session, ui.chat, ui.status, ui.save], queue=False, api_name="playground_reset")
+
+
+def tool_choice_note_html(choice: str | None, has_tools: bool) -> str:
+    """The note under the tool_choice dropdown (empty when there is nothing to say)."""
+    note = tool_choice_note(choice, has_tools)
+    return _status(*note) if note else ""
 
 
 def _model_status(ctx: AppContext) -> str:

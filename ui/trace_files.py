@@ -14,11 +14,15 @@ import gradio as gr
 import pandas as pd
 
 from backend import lifecycle
+from backend.labels import trace_termination_label
 from backend.trace import Trace
 from ui import charts
 from ui.context import AppContext, Session, short_error
 
-COLUMNS = ["#", "id", "source", "turns", "tokens", "termination", "errors"]
+# "termination": the end state in words with verl's code beside it (backend.labels); "preview":
+# the first user message
+COLUMNS = ["#", "id", "source", "turns", "tokens", "termination", "errors", "preview"]
+PREVIEW_CHARS = 80
 ALL = "(all)"
 AUTO = "auto"
 # what an uploaded file may be: "auto" (our traces; a file holding none but another tool's
@@ -41,11 +45,23 @@ class TraceFilesUI:
     export_file: gr.File
     import_fmt: gr.Dropdown
     import_tok: gr.Dropdown
+    count: gr.HTML | None = None  # "3 of 7 shown"
 
 
 def _source(t: Trace) -> str:
     md = t.metadata if isinstance(t.metadata, dict) else {}
     return str(md.get("source") or "?")
+
+
+def preview(t: Trace, limit: int = PREVIEW_CHARS) -> str:
+    """The first user message, on one line, shortened to ``limit`` characters."""
+    for m in t.messages:
+        if isinstance(m, dict) and m.get("role") == "user":
+            c = m.get("content")
+            text = c if isinstance(c, str) else json.dumps(c, ensure_ascii=False) if c is not None else ""
+            text = " ".join(text.split())
+            return text if len(text) <= limit else text[: limit - 1] + "…"
+    return ""
 
 
 def traces_frame(labels: list[str], traces: dict[str, Trace]) -> pd.DataFrame:
@@ -57,14 +73,14 @@ def traces_frame(labels: list[str], traces: dict[str, Trace]) -> pd.DataFrame:
             continue
         rows.append({
             "#": i, "id": t.id, "source": _source(t), "turns": t.num_turns,
-            "tokens": len(t.prompt_ids) + len(t.response_ids), "termination": t.termination_reason or "",
-            "errors": t.step_errors(),
+            "tokens": len(t.prompt_ids) + len(t.response_ids), "termination": trace_termination_label(t),
+            "errors": t.step_errors(), "preview": preview(t),
         })
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def _haystack(t: Trace) -> str:
-    parts = [t.id, _source(t), t.termination_reason or ""]
+    parts = [t.id, _source(t), t.termination_reason or "", trace_termination_label(t)]
     for m in t.messages:
         if isinstance(m, dict):
             c = m.get("content")
@@ -80,7 +96,9 @@ def filter_frame(df: pd.DataFrame, labels: list[str], traces: dict[str, Trace], 
         return df
     keep = pd.Series(True, index=df.index)
     if reason and reason != ALL:
-        keep &= df["termination"] == ("" if reason == "(none)" else reason)
+        # the label the dropdown shows, or verl's code (``malformed_tool_call``)
+        codes = df["#"].map(lambda i: traces[labels[i]].termination_reason or "")
+        keep &= (df["termination"] == reason) | (codes == reason)
     if source and source != ALL:
         keep &= df["source"] == source
     q = (query or "").strip().lower()
@@ -90,7 +108,7 @@ def filter_frame(df: pd.DataFrame, labels: list[str], traces: dict[str, Trace], 
 
 
 def filter_choices(df: pd.DataFrame) -> tuple[list[str], list[str]]:
-    reasons = sorted({r or "(none)" for r in df["termination"]}) if not df.empty else []
+    reasons = sorted(set(df["termination"])) if not df.empty else []
     sources = sorted(set(df["source"])) if not df.empty else []
     return [ALL, *reasons], [ALL, *sources]
 
@@ -216,6 +234,7 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
         reason_dd = gr.Dropdown(label="Termination reason", choices=[ALL], value=ALL, elem_id="tf-reason")
         source_dd = gr.Dropdown(label="Source", choices=[ALL], value=ALL, elem_id="tf-source")
         search = gr.Textbox(label="Search (id, messages, tool calls)", elem_id="tf-search", placeholder="e.g. Seattle")
+    count = gr.HTML(elem_id="tf-count")
     table = gr.Dataframe(headers=COLUMNS, value=pd.DataFrame([], columns=COLUMNS), interactive=False,
                          label="Traces (click a row to inspect)", elem_id="tf-table", max_height=420)
     # not equal_height: the button would be stretched to the file box's height; the file box
@@ -227,18 +246,28 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
         export_file = gr.File(label="Exported file", interactive=False, elem_id="tf-export-file", height=90, scale=2, visible=False)
     dist = gr.Plot(label="Distributions", show_label=False, elem_id="tf-dist")
     return TraceFilesUI(upload, status, problems, reason_dd, source_dd, search, table, dist, export_fmt, export_btn, export_file,
-                        import_fmt, import_tok)
+                        import_fmt, import_tok, count)
 
 
 def table_outputs(session: Session, reason: str | None = ALL, source: str | None = ALL, query: str | None = "") -> list[Any]:
     """[reason_dd, source_dd, table, dist] for the session's current file."""
     full = traces_frame(session.file_traces, session.traces)
     reasons, sources = filter_choices(full)
-    reason = reason if reason in reasons else ALL
+    if reason not in reasons:  # verl's code (an API caller) selects its label
+        by_code = {session.traces[session.file_traces[int(i)]].termination_reason: lab for i, lab in zip(full["#"], full["termination"])}
+        reason = by_code.get(reason, ALL)
     source = source if source in sources else ALL
     df = filter_frame(full, session.file_traces, session.traces, reason, source, query)
     traces = [session.traces[session.file_traces[int(i)]] for i in df["#"]] if not df.empty else []
     return [gr.update(choices=reasons, value=reason), gr.update(choices=sources, value=source), df, charts.file_distributions(traces)]
+
+
+def match_count(session: Session, df: pd.DataFrame | None) -> str:
+    """"3 of 7 shown": the rows the filters and search keep, of the file's traces."""
+    shown = 0
+    if isinstance(df, pd.DataFrame) and "#" in df.columns:
+        shown = int(sum(1 for v in df["#"] if str(v).strip() != ""))  # an emptied table may hold one blank row
+    return f'<div class="ali-info" data-count="{shown}">{shown} of {len(session.file_traces)} shown</div>'
 
 
 def initial_status(session: Session) -> str:
@@ -285,5 +314,9 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
     ui.search.submit(on_filter, [session, ui.reason_dd, ui.source_dd, ui.search], filt_out)
     ui.search.change(on_filter, [session, ui.reason_dd, ui.source_dd, ui.search], filt_out, trigger_mode="always_last")
     ui.table.select(on_select, [session, ui.table], open_outputs)
+    if ui.count is not None:
+        # whatever filled the table (page load, upload, filters, search) also sets the count, so
+        # no handler's outputs (and no API output list) change for it
+        ui.table.change(match_count, [session, ui.table], [ui.count], queue=False, api_visibility="private")
     ui.export_btn.click(lambda sess, df, fmt: gr.update(value=export_filtered(sess, df, fmt), visible=True),
                         [session, ui.table, ui.export_fmt], [ui.export_file])

@@ -221,8 +221,9 @@ def session_work(url: str, i: int, m: str, folder: Path, barrier: threading.Barr
         out = job.result(timeout=CALL_TIMEOUT_S)
         seen.append(out)
         chat, status, box, save, _ = out
-        assert f"run {k} ended: no_tool_calls" in status, status
-        assert box == ""  # the message box is cleared after a run
+        assert f"run {k} ended: answered (no_tool_calls)" in status, status
+        # the message box is emptied with the run's first update (then left to what the user types)
+        assert job.outputs()[0][2] == "" and box == {"__type__": "update"}, (job.outputs()[0][2], box)
         flat = json.dumps(chat, ensure_ascii=False)
         for needle in (f"system prompt of {m}", f"first question from {m}", f"tool_{m}", f"result-{m}", f"First answer for {m}."):
             assert needle in flat, (k, needle)
@@ -300,10 +301,10 @@ def test_stop_in_one_session_cancels_only_its_run(app):
     for i, (m, (status, chat, _)) in enumerate(zip(markers, results)):
         assert markers_in(chat) == {m}
         if i == 0:
-            assert "run 1 ended: cancelled" in status, status
+            assert "run 1 ended: stopped by user (cancelled)" in status, status
             assert "word2999" not in chat  # it did not run to the end
         else:
-            assert "run 1 ended: no_tool_calls" in status, (m, status)
+            assert "run 1 ended: answered (no_tool_calls)" in status, (m, status)
             assert "word149" in chat
 
 
