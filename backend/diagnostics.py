@@ -359,6 +359,12 @@ def _validate(args: dict[str, Any], schema: dict[str, Any]) -> list[str]:
         import jsonschema
     except ImportError:  # pragma: no cover - jsonschema is a dependency
         return []
+    from backend.tools.dialect import SchemaDialectError, to_json_schema
+
+    try:
+        schema = to_json_schema(schema)[0]  # catalogue types (dict, float, any, ...) as the tools read them
+    except SchemaDialectError:
+        return []
     try:
         cls = jsonschema.validators.validator_for(schema)
         cls.check_schema(schema)

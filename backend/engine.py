@@ -291,6 +291,9 @@ class AgentLoop:
             "assistant_turns": run.assistant_turns,
             "user_turns": run.user_turns,
         }
+        notes = getattr(self.tools, "trace_notes", None)  # dialect types read as JSON Schema, tools without a mock
+        if callable(notes):
+            meta.update(notes())
         meta.update(metadata or {})
         kw = {"id": trace_id} if trace_id else {}
         return Trace(

@@ -479,9 +479,21 @@ def test_bad_mock_templates_fail_at_load(mock, needle):
     assert needle in str(e.value) and "weather" in str(e.value)
 
 
-def test_schema_without_mock_is_a_load_error():
-    with pytest.raises(ToolLoadError, match="'weather' has no \"mock\" result"):
-        ToolRegistry.from_schemas([weather_schema()])
+async def test_schema_without_mock_answers_with_a_marked_placeholder():
+    """A plain OpenAI tools list (no "mock") loads; a call gets a placeholder result that says
+    so, marked mock=default on the ToolResult, and the registry lists the tool for the trace."""
+    reg = ToolRegistry.from_schemas([weather_schema(), {**weather_schema(), "function": {**weather_schema()["function"], "name": "w2"}, "mock": "sunny"}])
+    assert reg.schemas[0] == weather_schema() and reg.default_mock_tools == ["weather"]
+    r = await reg.execute(call("weather", city="Rome"))
+    assert r.ok and r.content == "[placeholder result: no \"mock\" is defined for tool 'weather']"
+    assert r.mock == "default" and "placeholder" in r.note
+    assert ToolResult.model_validate_json(r.model_dump_json()).mock == "default"  # kept in a saved trace
+    r2 = await reg.execute(call("w2", city="Rome"))
+    assert r2.content == "sunny" and getattr(r2, "mock", None) is None
+    bad = await reg.execute(call("weather", town="Rome"))  # arguments are still validated
+    assert not bad.ok and bad.error == "invalid_arguments"
+    assert reg.trace_notes() == {"default_mock_tools": ["weather"]}
+    assert any("placeholder" in n and "weather" in n for n in reg.notes())
 
 
 def test_flat_schema_is_normalised():
@@ -569,8 +581,8 @@ def test_yaml_list_of_mock_schemas(tmp_path):
         ("no_tools.py", ["no tools found in no_tools.py", "helper (no docstring)"]),
         ("missing_hints.py", ["function 'add' (line 1)", "type hint"]),
         ("bad_json.json", ["bad_json.json: invalid JSON at line 3"]),
-        ("no_mock.json", ["tool 'lookup' has no \"mock\" result"]),
-        ("bad_parameters.json", ["tool 'lookup': its parameters are not a valid JSON schema", "properties/q/type"]),
+        ("bad_parameters.json", ["bad_parameters.json: tools[0]: tool 'lookup'", "parameters/properties/q/type",
+                                 "unknown type 'strin'", "did you mean 'string'"]),
         ("bad_yaml.yaml", ["bad_yaml.yaml: invalid YAML at line"]),
         ("missing_class.yaml", ["tools[0]", "has no attribute 'NoSuchTool'"]),
         ("missing_module.yaml", ["cannot import no_such_package_xyz.tools.Weather", "No module named 'no_such_package_xyz'"]),
@@ -591,9 +603,6 @@ def test_other_bad_inputs(tmp_path):
     (tmp_path / "t.txt").write_text("x")
     with pytest.raises(ToolLoadError, match="use a .py, .json, .yaml or .yml file"):
         ToolRegistry.from_file(str(tmp_path / "t.txt"))
-    (tmp_path / "e.json").write_text("[]")
-    with pytest.raises(ToolLoadError, match="defines no tools"):
-        ToolRegistry.from_file(str(tmp_path / "e.json"))
     (tmp_path / "s.json").write_text('"just a string"')
     with pytest.raises(ToolLoadError, match="expected a list of tool schemas"):
         ToolRegistry.from_file(str(tmp_path / "s.json"))
@@ -787,3 +796,270 @@ async def test_sandbox_startup_has_its_own_timeout():
     assert run.payload == {"status": "ok", "content": "1", "note": None, "truncated": False, "original_length": None}
     info = describe_protections()
     assert info["environment"] == ["PATH"] and info["memory_mb"] == 512
+
+
+# ---- tool definitions as people have them: plain OpenAI lists, [] and catalogue types ----------
+
+# A small catalogue in the style of the Berkeley Function Calling Leaderboard's: "dict" objects,
+# "float", "tuple", "any", "long", "String", nested objects in arrays, an object with no properties
+BFCL_TOOLS = [
+    {"type": "function", "function": {
+        "name": "calculate_triangle_area", "description": "Calculate the area of a triangle given its base and height.",
+        "parameters": {"type": "dict", "properties": {
+            "base": {"type": "float", "description": "The base of the triangle."},
+            "height": {"type": "float", "description": "The height of the triangle."},
+            "unit": {"type": "String", "description": "The unit of measure (defaults to 'units' if not specified)", "default": "units"}},
+            "required": ["base", "height"]}}},
+    {"type": "function", "function": {
+        "name": "geometry.calculate_distance", "description": "Calculate the distance between two points.",
+        "parameters": {"type": "dict", "properties": {
+            "point_a": {"type": "tuple", "items": {"type": "float"}, "description": "(x, y) of the first point."},
+            "point_b": {"type": "tuple", "items": {"type": "float"}, "description": "(x, y) of the second point."},
+            "precision": {"type": "long", "description": "Number of decimal places."}},
+            "required": ["point_a", "point_b"]}}},
+    {"type": "function", "function": {
+        "name": "database.query", "description": "Query the database with conditions.",
+        "parameters": {"type": "dict", "properties": {
+            "table": {"type": "String", "description": "Name of the table."},
+            "conditions": {"type": "array", "description": "Conditions to apply.", "items": {"type": "dict", "properties": {
+                "field": {"type": "string"}, "operation": {"type": "string", "enum": ["<", ">", "=", ">=", "<="]},
+                "value": {"type": "any", "description": "The value to compare with."}},
+                "required": ["field", "operation", "value"]}},
+            "options": {"type": "dict", "description": "Extra driver options."}},
+            "required": ["table", "conditions"]}}},
+]
+BFCL_MAPPINGS = [
+    ("calculate_triangle_area", "parameters/type", "dict", "object"),
+    ("calculate_triangle_area", "parameters/properties/base/type", "float", "number"),
+    ("calculate_triangle_area", "parameters/properties/height/type", "float", "number"),
+    ("calculate_triangle_area", "parameters/properties/unit/type", "String", "string"),
+    ("geometry.calculate_distance", "parameters/type", "dict", "object"),
+    ("geometry.calculate_distance", "parameters/properties/point_a/type", "tuple", "array"),
+    ("geometry.calculate_distance", "parameters/properties/point_a/items/type", "float", "number"),
+    ("geometry.calculate_distance", "parameters/properties/point_b/type", "tuple", "array"),
+    ("geometry.calculate_distance", "parameters/properties/point_b/items/type", "float", "number"),
+    ("geometry.calculate_distance", "parameters/properties/precision/type", "long", "integer"),
+    ("database.query", "parameters/type", "dict", "object"),
+    ("database.query", "parameters/properties/table/type", "String", "string"),
+    ("database.query", "parameters/properties/conditions/items/type", "dict", "object"),
+    ("database.query", "parameters/properties/conditions/items/properties/value/type", "any", None),
+    ("database.query", "parameters/properties/options/type", "dict", "object"),
+]
+MESSAGES = [{"role": "user", "content": "What is the area of a triangle with base 10 and height 5?"}]
+
+
+def _reference_render(bundle, tools, messages=MESSAGES):
+    kw = dict(add_generation_prompt=True, chat_template=bundle.chat_template, **bundle.chat_template_kwargs)
+    text = bundle.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False, **kw)
+    ids = bundle.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=True, return_dict=False, **kw)
+    return text, list(ids)
+
+
+@pytest.mark.parametrize("profile", ["qwen3", "qwen2.5"])
+def test_catalogue_types_render_exactly_as_transformers(tmp_path, profile):
+    """(a) The tools as given go into the template: render() of a catalogue with dict / float /
+    tuple / any / long / String equals transformers' apply_chat_template, text and ids; the file
+    loader for rendering keeps the types and reports what a run reads them as."""
+    from backend.rendering import render
+    from backend.tokenizers import load_tokenizer
+    from backend.tools import schemas_for_rendering
+
+    bundle = load_tokenizer(profile)
+    p = tmp_path / "bfcl.json"
+    p.write_text(json.dumps(BFCL_TOOLS))
+    loaded = schemas_for_rendering(str(p))
+    assert loaded.schemas == BFCL_TOOLS  # as given
+    assert [(m.tool, m.path, m.given, m.used) for m in loaded.type_mappings] == BFCL_MAPPINGS
+    assert len(loaded.notes) == 1 and "15 parameter type name(s) in 3 tool(s) are not JSON Schema" in loaded.notes[0]
+    text, ids = _reference_render(bundle, BFCL_TOOLS)
+    r = render(bundle, MESSAGES, loaded.schemas)
+    assert r.text == text and r.token_ids == ids
+    assert '"type": "dict"' in r.text and '"type": "tuple"' in r.text and '"type": "any"' in r.text
+
+
+async def test_catalogue_types_validate_as_json_schema_and_the_mapping_is_reported():
+    """(b) Argument validation reads the dialect as JSON Schema (jsonschema), and the registry
+    reports every name it mapped; the schemas the model sees are unchanged."""
+    reg = ToolRegistry.from_schemas(BFCL_TOOLS)
+    assert reg.schemas == BFCL_TOOLS
+    assert [(m.tool, m.path, m.given, m.used) for m in reg.type_mappings] == BFCL_MAPPINGS
+    notes = reg.trace_notes()
+    assert notes["tool_type_mappings"][0] == {"tool": "calculate_triangle_area", "path": "parameters/type", "given": "dict", "used": "object"}
+    assert notes["default_mock_tools"] == ["calculate_triangle_area", "geometry.calculate_distance", "database.query"]
+    assert "dict→object ×5" in reg.notes()[0] and "any→(any type)" in reg.notes()[0]
+
+    async def problems(name, **args):
+        r = await reg.execute(call(name, **args))
+        return None if r.ok else r.content
+
+    assert await problems("calculate_triangle_area", base=10, height=5.5, unit="cm") is None
+    assert "base: 'ten' is not of type 'number'" in await problems("calculate_triangle_area", base="ten", height=5)
+    assert "'height' is a required property" in await problems("calculate_triangle_area", base=10)
+    assert await problems("geometry.calculate_distance", point_a=[0, 0], point_b=[3.5, 4], precision=2) is None
+    assert "is not of type 'integer'" in await problems("geometry.calculate_distance", point_a=[0, 0], point_b=[3, 4], precision=2.5)
+    assert "is not of type 'number'" in await problems("geometry.calculate_distance", point_a=["x", 0], point_b=[3, 4])
+    for value in (1, "a", None, [1, {"x": 2}], {"k": True}):  # "any": no constraint
+        assert await problems("database.query", table="t", conditions=[{"field": "f", "operation": "=", "value": value}],
+                              options={"anything": [1, 2]}) is None
+    assert "'value' is a required property" in await problems("database.query", table="t", conditions=[{"field": "f", "operation": "="}])
+    assert "is not one of" in await problems("database.query", table="t", conditions=[{"field": "f", "operation": "!=", "value": 1}])
+
+
+def test_catalogue_types_tool_choice_required_grammar_accepts_a_valid_call():
+    """(c) tool_choice=required built from the catalogue (xgrammar, real qwen3 token ids) accepts
+    a valid call to each tool, an arbitrary object for the property-less "dict", any value for
+    "any", and refuses a call that breaks the mapped types."""
+    from backend.tokenizers import load_tokenizer
+    from backend.tool_choice import build_constraint, check_ids
+
+    tok = load_tokenizer("qwen3").tokenizer
+    c = build_constraint("required", "hermes", ToolRegistry.from_schemas(BFCL_TOOLS).schemas)
+
+    def turn(*calls):
+        text = "\n".join("<tool_call>\n" + json.dumps({"name": n, "arguments": a}) + "\n</tool_call>" for n, a in calls)
+        return tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
+
+    ok = [("calculate_triangle_area", {"base": 10.0, "height": 5}),
+          ("geometry.calculate_distance", {"point_a": [0, 0.5], "point_b": [3, 4], "precision": 2}),
+          ("database.query", {"table": "users", "conditions": [{"field": "age", "operation": ">", "value": 30},
+                                                               {"field": "name", "operation": "=", "value": "Ann"}],
+                              "options": {"timeout_ms": 500, "tags": ["a"]}})]
+    for one in ok:
+        assert check_ids(c, tok, turn(one)) is None, one
+    assert check_ids(c, tok, turn(*ok)) is None
+    assert check_ids(c, tok, turn(("calculate_triangle_area", {"base": "ten", "height": 5})))
+    assert check_ids(c, tok, turn(("geometry.calculate_distance", {"point_a": [0, 0], "point_b": [3, 4], "precision": 2.5})))
+
+
+def test_unknown_type_names_are_refused_for_runs_with_the_field_and_the_fix_but_render(tmp_path):
+    from backend.rendering import render
+    from backend.tokenizers import load_tokenizer
+    from backend.tool_choice import ToolChoiceError, build_constraint
+    from backend.tools import schemas_for_rendering
+
+    tools = [{"type": "function", "function": {"name": "book", "description": "Book a slot.", "parameters": {
+        "type": "object", "properties": {"when": {"type": "datetime"}, "n": {"type": "integer"}}}}}]
+    with pytest.raises(ToolLoadError) as e:
+        ToolRegistry.from_schemas(tools)
+    msg = str(e.value)
+    assert "tool 'book'" in msg and "parameters/properties/when/type" in msg and "unknown type 'datetime'" in msg
+    assert "use a JSON Schema type" in msg and 'leave "type" out' in msg
+    with pytest.raises(ToolChoiceError, match="parameters/properties/when/type"):
+        build_constraint("required", "hermes", tools)
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(tools))
+    loaded = schemas_for_rendering(str(p))  # rendering needs no JSON Schema: noted, not refused
+    assert loaded.schemas == tools and any("unknown type 'datetime'" in n and "a run refuses it" in n for n in loaded.notes)
+    bundle = load_tokenizer("qwen3")
+    assert render(bundle, MESSAGES, loaded.schemas).text == _reference_render(bundle, tools)[0]
+    # a schema mistake that is not a type name: the field and how to fix it
+    with pytest.raises(ToolLoadError, match=r'parameters/properties/n/required: True is not of type .array.*fix parameters/properties/n/required: "required" is a list of property names'):
+        ToolRegistry.from_schemas([{"name": "f", "parameters": {"type": "object", "properties": {"n": {"type": "integer", "required": True}}}}])
+
+
+def test_dialect_mapping_rules():
+    from backend.tools import to_json_schema
+    from backend.tools.dialect import TYPE_NAMES
+
+    given = {"type": "DICT", "properties": {
+        "a": {"type": ["Float", "NULL"]}, "b": {"type": ["string", "Any"]}, "c": {"type": "Boolean"},
+        "d": {"type": "list", "items": [{"type": "INT"}, {"type": "str"}]}, "e": {"type": "string"},
+        "f": {"anyOf": [{"type": "double"}, {"type": "bool"}]}, "type": {"type": "Integer"}}}
+    before = json.dumps(given)
+    out, mappings = to_json_schema(given)
+    assert json.dumps(given) == before  # the input is not changed
+    assert out == {"type": "object", "properties": {
+        "a": {"type": ["number", "null"]}, "b": {}, "c": {"type": "boolean"},
+        "d": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}]}, "e": {"type": "string"},
+        "f": {"anyOf": [{"type": "number"}, {"type": "boolean"}]}, "type": {"type": "integer"}}}
+    assert [(m.path, m.given, m.used) for m in mappings] == [
+        ("parameters/type", "DICT", "object"), ("parameters/properties/a/type", ["Float", "NULL"], ["number", "null"]),
+        ("parameters/properties/b/type", ["string", "Any"], None), ("parameters/properties/c/type", "Boolean", "boolean"),
+        ("parameters/properties/d/type", "list", "array"), ("parameters/properties/d/items", "a list of schemas", "prefixItems"),
+        ("parameters/properties/d/prefixItems/0/type", "INT", "integer"), ("parameters/properties/d/prefixItems/1/type", "str", "string"),
+        ("parameters/properties/f/anyOf/0/type", "double", "number"), ("parameters/properties/f/anyOf/1/type", "bool", "boolean"),
+        ("parameters/properties/type/type", "Integer", "integer")]
+    assert to_json_schema({"type": "object", "properties": {"x": {"type": "string"}}})[1] == []  # JSON Schema: nothing to report
+    # draft-07 reads a list "items" itself
+    d7 = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "array", "items": [{"type": "integer"}]}
+    assert to_json_schema(d7) == (d7, [])
+    assert {TYPE_NAMES[k] for k in ("dict", "float", "double", "tuple", "any", "long", "string", "int", "bool", "boolean", "list")} == \
+        {"object", "number", "array", None, "integer", "string", "boolean"}
+
+
+def test_plain_openai_list_and_empty_list_load_from_files(tmp_path):
+    reg = ToolRegistry.from_file(data("no_mock.json"))  # a plain OpenAI tools list
+    assert reg.names == ["lookup"] and reg.default_mock_tools == ["lookup"]
+    for doc in ("[]", '{"tools": []}'):
+        (tmp_path / "e.json").write_text(doc)
+        assert len(ToolRegistry.from_file(str(tmp_path / "e.json"))) == 0
+    (tmp_path / "e.yaml").write_text("tools: []\n")
+    assert len(ToolRegistry.from_file(str(tmp_path / "e.yaml"))) == 0
+    from backend.tools import schemas_for_rendering
+
+    assert schemas_for_rendering(str(tmp_path / "e.json")).schemas == []
+    # flat entries are wrapped, "mock" dropped; the rest is as given
+    (tmp_path / "f.json").write_text(json.dumps([{"name": "ping", "description": "Ping.", "parameters": {"type": "dict", "properties": {}}, "mock": "pong"}]))
+    assert schemas_for_rendering(str(tmp_path / "f.json")).schemas == [
+        {"type": "function", "function": {"name": "ping", "description": "Ping.", "parameters": {"type": "dict", "properties": {}}}}]
+
+
+async def test_engine_trace_records_placeholders_and_type_mappings():
+    """A run with a catalogue and no mocks: the call gets the placeholder, its ToolResult says
+    mock=default, and the trace's metadata lists the mapped types and the tools without a mock."""
+    from backend.engine import AgentLoop, LoopConfig
+    from backend.generators.scripted import ScriptedGenerator
+    from backend.tokenizers import load_tokenizer
+    from backend.trace import Trace
+
+    bundle = load_tokenizer("qwen3")
+    script = ['<tool_call>\n{"name": "calculate_triangle_area", "arguments": {"height": 5, "base": 10}}\n</tool_call>', "25."]
+    loop = AgentLoop(ScriptedGenerator(bundle.tokenizer, script), bundle, tools=ToolRegistry.from_schemas(BFCL_TOOLS),
+                     config=LoopConfig(tool_choice=["required", "auto"]))
+    t = await loop.run(MESSAGES)
+    assert t.termination_reason == "no_tool_calls", t.steps[1].error
+    res = t.steps[2].tool_results[0]
+    assert res.mock == "default" and res.content.startswith("[placeholder result:")
+    assert t.tools == BFCL_TOOLS
+    again = Trace.from_json(t.to_json())
+    assert [tuple(m.values()) for m in again.metadata["tool_type_mappings"]] == BFCL_MAPPINGS
+    assert again.metadata["default_mock_tools"] == ["calculate_triangle_area", "geometry.calculate_distance", "database.query"]
+    assert again.steps[2].tool_results[0].mock == "default"
+
+
+def test_template_lab_renders_plain_schemas_catalogue_types_and_an_empty_list():
+    """The template lab passes the tools box straight to render: a plain OpenAI list (no "mock"),
+    catalogue types and [] all render, equal to apply_chat_template."""
+    from backend.tokenizers import load_tokenizer
+    from ui import template_lab
+    from ui.context import AppContext
+
+    ctx = AppContext()
+    bundle = load_tokenizer("qwen3")
+    plain = [{"type": "function", "function": {"name": "lookup", "description": "Look up.", "parameters": {
+        "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}]
+    for tools in (plain, BFCL_TOOLS, []):
+        summary, _, _, r = template_lab.render_one(ctx, "qwen3", template_lab.OWN, "", MESSAGES, tools, True, {}, "t")
+        assert r is not None, summary
+        assert r.text == _reference_render(bundle, tools)[0]
+    out = template_lab.run_lab(ctx, json.dumps(MESSAGES), "[]", True, "{}", False, "qwen3", template_lab.OWN, "", "", "", "")
+    assert 'data-count="tokens"' in out[0] and "ali-err" not in out[0]
+
+
+def test_check_validates_catalogue_typed_arguments():
+    """`check` (diagnostics) validated arguments only against valid JSON Schema: a trace whose
+    tools use catalogue types had its arguments silently unchecked. They are read as the tools
+    read them."""
+    import asyncio
+
+    from backend.diagnostics import check
+    from backend.engine import AgentLoop, LoopConfig
+    from backend.generators.scripted import ScriptedGenerator
+    from backend.tokenizers import load_tokenizer
+
+    bundle = load_tokenizer("qwen3")
+    bad = '<tool_call>\n{"name": "calculate_triangle_area", "arguments": {"base": "ten", "height": 5}}\n</tool_call>'
+    loop = AgentLoop(ScriptedGenerator(bundle.tokenizer, [bad, "?"]), bundle, tools=ToolRegistry.from_schemas(BFCL_TOOLS), config=LoopConfig())
+    t = asyncio.run(loop.run(MESSAGES))
+    found = [f for f in check(t) if f.code == "invalid_arguments"]
+    assert len(found) == 1 and "base: 'ten' is not of type 'number'" in found[0].message

@@ -28,6 +28,13 @@ def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
+def print_notes(notes: list[str]) -> None:
+    """What the user should know but is not an error, one ``note:`` line each on stderr (stdout
+    stays the result, parseable with --json)."""
+    for n in notes:
+        print(f"note: {n}", file=sys.stderr)
+
+
 def read_json_file(path: str, what: str) -> Any:
     try:
         with open(path, encoding="utf-8") as f:

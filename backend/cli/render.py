@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 
-from backend.cli import CLIError, emit, read_json_file
+from backend.cli import CLIError, emit, print_notes, read_json_file
 
 
 def register(sub) -> None:
     p = sub.add_parser("render", help="render messages + tools with a chat template to text and token ids")
     p.add_argument("--tokenizer", default="qwen3", help="offline profile (qwen3, qwen3-thinking, qwen2.5, smollm2), hub id or path")
     p.add_argument("--messages", required=True, help="JSON file: a list of messages (HF chat format)")
-    p.add_argument("--tools", help="JSON file: a list of tool schemas, or a .py file of documented functions")
+    p.add_argument("--tools", help="a .json list of tool schemas (a plain OpenAI tools list, [] for none; a \"mock\" key is "
+                                   "dropped), a verl .yaml, or a .py file of documented functions. Schemas are rendered as "
+                                   "given, catalogue types (dict, float, any, ...) included")
     p.add_argument("--template", help="override the chat template: a trl template name, a .jinja file, or Jinja text")
     p.add_argument("--no-generation-prompt", action="store_true", help="do not append the assistant generation prompt")
     p.add_argument("--chat-template-kwargs", default=None, help='JSON object, e.g. \'{"enable_thinking": false}\'')
@@ -40,12 +42,13 @@ def load_messages(path: str) -> list[dict]:
     return msgs
 
 
-def load_tool_schemas(path: str | None) -> list[dict]:
-    if not path:
-        return []
-    from backend.tools import ToolRegistry
+def load_tool_schemas(path: str | None):
+    """The tools of ``--tools`` for rendering (:func:`backend.tools.schemas_for_rendering`)."""
+    from backend.tools import RenderTools, schemas_for_rendering
 
-    return list(ToolRegistry.from_file(path).schemas)
+    if not path:
+        return RenderTools([])
+    return schemas_for_rendering(path)
 
 
 def run(args) -> int:
@@ -56,10 +59,14 @@ def run(args) -> int:
     msgs = load_messages(args.messages)
     tools = load_tool_schemas(args.tools)
     r = render(
-        bundle, msgs, tools, add_generation_prompt=not args.no_generation_prompt,
+        bundle, msgs, tools.schemas, add_generation_prompt=not args.no_generation_prompt,
         chat_template_kwargs=parse_kwargs(args.chat_template_kwargs),
     )
     out = r.to_dict(bundle.tokenizer)
     out["tokenizer"] = bundle.info().model_dump()
+    if args.tools:
+        out["tool_type_mappings"] = [m.to_dict() for m in tools.type_mappings]
+        out["tool_notes"] = tools.notes
+    print_notes(tools.notes)
     emit(out, args.json, None if args.json else r.text + f"\n--- {len(r.token_ids)} tokens")
     return 0

@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import os
 
-from backend.cli import CLIError, add_model_args, apply_tool_choice, emit, engine_options, read_json_file
+from backend.cli import CLIError, add_model_args, apply_tool_choice, emit, engine_options, print_notes, read_json_file
 
 
 def register(sub) -> None:
     p = sub.add_parser("rollout", help="run agent loops for a file of prompts, concurrently, resumable")
     p.add_argument("--prompts", required=True, help='JSONL: {"id": ..., "messages": [...]} or {"id": ..., "prompt": "text"} per line')
-    p.add_argument("--tools", help="a .py file of documented functions, a .json list of schemas with mock results, or a verl .yaml")
+    p.add_argument("--tools", help="a .py file of documented functions, a .json list of tool schemas (a plain OpenAI tools list; "
+                        "[] for none), or a verl .yaml. A schema's optional \"mock\" is its result; a call to a tool "
+                        "without one gets a placeholder result, marked mock=default in the trace. Catalogue types "
+                        "(dict, float, tuple, any, long, String, ...) are read as JSON Schema for validation and "
+                        "tool_choice, and reported")
     p.add_argument("--backend", "--generator", dest="backend", default="vllm-server", help="vllm-server (default), vllm, transformers, scripted")
     p.add_argument("--server-url", action="append", default=[], help="vllm-server base URL (repeatable; requests are balanced)")
     p.add_argument("--model", help="vllm/transformers: hub id or local path; vllm-server: the served model name (default: discovered)")
@@ -52,6 +56,7 @@ def run(args) -> int:
         from backend.tools import ToolRegistry
 
         tools = ToolRegistry.from_file(args.tools)
+        print_notes(tools.notes())
     backend = (args.backend or "").lower()
     if backend not in ("scripted", "script"):
         from backend.generators.factory import normalize_backend

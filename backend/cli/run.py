@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from backend.cli import CLIError, add_model_args, apply_tool_choice, emit, engine_options, read_json_file
+from backend.cli import CLIError, add_model_args, apply_tool_choice, emit, engine_options, print_notes, read_json_file
 from backend.cli.render import load_messages
 
 
@@ -18,7 +18,11 @@ def register(sub) -> None:
     p.add_argument("--script", help="scripted backend: JSON list of the model's outputs, one per turn")
     p.add_argument("--model", help="vllm/transformers: hub id or local path (default: the embedded SmolLM2-135M)")
     p.add_argument("--server-url", action="append", default=[], help="vllm-server base URL (repeatable)")
-    p.add_argument("--tools", help="a .py file of documented functions, a .json list of schemas with mock results, or a verl .yaml")
+    p.add_argument("--tools", help="a .py file of documented functions, a .json list of tool schemas (a plain OpenAI tools list; "
+                        "[] for none), or a verl .yaml. A schema's optional \"mock\" is its result; a call to a tool "
+                        "without one gets a placeholder result, marked mock=default in the trace. Catalogue types "
+                        "(dict, float, tuple, any, long, String, ...) are read as JSON Schema for validation and "
+                        "tool_choice, and reported")
     p.add_argument("--messages", required=True, help="JSON file: the conversation so far (HF chat format)")
     p.add_argument("--config", help="JSON file of LoopConfig fields (response_length, max_parallel_calls, sampling, ...)")
     p.add_argument("--out", required=True, help="trace file to write (JSON lines; one trace)")
@@ -43,6 +47,7 @@ def run(args) -> int:
         from backend.tools import ToolRegistry
 
         tools = ToolRegistry.from_file(args.tools)
+        print_notes(tools.notes())
 
     from backend.generators.factory import create_generator, normalize_backend
 
@@ -86,10 +91,14 @@ def run(args) -> int:
         "mask_runs": runs,
         "steps": [s.state for s in trace.steps],
         "errors": trace.step_errors(),
+        "placeholder_results": sum(1 for s in trace.steps for r in s.tool_results if getattr(r, "mock", None) == "default"),
+        "tool_type_mappings": trace.metadata.get("tool_type_mappings", []),
     }
     text = (
         f"wrote {args.out}: {summary['termination_reason']}, prompt {summary['prompt_tokens']} tokens, "
         f"response {summary['response_tokens']} tokens, mask " + " ".join(f"{n}×{m}" for m, n in runs)
     )
+    if summary["placeholder_results"]:
+        text += f"; {summary['placeholder_results']} tool call(s) got a placeholder result (no \"mock\" in the tool's schema)"
     emit(summary, args.json, text)
     return 0

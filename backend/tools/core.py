@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backend.tools._runtime import clean_text, to_content
+from backend.tools.dialect import SchemaDialectError, TypeMapping, to_json_schema
 from backend.tools.mock import MissingArgument, Mock, MockError
 
 MAX_DETAIL_CHARS = 20_000  # tracebacks kept in error_detail
@@ -317,7 +318,8 @@ def normalize_schema(schema: Any, where: str = "tool") -> dict[str, Any]:
     return schema
 
 
-def _make_validator(params: dict[str, Any], name: str):
+def _make_validator(params: dict[str, Any], name: str, where: str | None = None):
+    """A jsonschema validator for ``params`` (already read by :func:`~backend.tools.dialect.to_json_schema`)."""
     import jsonschema
     from jsonschema.validators import validator_for
 
@@ -325,9 +327,25 @@ def _make_validator(params: dict[str, Any], name: str):
     try:
         cls.check_schema(params)
     except jsonschema.SchemaError as e:
-        where = "/".join(str(p) for p in e.absolute_path) or "parameters"
-        raise ToolLoadError(f"tool '{name}': its parameters are not a valid JSON schema ({where}: {e.message})") from None
+        path = "/".join(["parameters", *(str(p) for p in e.absolute_path)])
+        msg = e.message if len(e.message) <= 300 else e.message[:300] + "..."
+        raise ToolLoadError(
+            f"{where + ': ' if where else ''}tool '{name}': its parameters are not a valid JSON schema ({path}: {msg}); "
+            f"fix {path}{_schema_fix(e)}"
+        ) from None
     return cls(params)
+
+
+def _schema_fix(e: Any) -> str:
+    """A hint for the commonest schema mistakes, after 'fix <path>'."""
+    key = e.absolute_path[-1] if e.absolute_path else None
+    if key == "required":
+        return ': "required" is a list of property names on the object, e.g. "required": ["city"]'
+    if key == "properties":
+        return ': "properties" maps each parameter name to its schema, e.g. {"city": {"type": "string"}}'
+    if key == "enum":
+        return ': "enum" is a list of the allowed values'
+    return " so that it is valid JSON Schema (https://json-schema.org/understanding-json-schema)"
 
 
 class Tool:
@@ -340,9 +358,15 @@ class Tool:
         fn = self.schema["function"]
         self.name: str = fn["name"]
         self.description: str = fn.get("description") or ""
+        # as given (rendered, shown); json_parameters is what validation reads (dialect types mapped)
         self.parameters: dict[str, Any] = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {"type": "object", "properties": {}}
         self.source = source
-        self._validator = _make_validator(self.parameters, self.name)
+        self.type_mappings: list[TypeMapping]
+        try:
+            self.json_parameters, self.type_mappings = to_json_schema(self.parameters, tool=self.name)
+        except SchemaDialectError as e:
+            raise ToolLoadError(f"{source + ': ' if source else ''}tool '{self.name}': {e}") from None
+        self._validator = _make_validator(self.json_parameters, self.name, source)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
@@ -506,13 +530,28 @@ def _convert(value: Any) -> _Converted | _BadResult:
         return _BadResult(e)
 
 
+def placeholder_text(name: str) -> str:
+    """The tool message of a call to a schema tool that has no ``"mock"``."""
+    return f"[placeholder result: no \"mock\" is defined for tool '{name}']"
+
+
 class MockTool(Tool):
-    """A JSON-schema tool whose result is a fixed value or a template filled from the arguments."""
+    """A JSON-schema tool whose result is a fixed value or a template filled from the arguments.
+
+    A schema with no ``"mock"`` (a plain OpenAI tools list) is a tool too: rendering needs no
+    result, and a call to it during a run gets :func:`placeholder_text` as its result, which the
+    ToolResult marks (``mock="default"``, a ``note``) and the trace's metadata lists
+    (``default_mock_tools``), so a placeholder is never mistaken for a tool's output."""
 
     kind = "mock"
 
-    def __init__(self, schema: Any, mock: Any, *, source: str | None = None):
+    def __init__(self, schema: Any, mock: Any = None, *, source: str | None = None, default: bool = False):
         super().__init__(schema, source=source)
+        self.default_mock = default
+        if default:
+            self.mock = Mock("value", placeholder_text(self.name))
+            self.mock_spec = None
+            return
         try:
             self.mock = Mock.parse(mock, self.parameters)
         except MockError as e:
@@ -521,18 +560,18 @@ class MockTool(Tool):
 
     @classmethod
     def from_spec(cls, spec: Any, *, source: str | None = None) -> MockTool:
+        """A tool from a schema with an optional ``"mock"`` (none: the placeholder result)."""
         where = source or "tool"
         if not isinstance(spec, dict):
             raise ToolLoadError(f"{where}: a tool must be an object, got {type(spec).__name__}")
         if "mock" not in spec:
-            name = (spec.get("function") or spec).get("name") if isinstance(spec.get("function", spec), dict) else None
-            raise ToolLoadError(
-                f"{where}: tool {name!r} has no \"mock\" result; add \"mock\": <value>, "
-                "\"mock\": {\"value\": ...} or \"mock\": {\"template\": \"... {argument} ...\"}"
-            )
+            return cls(spec, source=source, default=True)
         return cls(spec, spec["mock"], source=source)
 
     async def _invoke(self, arguments: dict[str, Any], options: CallOptions) -> Outcome:
+        if self.default_mock:
+            return Outcome(content=self.mock.data, note='placeholder result: the tool\'s schema has no "mock"',
+                           extra={"mock": "default"})
         try:
             value = self.mock.render(arguments, self.parameters)
         except MissingArgument as e:

@@ -1,6 +1,7 @@
 """Mock results for tools that exist only as a JSON schema.
 
-A schema tool carries a ``"mock"`` key next to ``"type"`` and ``"function"``. Three forms:
+A schema tool may carry a ``"mock"`` key next to ``"type"`` and ``"function"`` (without one, a
+call gets a placeholder result marked ``mock="default"``; see ``MockTool``). Three forms:
 
 ``"mock": <any JSON value>`` (shorthand)
     Returned as it is: a string is the tool message text verbatim (it is **not** a template);

@@ -3,9 +3,16 @@
 Loading::
 
     ToolRegistry.from_functions([get_current_temperature, ...])  # schemas by transformers' get_json_schema
-    ToolRegistry.from_schemas([{"type": "function", "function": {...}, "mock": ...}])
+    ToolRegistry.from_schemas([{"type": "function", "function": {...}, "mock": ...}])  # "mock" optional
     ToolRegistry.from_file("tools.py" | "tools.json" | "tools.yaml")
     ToolRegistry.from_python_source(code, sandboxed=True)     # web UI: runs in a subprocess
+    schemas_for_rendering("tools.json")  # only the schemas, as given: for render and the template lab
+
+Schemas are rendered as given. Parameter types in the common non-JSON-Schema dialect (``dict``,
+``float``, ``tuple``, ``any``, ``long``, ``String``, ...) are read as JSON Schema for validation
+(:mod:`backend.tools.dialect`) and listed in ``registry.type_mappings``. A schema tool without a
+``"mock"`` answers every call with a placeholder result marked ``mock="default"``
+(``registry.default_mock_tools``); :meth:`ToolRegistry.trace_notes` puts both in a trace's metadata.
 
 Running: ``await registry.execute(call, timeout_s=..., max_response_length=..., truncate_side=...)``
 returns a :class:`~backend.trace.ToolResult` and never raises (``asyncio.CancelledError``
@@ -30,10 +37,13 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from backend.trace import ToolCall, ToolResult
 from backend.tools._runtime import TRUNCATE_SIDES, truncate_tool_response, validate_truncate_side
+from backend.tools.dialect import SchemaDialectError, TypeMapping, to_json_schema
+from backend.tools.dialect import summarize as summarize_mappings
 from backend.tools.core import (
     CallOptions,
     FunctionTool,
@@ -43,6 +53,7 @@ from backend.tools.core import (
     Tool,
     ToolLoadError,
     VerlTool,
+    normalize_schema,
     safe_str,
     verl_schema_object,
 )
@@ -83,7 +94,8 @@ class ToolRegistry:
 
     @classmethod
     def from_schemas(cls, schemas: Iterable[dict[str, Any]], *, source: str | None = None) -> ToolRegistry:
-        """JSON-schema tools, each with a ``"mock"`` result (see :mod:`backend.tools.mock`)."""
+        """JSON-schema tools, each with an optional ``"mock"`` result (see :mod:`backend.tools.mock`;
+        without one, a call gets a placeholder result marked ``mock="default"``)."""
         if isinstance(schemas, dict):
             schemas = [schemas]
         tools = []
@@ -107,49 +119,16 @@ class ToolRegistry:
         * ``.py``: the documented public functions defined in the file (trusted code: it is
           imported and run in this process). Functions without a docstring, with a leading
           underscore, or imported from elsewhere are left out (see ``registry.skipped``).
-        * ``.json``: a list of schemas with ``"mock"`` results (or ``{"tools": [...]}``).
+        * ``.json``: a list of schemas, each with an optional ``"mock"`` result (or ``{"tools":
+          [...]}``); a plain OpenAI tools list is fine, and so is ``[]`` (no tools).
         * ``.yaml`` / ``.yml``: verl's tool config ``{"tools": [{"class_name": ..., "config":
           ..., "tool_schema": ...}]}``; entries without ``class_name`` are read as mock schemas.
         """
-        path = os.fspath(path)
+        kind, content, name, base_dir = _read_tool_file(path)
+        if kind == "py":
+            return cls._from_trusted_source(content, filename=os.path.abspath(os.fspath(path)))
+        return cls(_tools_from_document(content, source=name, base_dir=base_dir))
         name = os.path.basename(path)
-        if not os.path.exists(path):
-            raise ToolLoadError(f"tool file {path} does not exist")
-        if not os.path.isfile(path):
-            raise ToolLoadError(f"{path} is not a file")
-        size = os.path.getsize(path)
-        if size > MAX_TOOL_FILE_BYTES:
-            raise ToolLoadError(f"tool file {name} is {size / 1e6:.1f} MB; the limit is {MAX_TOOL_FILE_BYTES / 1e6:.0f} MB")
-        ext = os.path.splitext(path)[1].lower()
-        if ext not in (".py", ".json", ".yaml", ".yml"):
-            raise ToolLoadError(f"cannot load tools from {name}: use a .py, .json, .yaml or .yml file")
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except UnicodeDecodeError as e:
-            raise ToolLoadError(f"{name} is not UTF-8 text (byte {e.start})") from None
-        except OSError as e:
-            raise ToolLoadError(f"cannot read {path}: {e.strerror or e}") from None
-        if ext == ".py":
-            return cls._from_trusted_source(text, filename=os.path.abspath(path))
-        if ext == ".json":
-            try:
-                doc = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise ToolLoadError(f"{name}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
-            except RecursionError:
-                raise ToolLoadError(f"{name}: invalid JSON: nested too deeply") from None
-        else:
-            import yaml
-
-            try:
-                doc = yaml.safe_load(text)
-            except yaml.YAMLError as e:
-                mark = getattr(e, "problem_mark", None)
-                where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-                problem = getattr(e, "problem", None) or str(e)
-                raise ToolLoadError(f"{name}: invalid YAML{where}: {problem}") from None
-        return cls(_tools_from_document(doc, source=name, base_dir=os.path.dirname(os.path.abspath(path))))
 
     @classmethod
     def from_python_source(cls, code: str, *, sandboxed: bool = True, limits: Any = None,
@@ -252,6 +231,39 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return list(self._tools)
 
+    @property
+    def type_mappings(self) -> list[TypeMapping]:
+        """Parameter type names of the common dialect read as JSON Schema for validation (the
+        schemas themselves are rendered as given)."""
+        return [m for t in self._tools.values() for m in getattr(t, "type_mappings", ())]
+
+    @property
+    def default_mock_tools(self) -> list[str]:
+        """Schema tools with no ``"mock"``: their calls get a placeholder result."""
+        return [t.name for t in self._tools.values() if getattr(t, "default_mock", False)]
+
+    def notes(self) -> list[str]:
+        """What a person should know about these tools, one line each (empty when nothing)."""
+        out = []
+        if self.type_mappings:
+            out.append(summarize_mappings(self.type_mappings))
+        if self.default_mock_tools:
+            names = self.default_mock_tools
+            shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+            out.append(f"{len(names)} tool(s) have no \"mock\" result ({shown}): a call to one gets a placeholder "
+                       "result, marked mock=default in the trace")
+        return out
+
+    def trace_notes(self) -> dict[str, Any]:
+        """For a trace's metadata: ``tool_type_mappings`` and ``default_mock_tools`` (only those
+        that are not empty)."""
+        out: dict[str, Any] = {}
+        if self.type_mappings:
+            out["tool_type_mappings"] = [m.to_dict() for m in self.type_mappings]
+        if self.default_mock_tools:
+            out["default_mock_tools"] = self.default_mock_tools
+        return out
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name) if isinstance(name, str) else None
 
@@ -317,6 +329,50 @@ class ToolRegistry:
             out.detail = "internal error in the tool registry\n" + (out.detail or "")
         return _to_result(out, call_id=call_id, name=name, tool=tool, t0=t0, notes=notes,
                           max_response_length=max_response_length, truncate_side=truncate_side)
+
+
+def _read_tool_file(path: str | os.PathLike) -> tuple[str, Any, str, str]:
+    """``("py", source text, file name, folder)`` or ``("doc", parsed JSON/YAML, file name, folder)``."""
+    path = os.fspath(path)
+    name = os.path.basename(path)
+    base_dir = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(path):
+        raise ToolLoadError(f"tool file {path} does not exist")
+    if not os.path.isfile(path):
+        raise ToolLoadError(f"{path} is not a file")
+    size = os.path.getsize(path)
+    if size > MAX_TOOL_FILE_BYTES:
+        raise ToolLoadError(f"tool file {name} is {size / 1e6:.1f} MB; the limit is {MAX_TOOL_FILE_BYTES / 1e6:.0f} MB")
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in (".py", ".json", ".yaml", ".yml"):
+        raise ToolLoadError(f"cannot load tools from {name}: use a .py, .json, .yaml or .yml file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise ToolLoadError(f"{name} is not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise ToolLoadError(f"cannot read {path}: {e.strerror or e}") from None
+    if ext == ".py":
+        return "py", text, name, base_dir
+    if ext == ".json":
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ToolLoadError(f"{name}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+        except RecursionError:
+            raise ToolLoadError(f"{name}: invalid JSON: nested too deeply") from None
+    else:
+        import yaml
+
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(e, "problem", None) or str(e)
+            raise ToolLoadError(f"{name}: invalid YAML{where}: {problem}") from None
+    return "doc", doc, name, base_dir
 
 
 # discovery results by (sha256 of the code, filename, limits): the UI reloads the same code often
@@ -463,7 +519,50 @@ def _run_sync(coro) -> Any:
         return ex.submit(asyncio.run, coro).result()
 
 
-def _tools_from_document(doc: Any, *, source: str, base_dir: str | None) -> list[Tool]:
+@dataclass
+class RenderTools:
+    """Tool schemas for rendering only: as given (flat ``{"name", ...}`` entries wrapped as
+    ``{"type": "function", "function": ...}``, ``"mock"`` dropped), and notes on what a run
+    would read differently."""
+
+    schemas: list[dict[str, Any]]
+    type_mappings: list[TypeMapping] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def schemas_for_rendering(path: str | os.PathLike) -> RenderTools:
+    """The tool schemas of a file, for paths that only render (``render``): no result and no
+    valid JSON Schema is needed. A ``.json`` / ``.yaml`` list of schemas (``[]`` included) is
+    read without building tools, so a plain OpenAI tools list and catalogue-style types render
+    exactly as transformers renders them; types a run could not read are noted, not refused.
+    A ``.py`` file, and a verl config with ``class_name`` entries, load their tools to get the
+    schemas."""
+    kind, content, name, base_dir = _read_tool_file(path)
+    if kind == "py" or any(isinstance(e, dict) and "class_name" in e for e in _document_entries(content, name)):
+        reg = ToolRegistry._from_trusted_source(content, filename=os.path.abspath(os.fspath(path))) if kind == "py" \
+            else ToolRegistry(_tools_from_document(content, source=name, base_dir=base_dir))
+        mappings = reg.type_mappings
+        return RenderTools(reg.schemas, mappings, [summarize_mappings(mappings)] if mappings else [])
+    schemas: list[dict[str, Any]] = []
+    mappings: list[TypeMapping] = []
+    notes: list[str] = []
+    for i, entry in enumerate(_document_entries(content, name)):
+        schema = normalize_schema(entry, where=f"{name}: tools[{i}]")
+        fn = schema["function"]
+        params = fn.get("parameters")
+        if isinstance(params, dict):
+            try:
+                mappings += to_json_schema(params, tool=fn["name"])[1]
+            except SchemaDialectError as e:
+                notes.append(f"tool '{fn['name']}': {e} (rendered as given; a run refuses it)")
+        schemas.append(schema)
+    if mappings:
+        notes.insert(0, summarize_mappings(mappings))
+    return RenderTools(schemas, mappings, notes)
+
+
+def _document_entries(doc: Any, source: str) -> list[Any]:
+    """The tool entries of a JSON/YAML tools document."""
     if isinstance(doc, dict) and "tools" in doc:
         entries = doc["tools"]
         if entries is None:
@@ -481,10 +580,12 @@ def _tools_from_document(doc: Any, *, source: str, base_dir: str | None) -> list
             f"{source}: expected a list of tool schemas or {{\"tools\": [...]}}, got {type(doc).__name__}"
             + (f" with keys {', '.join(map(str, list(doc)[:5]))}" if isinstance(doc, dict) else "")
         )
-    if not entries:
-        raise ToolLoadError(f"{source} defines no tools")
+    return entries  # [] is a valid tools list: no tools
+
+
+def _tools_from_document(doc: Any, *, source: str, base_dir: str | None) -> list[Tool]:
     tools: list[Tool] = []
-    for i, entry in enumerate(entries):
+    for i, entry in enumerate(_document_entries(doc, source)):
         where = f"{source}: tools[{i}]"
         if isinstance(entry, dict) and "class_name" in entry:
             tools.append(_verl_tool(entry, where=where, base_dir=base_dir))
@@ -534,8 +635,6 @@ def _verl_tool(entry: dict[str, Any], *, where: str, base_dir: str | None) -> Ve
     schema = entry.get("tool_schema")
     schema_obj = None
     if schema is not None:
-        from backend.tools.core import normalize_schema
-
         schema = normalize_schema(schema, where=where)
         schema_obj = verl_schema_object(schema)
     try:
@@ -550,4 +649,4 @@ def _verl_tool(entry: dict[str, Any], *, where: str, base_dir: str | None) -> Ve
         raise ToolLoadError(f"{where}: reading the schema of {entry['class_name']} failed: {type(e).__name__}: {safe_str(e, 500)}") from None
 
 
-__all__ = ["ToolRegistry", "ToolLoadError", "truncate_tool_response", "validate_truncate_side"]
+__all__ = ["RenderTools", "ToolRegistry", "ToolLoadError", "schemas_for_rendering", "truncate_tool_response", "validate_truncate_side"]
