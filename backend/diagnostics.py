@@ -39,6 +39,8 @@ Codes (severity):
   writing a tool call: the unfinished call was not run; it is not the model's mistake (no
   ``malformed_tool_call``). Read from the step's ``info["cut_tool_call"]``, or, for traces saved
   before the engine recorded it, from a parse error at the end of the aborted last turn.
+* ``repaired_tool_call`` (warning) — a call the parser kept only after a repair the model did not
+  write (no arguments key, read as ``{}``): a warning-severity parse error on the step.
 * ``check_skipped`` (info) — a token-level check that could not run, and why.
 """
 
@@ -69,6 +71,7 @@ CODES = (
     "step_error",
     "tool_error",
     "cut_tool_call",
+    "repaired_tool_call",
     "check_skipped",
 )
 
@@ -249,7 +252,7 @@ def _check_tool_pairing(trace: Trace, ix: _Index) -> list[Finding]:
 def _check_calls(trace: Trace, ix: _Index) -> list[Finding]:
     out: list[Finding] = []
     schemas = _tool_schemas(trace)
-    steps_with_parse_errors = {s.index for s in trace.steps if s.parse_errors}
+    steps_with_parse_errors = {s.index for s in trace.steps if any(e.severity == "error" for e in s.parse_errors)}
     any_calls = False
     for i, m in enumerate(trace.messages):
         if m.get("role") != "assistant":
@@ -314,7 +317,8 @@ def _check_calls(trace: Trace, ix: _Index) -> list[Finding]:
             )
         for k, e in enumerate(errors):
             tok = s.start if s.end > s.start else None
-            out.append(Finding("malformed_tool_call", "error", f"step {s.index}: {e.message}", ix.at_step(s.index, tok), {"raw": _short(e.raw or "", 200), "span": list(e.span) if e.span else None}))
+            code, sev = ("repaired_tool_call", "warning") if e.severity == "warning" else ("malformed_tool_call", "error")
+            out.append(Finding(code, sev, f"step {s.index}: {e.message}", ix.at_step(s.index, tok), {"raw": _short(e.raw or "", 200), "span": list(e.span) if e.span else None}))
         for r in s.tool_results:
             if r.truncated:
                 orig = f" from {r.original_length} characters" if r.original_length is not None else ""

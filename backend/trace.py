@@ -75,11 +75,14 @@ class ToolCall(_Model):
 
 
 class ParseError(_Model):
-    """A part of the generated text that looked like a tool call but could not be parsed."""
+    """A part of the generated text that looked like a tool call but could not be parsed
+    (``severity="error"``), or a call that was read only after a repair the model did not
+    write, e.g. a missing arguments key read as ``{}`` (``"warning"``: the call is kept)."""
 
     message: str
     span: Span | None = None
     raw: str | None = None
+    severity: Literal["error", "warning"] = "error"
 
 
 class ToolResult(_Model):
@@ -225,7 +228,7 @@ class Trace(_Model):
     def step_errors(self) -> int:
         n = 0
         for s in self.steps:
-            n += len(s.parse_errors) + (1 if s.error else 0) + sum(1 for r in s.tool_results if not r.ok)
+            n += sum(1 for e in s.parse_errors if e.severity == "error") + (1 if s.error else 0) + sum(1 for r in s.tool_results if not r.ok)
         return n
 
     # ---- (de)serialisation ---------------------------------------------------------------

@@ -41,8 +41,8 @@ def row_from_dict(d: dict[str, Any]) -> dict[str, Any]:
         if s.get("state") == "generating":
             turns += 1
         pe = s.get("parse_errors")
-        if pe:
-            errors += len(pe)
+        if isinstance(pe, list):  # warnings (a repaired call) are not errors
+            errors += sum(1 for e in pe if not (isinstance(e, dict) and e.get("severity") == "warning"))
         if s.get("error"):
             errors += 1
         for r in s.get("tool_results") or ():

@@ -237,6 +237,16 @@ def test_malformed_tool_call_from_arguments_string_and_from_step_parse_errors(qw
     assert not only(check(trace(GOOD, [WEATHER])), "malformed_tool_call")
 
 
+def test_repaired_tool_call_is_a_warning_not_a_malformed_call(qwen3):
+    """A call written without its arguments key is run with {} and the step keeps a
+    warning-severity parse error: check says repaired_tool_call (warning), not malformed."""
+    lt = run_loop(qwen3, ['<tool_call>\n{"name": "get_current_temperature"}\n</tool_call>', "ok"])
+    (f,) = only(check(lt), "repaired_tool_call")
+    assert f.severity == "warning" and f.location.step == 1 and 'has no "arguments"' in f.message
+    assert not only(check(lt), "malformed_tool_call")
+    assert only(check(lt), "invalid_arguments")  # {} still misses the required city
+
+
 def test_truncated_tool_response(qwen3):
     t = run_loop(qwen3, [call("long_text", n=500), "ok"], functions=(long_text,), max_tool_response_length=50)
     (f,) = only(check(t), "truncated_tool_response")

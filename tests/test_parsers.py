@@ -79,7 +79,7 @@ def test_parse_result_to_dict_shape():
     d = parse("hermes", text).to_dict()
     assert set(d) == {"content", "reasoning", "tool_calls", "errors"}
     assert d["tool_calls"] == [{"name": "f", "arguments": {"x": 1}, "span": [3, 64]}]
-    assert set(d["errors"][0]) == {"message", "span"}
+    assert d["errors"] == [{"message": 'tool call "name" must be a string, got number', "span": [65, 101], "severity": "error"}]
     json.dumps(d)
 
 
@@ -219,7 +219,28 @@ def test_hermes_arguments_as_json_string_and_duplicate_keys():
     res = parse("hermes", '<tool_call>\n{"name": "f", "arguments": {"x": 1, "x": 2}}\n</tool_call>')
     assert calls(res) == [("f", {"x": 2})]  # last wins, like json
     res = parse("hermes", '<tool_call>\n{"name": "f"}\n</tool_call>')
-    assert calls(res) == [("f", {})]  # a no-argument call may omit "arguments"
+    assert calls(res) == [("f", {})]  # a call without "arguments" is kept, as {} ...
+    assert [(e.severity, e.span) for e in res.errors] == [("warning", res.tool_calls[0].span)]  # ... and the repair reported
+
+
+@pytest.mark.parametrize("fmt,text,key", [
+    ("llama3_json", '{"name": "f"}', "parameters"),
+    ("llama3_json", '<|python_tag|>{"name": "g", "parameters": {"x": 1}}; {"name": "f"}', "parameters"),
+    ("hermes", 'Hi <tool_call>\n{"name": "f"}\n</tool_call>', "arguments"),
+    ("hunyuan", '<tool_calls>[{"name": "f"}]</tool_calls>', "arguments"),
+    ("mistral", '[TOOL_CALLS] [{"name": "f"}]', "arguments"),
+])
+def test_a_call_without_arguments_is_kept_with_a_warning_over_its_span(fmt, text, key):
+    """{"name": "f"} is read as a call with {} arguments, a repair the model did not write: it
+    is reported as a warning-severity parse error whose span is the call's, in every format."""
+    res = parse(fmt, text)
+    f = [c for c in res.tool_calls if c.name == "f"]
+    assert len(f) == 1 and f[0].arguments == {}
+    assert [(e.severity, e.span) for e in res.errors] == [("warning", f[0].span)], res.errors
+    assert res.errors[0].message == f'tool call \'f\' has no "{key}": read as {{}} (no arguments); the model did not write them'
+    assert res.to_dict()["errors"][0]["severity"] == "warning"
+    with_args = parse(fmt, text.replace('{"name": "f"}', '{"name": "f", "%s": {}}' % key))
+    assert calls(with_args) == calls(res) and with_args.errors == []  # written by the model: nothing to report
 
 
 def test_hermes_content_between_calls_and_stray_tags():
@@ -616,3 +637,38 @@ def test_transformers_adapter_needs_a_response_template():
         get_parser("transformers", tokenizer=NoTemplate())
     with pytest.raises(ValueError, match="transformers >= 5"):
         get_parser("transformers", tokenizer=object())
+
+
+def test_a_repaired_call_is_a_warning_downstream_not_an_error(tmp_path):
+    """A run whose model writes {"name": ...} without arguments: the call runs, the step keeps
+    the warning, the trace counts no error (step_errors, trace table), check reports
+    repaired_tool_call (warning) instead of malformed_tool_call, and an import of the same turn
+    keeps the content as the parser read it."""
+    import asyncio
+
+    from backend.diagnostics import check
+    from backend.engine import AgentLoop
+    from backend.generators.scripted import ScriptedGenerator
+    from backend.importers.common import assistant_message
+    from backend.tokenizers import load_tokenizer
+    from backend.tools import ToolRegistry
+    from backend.trace import write_jsonl
+    from backend.trace_table import build_table
+
+    bundle = load_tokenizer("qwen3")
+    tools = ToolRegistry.from_schemas([{"type": "function", "function": {"name": "now", "description": "Time.",
+                                                                        "parameters": {"type": "object", "properties": {}}}, "mock": "12:00"}])
+    turn = 'Checking. <tool_call>\n{"name": "now"}\n</tool_call>'
+    trace = asyncio.run(AgentLoop(ScriptedGenerator(bundle.tokenizer, [turn, "Noon."]), bundle, tools=tools).run(
+        [{"role": "user", "content": "Time?"}]))
+    assert trace.termination_reason == "no_tool_calls"
+    gen = trace.steps[1]
+    assert [c.name for c in gen.tool_calls] == ["now"] and [e.severity for e in gen.parse_errors] == ["warning"]
+    assert trace.steps[2].tool_results[0].content == "12:00"
+    assert trace.step_errors() == 0
+    codes = {(f.code, f.severity) for f in check(trace)}
+    assert ("repaired_tool_call", "warning") in codes and not any(c == "malformed_tool_call" for c, _ in codes)
+    write_jsonl([trace], str(tmp_path / "t.jsonl"))
+    assert build_table(str(tmp_path / "t.jsonl")).df["errors"].tolist() == [0]
+    msg, errs = assistant_message(turn, get_parser("hermes"), None)
+    assert msg["content"] == "Checking." and [e.severity for e in errs] == ["warning"]

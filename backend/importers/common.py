@@ -460,7 +460,7 @@ def content_keeping_errors(text: str, res: Any) -> str:
     """The parser's content, except when some call could not be read: then the turn's text with
     only the well-formed calls (and the reasoning block) cut out, so the unreadable call stays
     visible in the message (a parser drops it from ``content``)."""
-    if not res.errors:
+    if not any(e.severity == "error" for e in res.errors):  # a warning's call was read: nothing to keep
         return res.content
     cuts = [c.span for c in res.tool_calls if c.span is not None]
     if res.reasoning is not None and "</think>" in text:

@@ -160,7 +160,8 @@ def validate_call(
     """``(name, arguments, id)`` for a well-formed call object, else an error message.
 
     ``arguments`` may be a JSON string holding an object (decoded). A missing arguments key means
-    ``{}`` when ``allow_missing_args`` (no-argument tools).
+    ``{}`` when ``allow_missing_args`` (no-argument tools): a repair, which
+    :meth:`Collector.add_value` reports as a warning (:func:`missing_arguments`).
     """
     if not isinstance(value, dict):
         return f"tool call must be a JSON object, got {type_name(value)}"
@@ -197,6 +198,14 @@ def validate_call(
     return name, args, call_id
 
 
+def missing_arguments(value: dict[str, Any], arg_keys: tuple[str, ...]) -> str | None:
+    """The repair note for a call object that has no arguments key (read as ``{}``), else None."""
+    if any(k in value for k in arg_keys):
+        return None
+    return (f'tool call {value.get("name")!r} has no "{arg_keys[0]}": read as {{}} (no arguments); the model did not '
+            f'write them')
+
+
 class Collector:
     """Accumulates calls, errors, content ranges and reasoning for one text."""
 
@@ -216,18 +225,22 @@ class Collector:
             self.reasoning = []
         self.reasoning.append(s.strip())
 
-    def add_error(self, start: int, end: int, message: str) -> None:
+    def add_error(self, start: int, end: int, message: str, severity: str = "error") -> None:
         end = max(start, min(end, len(self.text)))
-        self.errors.append(ParseError(message=message, span=(start, end), raw=self.text[start:end]))
+        self.errors.append(ParseError(message=message, span=(start, end), raw=self.text[start:end], severity=severity))
 
     def add_value(self, start: int, end: int, value: Any, **validate_kw: Any) -> bool:
-        """Validate a decoded call object spanning ``[start, end)``; record a call or an error."""
+        """Validate a decoded call object spanning ``[start, end)``; record a call or an error
+        (and a warning over the call when it was read only after a repair)."""
         r = validate_call(value, **validate_kw)
         if isinstance(r, str):
             self.add_error(start, end, r)
             return False
         name, args, call_id = r
         self.add_call(name, args, call_id, start, end)
+        repair = missing_arguments(value, validate_kw.get("arg_keys", ("arguments", "parameters")))
+        if repair:
+            self.add_error(start, end, repair, severity="warning")
         return True
 
     def add_call(self, name: str, args: dict[str, Any], call_id: str | None, start: int, end: int) -> None:

@@ -3,7 +3,9 @@
 A parser turns one generated assistant turn (text) into content, reasoning, tool calls and
 parse errors. Parsers never raise on any ``str`` input: everything that looks like a tool call
 but cannot be read becomes a :class:`~backend.trace.ParseError` with the character span of the
-offending text, and the well-formed calls around it are still returned.
+offending text, and the well-formed calls around it are still returned. A call that is read only
+after a repair the model did not write (no arguments key, read as ``{}``) is returned with a
+``severity="warning"`` ParseError over its span, so the repair is never silent.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ class ParseResult:
                 {"name": c.name, "arguments": c.arguments, "span": list(c.span) if c.span is not None else None}
                 for c in self.tool_calls
             ],
-            "errors": [{"message": e.message, "span": list(e.span) if e.span is not None else None} for e in self.errors],
+            "errors": [{"message": e.message, "span": list(e.span) if e.span is not None else None, "severity": e.severity}
+                       for e in self.errors],
         }
 
 
