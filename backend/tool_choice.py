@@ -3,12 +3,27 @@
 ``required`` and a named tool become an EBNF grammar: the active tool-call format's tags around
 a JSON body whose schema is ``{"name": <tool>, "arguments": <the tool's parameters>}``, then
 nothing but EOS. The JSON part is produced by xgrammar's JSON-schema converter (a vLLM
-dependency), so vLLM's structured outputs, the transformers backend (xgrammar logits
-processor) and the scripted backend's validator all enforce the same grammar.
-``none`` forbids the format's opening tag. ``auto`` constrains nothing.
+dependency), so vLLM's structured outputs and the transformers backend (xgrammar logits
+processor) enforce the same grammar; the scripted backend checks its script by the schema's
+meaning (below). ``none`` forbids the format's opening tag. ``auto`` constrains nothing.
 
 A policy can change per assistant turn: ``["required", "auto"]`` forces a call on the first
 turn and leaves the rest free (the last entry repeats).
+
+What generation enforces (the grammar; the structured-outputs convention of vLLM and xgrammar):
+the format's exact tags and separators, compact JSON (``", "`` and ``": "``), ``name`` first,
+then the arguments with their keys in the schema's ``properties`` order, only the listed keys
+(an object with ``properties`` admits no other key; one without ``properties`` admits any,
+and keys it lists in ``required`` must be there), no text before or after the calls, then EOS.
+Parameter types in the common dialect (``dict``, ``float``, ``any``, ...) are read as JSON
+Schema first (:mod:`backend.tools.dialect`).
+
+Checking a turn that was NOT generated under the grammar (the scripted backend's script, an
+imported turn): :func:`check_given` accepts what the JSON Schema accepts. The turn is parsed
+with the format's parser and each call validated with jsonschema: any key order, any JSON
+whitespace, unlisted keys unless the schema sets ``"additionalProperties": false``. Still
+required: the turn is only tool calls (no prose or reasoning around them), 1..``max_calls``
+of them (exactly one for a named tool), each to an allowed tool, and it ends with EOS.
 """
 
 from __future__ import annotations
@@ -19,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backend.generators.base import Constraint
+from backend.tools.dialect import SchemaDialectError, iter_schemas, to_json_schema
 
 AUTO, REQUIRED, NONE = "auto", "required", "none"
 
@@ -103,11 +119,47 @@ def _lit(s: str) -> str:
     return json.dumps(s)  # JSON string escapes are valid EBNF string escapes
 
 
+def json_parameters(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool's parameters as JSON Schema (dialect type names mapped; see
+    :mod:`backend.tools.dialect`); ToolChoiceError naming the field for what cannot be read."""
+    fn = tool.get("function", tool)
+    params = fn.get("parameters") or {"type": "object", "properties": {}}
+    try:
+        return to_json_schema(params, tool=fn.get("name"))[0]
+    except SchemaDialectError as e:
+        raise ToolChoiceError(f"tool '{fn.get('name')}': {e}") from None
+
+
+def grammar_parameters(params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` (JSON Schema) as the grammar should read it. xgrammar's strict mode admits only
+    the keys an object lists in ``properties``; an object that lists keys in ``required`` but has
+    no ``properties`` for them would admit only ``{}`` and break its own ``required``. Such keys
+    get a ``{}`` (any value) property, and an object with no ``properties`` at all keeps JSON
+    Schema's meaning (any keys) through ``"additionalProperties": true``."""
+    out = json.loads(json.dumps(params))  # a copy (the schemas are JSON)
+    for node, _ in iter_schemas(out):
+        t = node.get("type")
+        if not (t == "object" or isinstance(t, list) and "object" in t or t is None and ("properties" in node or "required" in node)):
+            continue
+        required = [k for k in node.get("required") or [] if isinstance(k, str)] if isinstance(node.get("required"), list) else []
+        props = node.get("properties")
+        if props is None:
+            if "additionalProperties" not in node:
+                node["additionalProperties"] = True
+            if not required:
+                continue
+            props = node["properties"] = {}
+        if isinstance(props, dict):
+            for k in required:
+                props.setdefault(k, {})
+    return out
+
+
 def _body_schema(tools: list[dict[str, Any]], args_key: str) -> dict[str, Any]:
     variants = []
     for t in tools:
         fn = t.get("function", t)
-        params = fn.get("parameters") or {"type": "object", "properties": {}}
+        params = grammar_parameters(json_parameters(t))
         variants.append(
             {
                 "type": "object",
@@ -156,18 +208,86 @@ def build_constraint(choice: str, parser_name: str, tools: list[dict[str, Any]],
         raise ToolChoiceError(f"tool_choice {choice!r} is not supported for the {parser_name!r} format (supported: {', '.join(FORMATS)})")
     if choice == NONE:
         return Constraint(kind="forbid", spec=[fmt.forbid], description="tool_choice=none: no tool call")
+    fmt_name = parser_name.split(":", 1)[-1]
     if choice == REQUIRED:
         grammar = call_grammar(fmt, tools, multiple=True, max_calls=max_calls)
         how_many = "one call" if max_calls == 1 else "one or more calls" if max_calls is None else f"1 to {max_calls} calls"
-        return Constraint(kind="grammar", spec=grammar, description=f"tool_choice=required: {how_many} ({parser_name} format)")
+        description = f"tool_choice=required: {how_many} ({parser_name} format)"
+        check = GivenTurnCheck(fmt_name, _allowed(tools), max_calls, description)
+        return Constraint(kind="grammar", spec=grammar, description=description, given_check=check)
     named = [t for t in tools if t.get("function", t).get("name") == choice]
     if not named:
         raise ToolChoiceError(f"tool_choice names tool {choice!r}, which is not defined")
     grammar = call_grammar(fmt, named, multiple=False)
-    return Constraint(kind="grammar", spec=grammar, description=f"tool_choice={choice}: one call to {choice}")
+    description = f"tool_choice={choice}: one call to {choice}"
+    return Constraint(kind="grammar", spec=grammar, description=description,
+                      given_check=GivenTurnCheck(fmt_name, _allowed(named), 1, description))
+
+
+def _allowed(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {t.get("function", t)["name"]: json_parameters(t) for t in tools}
+
+
+@dataclass(frozen=True)
+class GivenTurnCheck:
+    """What a tool_choice constraint means for a turn that was not generated under its grammar
+    (see the module docstring): checked by parsing and jsonschema, not by the grammar."""
+
+    parser: str  # the native format whose parser reads the turn
+    tools: dict[str, dict[str, Any]]  # allowed tool name -> parameters as JSON Schema
+    max_calls: int | None
+    description: str
+
+    def check_text(self, text: str) -> str | None:
+        """Why ``text`` (the turn without its EOS) breaks the constraint; None if it obeys."""
+        from jsonschema import SchemaError
+        from jsonschema.validators import validator_for
+
+        from backend.parsers import get_parser
+
+        parsed = get_parser(self.parser).parse(text)
+        errors = [e for e in parsed.errors if e.severity == "error"]  # a warning's call was read
+        if errors:
+            return f"a tool call cannot be read ({errors[0].message}), and {self.description} allows only well-formed calls"
+        if not parsed.tool_calls:
+            return f"the turn has no tool call, which {self.description} requires"
+        other = " ".join(x for x in (parsed.reasoning, parsed.content) if x and x.strip())
+        if other:
+            shown = other if len(other) <= 60 else other[:57] + "..."
+            return f"the turn has text besides its tool calls ({shown!r}); {self.description} allows only the calls"
+        n = len(parsed.tool_calls)
+        if self.max_calls is not None and n > self.max_calls:
+            return f"the turn has {n} tool calls; {self.description} allows at most {self.max_calls}"
+        for i, c in enumerate(parsed.tool_calls):
+            params = self.tools.get(c.name)
+            if params is None:
+                return f"call {i} is to {c.name!r}, which {self.description} does not allow (allowed: {', '.join(self.tools)})"
+            try:
+                bad = sorted(validator_for(params)(params).iter_errors(c.arguments), key=lambda e: list(map(str, e.absolute_path)))
+            except SchemaError as e:
+                return f"call {i} ({c.name!r}): the tool's parameters are not a valid JSON schema ({e.message})"
+            if bad:
+                path = "/".join(str(p) for p in bad[0].absolute_path)
+                return (f"call {i} ({c.name!r}): the arguments do not match the tool's parameters: "
+                        f"{path + ': ' if path else ''}{bad[0].message}")
+        return None
 
 
 # ---- checking token ids against a constraint (scripted backend, tests) ------------------------
+
+
+def check_given(constraint: Constraint | None, tokenizer: Any, ids: list[int]) -> str | None:
+    """Why a whole turn that was NOT generated under ``constraint`` (a script, an imported turn;
+    EOS included) breaks it; None if it obeys. A tool_choice grammar is checked by its meaning
+    (:class:`GivenTurnCheck`: what the JSON Schema accepts), not token by token; anything else
+    as :func:`check_ids` does."""
+    check = getattr(constraint, "given_check", None)
+    if constraint is None or constraint.kind != "grammar" or not isinstance(check, GivenTurnCheck):
+        return check_ids(constraint, tokenizer, ids)
+    eos = tokenizer.eos_token_id
+    if eos is not None and (not ids or ids[-1] != eos):
+        return f"the turn does not end with EOS; under {constraint.description} a turn ends when its calls are complete"
+    return check.check_text(tokenizer.decode(ids[:-1] if eos is not None else ids, skip_special_tokens=False))
 
 
 class _MatcherCache:
@@ -193,8 +313,8 @@ _CACHE = _MatcherCache()
 
 
 def check_ids(constraint: Constraint, tokenizer: Any, ids: list[int]) -> str | None:
-    """Why ``ids`` (a whole generated turn, EOS included) violate ``constraint``; None if they
-    obey it."""
+    """Why ``ids`` (a whole generated turn, EOS included) violate ``constraint`` token by token
+    (what the backend enforced while generating); None if they obey it."""
     if constraint is None or constraint.kind == "none":
         return None
     if constraint.kind == "forbid":

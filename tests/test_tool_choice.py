@@ -163,3 +163,109 @@ def test_transformers_style_arguments_json_roundtrip(tok):
     c = build_constraint("required", "hermes", schema)
     text = "<tool_call>\n" + json.dumps({"name": "f", "arguments": {"o": {"x": [1, 2.5]}, "s": "Zürich"}}, ensure_ascii=False) + "\n</tool_call>"
     assert check_ids(c, tok, ids(tok, text)) is None
+
+
+# ---- schemas the grammar must read as JSON Schema does ------------------------------------------
+
+
+def _turn(tok, name, args, fmt="hermes"):
+    return ids(tok, get_parser(fmt).format_calls([{"name": name, "arguments": args}]))
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_required_keys_without_properties_are_admitted(tok, fmt):
+    """{"type": "object", "required": ["k"]} admitted only {} (which breaks its own required):
+    now the required key with any value, other keys too (no "properties": any keys), never {}."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": ["k"]}}}]
+    c = build_constraint("required", fmt, tools)
+    assert check_ids(c, tok, _turn(tok, "f", {"k": 1}, fmt)) is None
+    assert check_ids(c, tok, _turn(tok, "f", {"k": {"deep": [1, "x"]}, "other": True}, fmt)) is None
+    assert check_ids(c, tok, _turn(tok, "f", {}, fmt)), "{} breaks required"
+    assert check_ids(c, tok, _turn(tok, "f", {"other": 1}, fmt))
+    # nested, and beside listed properties
+    tools = [{"type": "function", "function": {"name": "g", "parameters": {"type": "object", "properties": {
+        "a": {"type": "integer"}, "o": {"type": "object", "required": ["x"]}}, "required": ["a", "o", "z"]}}}]
+    c = build_constraint("required", fmt, tools)
+    assert check_ids(c, tok, _turn(tok, "g", {"a": 1, "o": {"x": None}, "z": "any"}, fmt)) is None
+    assert check_ids(c, tok, _turn(tok, "g", {"a": 1, "o": {}, "z": 1}, fmt))
+    assert check_ids(c, tok, _turn(tok, "g", {"a": 1, "o": {"x": 1}}, fmt))  # z is required
+
+
+def test_an_object_without_properties_admits_any_object(tok):
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"opts": {"type": "object"}}}}}]
+    c = build_constraint("required", "hermes", tools)
+    assert check_ids(c, tok, _turn(tok, "f", {"opts": {"a": 1, "b": [2]}})) is None
+    assert check_ids(c, tok, _turn(tok, "f", {"extra": 1}))  # listed properties: only those (structured outputs)
+
+
+SCRIPT_TOOLS = [
+    {"type": "function", "function": {"name": "add", "description": "Add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}},
+     "mock": {"template": "{a}+{b}"}},
+    {"type": "function", "function": {"name": "strict", "description": "Strict", "parameters": {
+        "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"], "additionalProperties": False}},
+     "mock": "ok"},
+    {"type": "function", "function": {"name": "need_k", "description": "Needs k", "parameters": {"type": "object", "required": ["k"]}},
+     "mock": "k"},
+]
+
+
+def _scripted(script, choice, **cfg):
+    b = load_tokenizer("qwen3")
+    loop = AgentLoop(ScriptedGenerator(b.tokenizer, script), b, tools=ToolRegistry.from_schemas(SCRIPT_TOOLS),
+                     config=LoopConfig(tool_choice=choice, **cfg))
+    return asyncio.run(loop.run([{"role": "user", "content": "go"}]))
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_call>\n{"name": "add", "arguments": {"b": 2, "a": 1}}\n</tool_call>',  # key order
+    '<tool_call>\n{"arguments": {"a": 1, "b": 2}, "name": "add"}\n</tool_call>',  # name after the arguments
+    '<tool_call>{"name":"add","arguments":{"a":1,"b":2}}</tool_call>',  # compact JSON, no newlines
+    '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2, "note": "x"}}\n</tool_call>',  # a key the schema allows
+    '<tool_call>\n{"name": "need_k", "arguments": {"k": 1}}\n</tool_call>',  # required without properties
+    '<tool_call>\n{"name": "add", "arguments": {"b": 2, "a": 1}}\n</tool_call>\n<tool_call>\n{"name": "strict", "arguments": {"q": "x"}}\n</tool_call>',
+])
+def test_a_given_turn_is_checked_by_what_the_schema_accepts(tok, text):
+    """The scripted backend checks a script against tool_choice by parsing it and validating the
+    calls with jsonschema, not with the generation grammar (which forces key order, whitespace
+    and only listed keys): a turn the schema accepts runs."""
+    t = _scripted([text, "done"], ["required", "auto"], max_parallel_calls=2)
+    assert t.termination_reason == "no_tool_calls", t.steps[1].error
+    assert all(r.ok for r in t.steps[2].tool_results)
+    if '"b": 2, "a": 1' in text:  # generation, by contrast, writes the schema's key order
+        assert check_ids(build_constraint("required", "hermes", [x for x in SCRIPT_TOOLS]), tok, ids(tok, text))
+
+
+@pytest.mark.parametrize("text,why", [
+    ("It is sunny.", "has no tool call"),
+    ('Sure: <tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>', "text besides its tool calls"),
+    ('<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n</tool_call>', "'b' is a required property"),
+    ('<tool_call>\n{"name": "add", "arguments": {"a": "1", "b": 2}}\n</tool_call>', "a: '1' is not of type 'integer'"),
+    ('<tool_call>\n{"name": "strict", "arguments": {"q": "x", "extra": 1}}\n</tool_call>', "Additional properties are not allowed"),
+    ('<tool_call>\n{"name": "need_k", "arguments": {}}\n</tool_call>', "'k' is a required property"),
+    ('<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>', "'nope', which tool_choice=required"),
+    ('<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}\n</tool_call>', "cannot be read"),
+    ('<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\n' * 3, "allows at most 2"),
+])
+def test_a_given_turn_that_breaks_the_choice_is_refused_with_the_reason(text, why):
+    t = _scripted([text, "done"], ["required", "auto"], max_parallel_calls=2)
+    assert t.termination_reason == "generation_error"
+    assert "does not obey" in t.steps[1].error and why in t.steps[1].error, t.steps[1].error
+
+
+def test_a_given_turn_under_a_named_choice_and_without_eos():
+    from backend.tool_choice import check_given
+
+    b = load_tokenizer("qwen3")
+    c = build_constraint("add", "hermes", [{k: v for k, v in t.items() if k != "mock"} for t in SCRIPT_TOOLS])
+    tok = b.tokenizer
+    good = '<tool_call>\n{"name": "add", "arguments": {"b": 2, "a": 1}}\n</tool_call>'
+    assert check_given(c, tok, ids(tok, good)) is None
+    assert "does not allow" in check_given(c, tok, ids(tok, good.replace('"add"', '"strict"')))
+    assert "at most 1" in check_given(c, tok, ids(tok, good + "\n" + good))
+    assert "does not end with EOS" in check_given(c, tok, ids(tok, good)[:-1])
+    # a scripted turn given as token ids without EOS is refused the same way
+    t = _scripted([{"token_ids": tok.encode(good, add_special_tokens=False)}, "done"], ["add", "auto"])
+    assert t.termination_reason == "generation_error" and "does not end with EOS" in t.steps[1].error
+    none = build_constraint("none", "hermes", [])
+    assert check_given(none, tok, ids(tok, good)) and check_given(none, tok, ids(tok, "Fine.")) is None

@@ -55,11 +55,14 @@ class Constraint:
 
     ``kind``: "none" (no constraint), "regex", "json_schema", "grammar" (EBNF/lark), or
     "structural_tag". ``spec`` is the regex / schema / grammar text the backend enforces.
+    ``given_check``: how a turn the model did NOT generate under this constraint (a script, an
+    import) is checked against it (``backend.tool_choice.check_given``); None: by ``spec``.
     """
 
     kind: str = "none"
     spec: Any = None
     description: str = ""
+    given_check: Any = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "spec": self.spec, "description": self.description}

@@ -112,10 +112,12 @@ class ScriptedGenerator(Generator):
         entry = self.script[turn]
         ids = self._ids(entry)
         if constraint is not None and constraint.kind != "none":
-            # a real backend would have been forced to obey; a script that does not is a bad script
-            from backend.tool_choice import check_ids
+            # a real backend would have been forced to obey; a script that does not is a bad
+            # script. A script is given text: checked by what the schema accepts (any key order,
+            # JSON whitespace, unlisted keys the schema allows), not by the generation grammar.
+            from backend.tool_choice import check_given
 
-            why = check_ids(constraint, self.tokenizer, ids)
+            why = check_given(constraint, self.tokenizer, ids)
             if why:
                 raise GenerationError(f"script entry {turn} does not obey the decoding constraint: {why}")
         finish = "stop"
