@@ -179,3 +179,171 @@ def test_embedded_default_on_vllm_calls_the_tool_then_answers(seed_files, tmp_pa
     # constrained tokens are generated tokens: mask 1; the tool turn is mask 0
     assert set(t.response_mask[first.start - n0:first.end - n0]) == {1}
     assert set(t.response_mask[tool_step.start - n0:tool_step.end - n0]) == {0}
+
+
+# ---- tools as people have them (issue 12): plain OpenAI lists, [], catalogue types ---------------
+
+PLAIN_TOOLS = [{"type": "function", "function": {
+    "name": "get_current_temperature", "description": "Get current temperature at a location.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city"}}, "required": ["city"]}}}]
+CATALOGUE_TOOLS = [{"type": "function", "function": {
+    "name": "calculate_triangle_area", "description": "Calculate the area of a triangle.",
+    "parameters": {"type": "dict", "properties": {"base": {"type": "float"}, "height": {"type": "long"},
+                                                  "unit": {"type": "String"}, "extra": {"type": "any"}, "dims": {"type": "tuple", "items": {"type": "float"}}},
+                   "required": ["base", "height"]}}}]
+
+
+def _reference(tools, messages):
+    from backend.tokenizers import load_tokenizer
+
+    b = load_tokenizer("qwen3")
+    return b.tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=False,
+                                           chat_template=b.chat_template, **b.chat_template_kwargs)
+
+
+@pytest.mark.parametrize("tools", [PLAIN_TOOLS, [], CATALOGUE_TOOLS], ids=["plain-openai-list", "empty-list", "catalogue-types"])
+def test_render_takes_plain_schemas_an_empty_list_and_catalogue_types(tmp_path, seed_files, tools):
+    """`render --tools tools.json` with a plain OpenAI list (no "mock") failed with "has no mock
+    result", `[]` with "defines no tools", catalogue types with "not valid under any of the given
+    schemas". Each now renders exactly as transformers' apply_chat_template does."""
+    (tmp_path / "tools.json").write_text(json.dumps(tools))
+    msgs = json.loads((seed_files / "messages.json").read_text())
+    p = cli("render", "--tokenizer", "qwen3", "--messages", str(seed_files / "messages.json"), "--tools", str(tmp_path / "tools.json"), "--json")
+    d = json.loads(p.stdout)
+    assert d["text"] == _reference(tools, msgs)
+    if tools is CATALOGUE_TOOLS:
+        assert [(m["path"], m["given"], m["used"]) for m in d["tool_type_mappings"]] == [
+            ("parameters/type", "dict", "object"), ("parameters/properties/base/type", "float", "number"),
+            ("parameters/properties/height/type", "long", "integer"), ("parameters/properties/unit/type", "String", "string"),
+            ("parameters/properties/extra/type", "any", None), ("parameters/properties/dims/type", "tuple", "array"),
+            ("parameters/properties/dims/items/type", "float", "number")]
+        assert p.stderr.startswith("note: 7 parameter type name(s) in 1 tool(s) are not JSON Schema")
+    else:
+        assert d["tool_type_mappings"] == [] and p.stderr == ""
+    text = cli("render", "--tokenizer", "qwen3", "--messages", str(seed_files / "messages.json"), "--tools", str(tmp_path / "tools.json"))
+    assert text.stdout.startswith(_reference(tools, msgs))
+
+
+def test_run_with_a_plain_list_gives_a_marked_placeholder(tmp_path, seed_files):
+    """A run that calls a tool with no "mock": the tool message is a placeholder that says so,
+    the ToolResult records mock=default, the trace's metadata lists the tool, the summary counts
+    the placeholder results and a note on stderr says so at load time."""
+    (tmp_path / "tools.json").write_text(json.dumps(CATALOGUE_TOOLS))
+    (tmp_path / "script.json").write_text(json.dumps([
+        '<tool_call>\n{"name": "calculate_triangle_area", "arguments": {"height": 5, "base": 10.0, "extra": [1]}}\n</tool_call>', "25."]))
+    out = tmp_path / "t.jsonl"
+    p = cli("run", "--tokenizer", "qwen3", "--script", str(tmp_path / "script.json"), "--tools", str(tmp_path / "tools.json"),
+            "--messages", str(seed_files / "messages.json"), "--tool-choice", "required,auto", "--out", str(out), "--json")
+    s = json.loads(p.stdout)
+    assert s["termination_reason"] == "no_tool_calls" and s["placeholder_results"] == 1 and len(s["tool_type_mappings"]) == 7
+    assert 'note: 1 tool(s) have no "mock" result (calculate_triangle_area)' in p.stderr
+    assert "note: 7 parameter type name(s)" in p.stderr
+    from backend.trace import load_traces
+
+    t = load_traces(str(out)).traces[0]
+    r = t.steps[2].tool_results[0]
+    assert r.ok and r.mock == "default" and r.content == "[placeholder result: no \"mock\" is defined for tool 'calculate_triangle_area']"
+    assert t.messages[2]["content"] == r.content and t.metadata["default_mock_tools"] == ["calculate_triangle_area"]
+    assert t.tools == CATALOGUE_TOOLS  # rendered as given
+    text = cli("run", "--tokenizer", "qwen3", "--script", str(tmp_path / "script.json"), "--tools", str(tmp_path / "tools.json"),
+               "--messages", str(seed_files / "messages.json"), "--out", str(out))
+    assert "1 tool call(s) got a placeholder result" in text.stdout
+    help_text = cli("run", "--help").stdout
+    assert "placeholder" in help_text and "mock=default" in help_text
+
+
+def test_parse_llama3_json_reports_the_missing_parameters_repair():
+    """`parse --format llama3_json` read {"name": "f"} as a call with {} and said nothing."""
+    d = json.loads(cli("parse", "--format", "llama3_json", "--text", '{"name": "f"}', "--json").stdout)
+    assert d["tool_calls"] == [{"name": "f", "arguments": {}, "span": [0, 13]}]
+    assert d["errors"] == [{"message": 'tool call \'f\' has no "parameters": read as {} (no arguments); the model did not write them',
+                            "span": [0, 13], "severity": "warning"}]
+
+
+# ---- import / export / check: empty input and bad records are not success ----------------------------
+
+
+@pytest.fixture
+def trace_files(tmp_path):
+    good = (
+        open(os.path.join(ROOT, "sample_traces", "01_weather.jsonl"), encoding="utf-8").read().strip(),
+        open(os.path.join(ROOT, "sample_traces", "02_parallel_calls.jsonl"), encoding="utf-8").read().strip(),
+    )
+    files = {
+        "empty": "", "blank": "\n  \n",
+        "good": good[0] + "\n",
+        "mixed": good[0] + "\n" + '{"neither": 1}\n' + "not json\n" + good[1] + "\n",
+        "bad": '{"neither": 1}\nnot json\n',
+    }
+    for k, v in files.items():
+        (tmp_path / f"{k}.jsonl").write_text(v)
+    return tmp_path
+
+
+@pytest.mark.parametrize("name", ["empty", "blank"])
+def test_an_empty_input_is_an_error_everywhere(trace_files, name):
+    f = str(trace_files / f"{name}.jsonl")
+    out = trace_files / "out.jsonl"
+    for args, word in ((["import", f, "--out", str(out)], "nothing to import"), (["check", f, "--no-tokens"], "nothing to check"),
+                       (["export", f, "--to", "jsonl", "--out", str(out)], "nothing to export")):
+        p = cli(*args, check=False)
+        assert p.returncode == 2 and p.stdout == "", (args, p.stdout, p.stderr)
+        assert p.stderr.startswith("error: ") and word in p.stderr and len(p.stderr.strip().splitlines()) == 1
+        assert not out.exists()
+
+
+def test_import_with_bad_lines_writes_the_good_ones_and_exits_1(trace_files):
+    out = trace_files / "out.jsonl"
+    p = cli("import", str(trace_files / "mixed.jsonl"), "--out", str(out), "--json", check=False)
+    assert p.returncode == 1
+    s = json.loads(p.stdout)
+    assert s["traces"] == 2 and [x["line"] for x in s["problems"]] == [2, 3]
+    assert p.stderr.startswith("error: 2 of 4 record(s) in ") and "the other 2 were written to" in p.stderr
+    from backend.trace import load_traces
+
+    assert [t.id for t in load_traces(str(out)).traces] == ["sample-weather-seattle", "sample-parallel-calls"]
+    assert cli("import", str(trace_files / "good.jsonl"), "--out", str(out)).returncode == 0
+    # nothing readable: exit 2, the summary still lists every record, --out is left as it was
+    before = out.read_bytes()
+    p = cli("import", str(trace_files / "bad.jsonl"), "--out", str(out), "--json", check=False)
+    assert p.returncode == 2 and [x["line"] for x in json.loads(p.stdout)["problems"]] == [1, 2]
+    assert "none of the 2 record(s)" in p.stderr and "nothing was written" in p.stderr
+    assert out.read_bytes() == before
+
+
+def test_check_with_bad_lines_or_a_missing_id_exits_1(trace_files):
+    p = cli("check", str(trace_files / "mixed.jsonl"), "--no-tokens", "--json", check=False)
+    assert p.returncode == 1
+    d = json.loads(p.stdout)
+    assert len(d["traces"]) == 2 and [x["line"] for x in d["problems"]] == [2, 3]
+    assert "2 record(s) are not traces" in p.stderr and "2 trace(s) were checked" in p.stderr
+    assert cli("check", str(trace_files / "good.jsonl"), "--no-tokens").returncode == 0  # findings do not matter
+    p = cli("check", str(trace_files / "good.jsonl"), "--no-tokens", "--id", "nope", check=False)
+    assert p.returncode == 2 and "no trace in" in p.stderr and "'nope'" in p.stderr
+    p = cli("check", str(trace_files / "mixed.jsonl"), "--no-tokens", "--id", "sample-weather-seattle", "--id", "nope", "--json", check=False)
+    assert p.returncode == 1 and json.loads(p.stdout)["missing_ids"] == ["nope"] and "no trace has the id 'nope'" in p.stderr
+    p = cli("check", str(trace_files / "bad.jsonl"), "--no-tokens", check=False)
+    assert p.returncode == 2 and "nothing was checked" in p.stderr
+
+
+def test_export_takes_several_files_and_exits_1_on_bad_records(trace_files):
+    from backend.trace import load_traces
+
+    out = trace_files / "all.jsonl"
+    p = cli("export", str(trace_files / "good.jsonl"), str(trace_files / "mixed.jsonl"), "--to", "jsonl", "--out", str(out), "--json", check=False)
+    assert p.returncode == 1
+    s = json.loads(p.stdout)
+    assert s["traces"] == 3 and s["inputs"] == [str(trace_files / "good.jsonl"), str(trace_files / "mixed.jsonl")]
+    assert [(os.path.basename(x["file"]), x["line"]) for x in s["skipped"]] == [("mixed.jsonl", 2), ("mixed.jsonl", 3)]
+    assert p.stderr.startswith("error: skipped 2 bad record(s)")
+    assert [t.id for t in load_traces(str(out)).traces] == ["sample-weather-seattle", "sample-weather-seattle", "sample-parallel-calls"]
+    p = cli("export", str(trace_files / "good.jsonl"), os.path.join(ROOT, "sample_traces", "02_parallel_calls.jsonl"),
+            "--to", "verl", "--out", str(trace_files / "rows.parquet"), "--json")
+    assert json.loads(p.stdout)["traces"] == 2 and p.stderr == ""
+    # an empty file among several is reported, the rest exported
+    p = cli("export", str(trace_files / "good.jsonl"), str(trace_files / "empty.jsonl"), "--to", "jsonl", "--out", str(out), "--json", check=False)
+    assert p.returncode == 1 and json.loads(p.stdout)["skipped"] == [{"file": str(trace_files / "empty.jsonl"), "line": None, "reason": "the file is empty"}]
+    p = cli("export", str(trace_files / "good.jsonl"), "--to", "jsonl", "--out", str(trace_files / "good.jsonl"), check=False)
+    assert p.returncode == 2 and "--out must not be an input file" in p.stderr
+    p = cli("export", str(trace_files / "bad.jsonl"), "--to", "jsonl", "--out", str(trace_files / "x.jsonl"), check=False)
+    assert p.returncode == 2 and "no trace could be read" in p.stderr and "and 1 more bad record" in p.stderr

@@ -451,14 +451,15 @@ def _cli(*args):
 def test_cli_import(tmp_path):
     out = tmp_path / "t.jsonl"
     r = _cli("import", "--from", "openai-chat", os.path.join(DATA, "openai_chat.jsonl"), "--out", str(out), "--json")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr  # bad records: the good ones are written, the exit status says so
+    assert r.stderr.startswith("error: 2 of 7 record(s)") and len(r.stderr.strip().splitlines()) == 1
     s = json.loads(r.stdout)
     assert s["traces"] == 5 and s["ids"] == {"rendered": 5} and [p["line"] for p in s["problems"]] == [3, 4]
     from backend.trace import load_traces
 
     assert len(load_traces(str(out)).traces) == 5
     r = _cli("import", os.path.join(DATA, "sharegpt.jsonl"), "--out", str(out))
-    assert r.returncode == 0 and "line 3: conversations[0] has unknown speaker 'narrator'" in r.stdout
+    assert r.returncode == 1 and "line 3: conversations[0] has unknown speaker 'narrator'" in r.stdout
     r = _cli("import", str(tmp_path / "nope.jsonl"), "--out", str(out))
     assert r.returncode == 2 and r.stderr.startswith("error:") and "Traceback" not in r.stderr
     r = _cli("import", os.path.join(DATA, "sharegpt.jsonl"), "--out", str(out), "--tokenizer", "no/such-tokenizer-here")

@@ -20,6 +20,19 @@ class CLIError(Exception):
     """An error the user can fix; printed as one line, exit status 2."""
 
 
+# Exit statuses of the commands that read record files (import, export, check): 0 every record
+# was read; 1 some records were bad (listed; the good ones were written / checked); 2 nothing
+# could be done (usage, a missing or unreadable file, an empty input, no readable record).
+EXIT_SOME_BAD = 1
+
+
+def bad_records_error(message: str) -> int:
+    """Print one ``error:`` line for bad records on stderr (the summary on stdout lists them)
+    and return the exit status :data:`EXIT_SOME_BAD`."""
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_SOME_BAD
+
+
 def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
     """Print a result: JSON with --json, else the human text (or pretty JSON)."""
     if as_json or text is None:

@@ -1,17 +1,26 @@
-"""``check``: diagnostics for every trace in a file. Exit 0 whatever is found (2 only when the
-file cannot be read)."""
+"""``check``: diagnostics for every trace in a file. The findings do not change the exit status:
+0 every record was a trace and was checked; 1 some records were not traces, or an ``--id`` was
+not found (listed; the rest was checked); 2 nothing was checked (a missing, unreadable or empty
+file, no readable trace, or none of the ``--id``\ s)."""
 
 from __future__ import annotations
 
 import os
+import sys
 
-from backend.cli import CLIError, emit
+from backend.cli import CLIError, bad_records_error, emit
 
 _ICON = {"error": "E", "warning": "W", "info": "I"}
 
 
 def register(sub) -> None:
-    p = sub.add_parser("check", help="diagnose traces: orphan tool messages, bad calls, retokenization drift, mask mismatch, ...")
+    p = sub.add_parser(
+        "check", help="diagnose traces: orphan tool messages, bad calls, retokenization drift, mask mismatch, ...",
+        description="Diagnose every trace of a file. Findings do not change the exit status: 0 every record was a "
+                    "trace and was checked; 1 some records were not traces, or an --id was not found (listed; the "
+                    "rest was checked); 2 nothing was checked (a missing, unreadable or empty file, no readable "
+                    "trace, or none of the --id values).",
+    )
     p.add_argument("traces", metavar="TRACE", help="trace file (.jsonl, .json or .parquet)")
     p.add_argument("--tokenizer", help="tokenizer for the token-level checks (default: the trace's own offline profile, if any)")
     p.add_argument("--template", help="override the chat template (trl name, .jinja file, or Jinja text)")
@@ -77,10 +86,25 @@ def run(args) -> int:
             loc = ", ".join(f"{k} {v}" for k, v in f.location.to_dict().items() if v is not None)
             text.append(f"  [{_ICON.get(f.severity, '?')}] {f.code}{' (' + loc + ')' if loc else ''}: {f.message}")
     problems = [{"line": p.line, "reason": p.reason} for p in res.problems]
+    if not res.traces and not problems:
+        raise CLIError(f"{args.traces} holds no traces (empty): nothing to check")
+    missing = [i for i in dict.fromkeys(args.id) if i not in {t.id for t in res.traces}]
+    if wanted and not out and res.traces:
+        raise CLIError(f"no trace in {args.traces} has the id {', '.join(map(repr, missing))}"
+                       + (f" ({len(problems)} record(s) of it are not traces)" if problems else ""))
     for p in problems:
         text.append(f"line {p['line']}: not a trace: {p['reason']}")
-    summary = {"file": args.traces, "traces": out, "totals": totals, "problems": problems}
-    if not out and not problems:
-        text.append("no traces")
+    summary = {"file": args.traces, "traces": out, "totals": totals, "problems": problems, "missing_ids": missing}
     emit(summary, args.json, "\n".join(text))
+    if not res.traces:
+        print(f"error: no record of {args.traces} is a trace ({len(problems)} bad record(s), first: line "
+              f"{problems[0]['line']}: {problems[0]['reason']}); nothing was checked", file=sys.stderr)
+        return 2
+    if problems or missing:
+        why = []
+        if problems:
+            why.append(f"{len(problems)} record(s) are not traces (first: line {problems[0]['line']}: {problems[0]['reason']})")
+        if missing:
+            why.append(f"no trace has the id {', '.join(map(repr, missing))}")
+        return bad_records_error(f"{args.traces}: " + "; ".join(why) + f"; {len(out)} trace(s) were checked")
     return 0

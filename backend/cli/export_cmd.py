@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 
-from backend.cli import CLIError, emit
+from backend.cli import CLIError, bad_records_error, emit
 
 
 def register(sub) -> None:
-    p = sub.add_parser("export", help="export traces to jsonl, parquet, hf (messages+tools) or verl (ids+mask) rows")
-    p.add_argument("traces", metavar="TRACES", help="trace file (.jsonl, .json or .parquet)")
+    p = sub.add_parser(
+        "export", help="export traces to jsonl, parquet, hf (messages+tools) or verl (ids+mask) rows",
+        description="Export the traces of one or more files, in order, to one output. Exit status: 0 every record was "
+                    "a trace; 1 some records were not (listed; the traces were written); 2 nothing was written (a "
+                    "missing or unreadable file, empty input, or no trace could be read).",
+    )
+    p.add_argument("traces", metavar="TRACES", nargs="+", help="trace file(s) (.jsonl, .json or .parquet), exported in order")
     p.add_argument("--to", dest="fmt", required=True, choices=("jsonl", "parquet", "hf", "verl"))
     p.add_argument("--out", required=True, help="output file (hf/verl: .parquet for Parquet, else JSONL)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
@@ -20,20 +25,40 @@ def run(args) -> int:
     from backend.export import export_traces, load_any
     from backend.trace import TraceFileError
 
-    if not os.path.exists(args.traces):
-        raise CLIError(f"trace file not found: {args.traces}")
-    if os.path.abspath(args.traces) == os.path.abspath(args.out):
-        raise CLIError("--out must not be the input file")
-    try:
-        res = load_any(args.traces)
-    except TraceFileError as e:
-        raise CLIError(str(e)) from None
-    if not res.traces and res.problems:
-        raise CLIError(f"no trace could be read from {args.traces}: line {res.problems[0].line}: {res.problems[0].reason}")
-    n = export_traces(res.traces, args.fmt, args.out)
-    summary = {"out": args.out, "format": args.fmt, "traces": n, "skipped": [{"line": p.line, "reason": p.reason} for p in res.problems]}
+    for path in args.traces:
+        if not os.path.exists(path):
+            raise CLIError(f"trace file not found: {path}")
+        if os.path.abspath(path) == os.path.abspath(args.out):
+            raise CLIError("--out must not be an input file")
+    traces = []
+    problems: list[dict] = []
+    for path in args.traces:
+        try:
+            res = load_any(path)
+        except TraceFileError as e:
+            raise CLIError(str(e)) from None
+        traces += res.traces
+        problems += [{"file": path, "line": p.line, "reason": p.reason} for p in res.problems]
+        if not res.traces and not res.problems and len(args.traces) > 1:
+            problems.append({"file": path, "line": None, "reason": "the file is empty"})
+
+    def where(p: dict) -> str:
+        at = f"line {p['line']}: " if p["line"] is not None else ""
+        return (f"{p['file']}: " if len(args.traces) > 1 else "") + at + p["reason"]
+
+    names = ", ".join(args.traces)
+    if not traces:
+        if not problems:
+            raise CLIError(f"{names} holds no traces (empty): nothing to export")
+        raise CLIError(f"no trace could be read from {names}: {where(problems[0])}"
+                       + (f" (and {len(problems) - 1} more bad record(s))" if len(problems) > 1 else ""))
+    n = export_traces(traces, args.fmt, args.out)
+    summary = {"out": args.out, "format": args.fmt, "inputs": list(args.traces), "traces": n, "skipped": problems}
     text = f"wrote {n} trace(s) to {args.out} as {args.fmt}"
-    if res.problems:
-        text += f"; skipped {len(res.problems)} bad record(s) (first: line {res.problems[0].line}: {res.problems[0].reason})"
+    if problems:
+        text += f"; skipped {len(problems)} bad record(s) (first: {where(problems[0])})"
     emit(summary, args.json, text)
+    if problems:
+        return bad_records_error(f"skipped {len(problems)} bad record(s) (first: {where(problems[0])}); the {n} "
+                                 f"trace(s) read were written to {args.out}")
     return 0

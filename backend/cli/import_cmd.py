@@ -4,14 +4,20 @@ ShareGPT / HF datasets) → our trace JSONL."""
 from __future__ import annotations
 
 import os
+import sys
 
-from backend.cli import CLIError, emit
+from backend.cli import CLIError, bad_records_error, emit
 
 FORMAT_CHOICES = ("agents-sdk", "verl", "openai-chat", "sharegpt", "auto")
 
 
 def register(sub) -> None:
-    p = sub.add_parser("import", help="import traces from another format (agents-sdk, verl, openai-chat, sharegpt)")
+    p = sub.add_parser(
+        "import", help="import traces from another format (agents-sdk, verl, openai-chat, sharegpt)",
+        description="Import other tools' records as traces. Exit status: 0 every record was imported; 1 some records "
+                    "could not be (listed; the others were written); 2 nothing was imported (a missing, unreadable or "
+                    "empty file, or no record could be read; --out is left as it was).",
+    )
     p.add_argument("input", metavar="INPUT", help="JSONL, JSON or Parquet file")
     p.add_argument("--from", dest="fmt", choices=FORMAT_CHOICES, default="auto", help="source format (default: detect per record)")
     p.add_argument("--out", required=True, help="trace file to write (JSONL)")
@@ -56,14 +62,17 @@ def run(args) -> int:
                 formats[name or "?"] = formats.get(name or "?", 0) + 1
                 how = str(item.metadata.get("ids", "given"))
                 ids_how[how] = ids_how.get(how, 0) + 1
-        os.replace(tmp, args.out)
+        if n == 0 and not problems:
+            raise CLIError(f"{args.input} holds no records (the file is empty): nothing to import")
+        if n:
+            os.replace(tmp, args.out)
     except TraceFileError as e:
         raise CLIError(str(e)) from None
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    summary = {"out": args.out, "traces": n, "formats": formats, "ids": ids_how, "problems": problems}
-    lines = [f"wrote {n} trace(s) to {args.out}" + (" (" + ", ".join(f"{k}: {v}" for k, v in sorted(formats.items())) + ")" if formats else "")]
+    summary = {"out": args.out if n else None, "traces": n, "formats": formats, "ids": ids_how, "problems": problems}
+    lines = [(f"wrote {n} trace(s) to {args.out}" if n else f"wrote nothing to {args.out}") + (" (" + ", ".join(f"{k}: {v}" for k, v in sorted(formats.items())) + ")" if formats else "")]
     if ids_how:
         lines.append("token ids: " + ", ".join(f"{k}: {v}" for k, v in sorted(ids_how.items())))
     if problems:
@@ -73,4 +82,12 @@ def run(args) -> int:
         if len(problems) > args.max_problems:
             lines.append(f"  ... and {len(problems) - args.max_problems} more (--json lists all)")
     emit(summary, args.json, "\n".join(lines))
+    if problems:
+        first = f"{unit} {problems[0][unit]}: {problems[0]['reason']}"
+        if not n:
+            print(f"error: none of the {len(problems)} record(s) in {args.input} could be imported (first: {first}); "
+                  f"nothing was written", file=sys.stderr)
+            return 2
+        return bad_records_error(f"{len(problems)} of {n + len(problems)} record(s) in {args.input} could not be imported "
+                                 f"(first: {first}); the other {n} were written to {args.out}")
     return 0
