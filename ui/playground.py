@@ -297,10 +297,10 @@ def _merge(a: Any, b: Any) -> Any:
         raise UserError(f"tools: {short_error(e)}") from None
 
 
-def _tmp_trace_file(trace: Trace) -> str:
+def _tmp_trace_file(trace: Trace, session: Session) -> str:
     from backend.trace import write_jsonl
 
-    d = lifecycle.temp_dir("ali-run-")  # removed at shutdown
+    d = session.temp_dir("run")  # the session's newest only; removed when it ends, or at shutdown
     path = os.path.join(d, trace_file_name(trace))
     write_jsonl([trace], path)
     return path
@@ -625,7 +625,7 @@ def wire(ctx: AppContext, ui: PlaygroundUI, session: gr.State, after_run) -> Non
                 if trace is None:
                     yield sess, (chat if chat is not None else gr.update()), status, box(), gr.update(), _model_status(ctx)
                 else:
-                    yield sess, chat, status, box(), gr.update(value=_tmp_trace_file(trace), interactive=True), _model_status(ctx)
+                    yield sess, chat, status, box(), gr.update(value=_tmp_trace_file(trace, sess), interactive=True), _model_status(ctx)
         except UserError as e:
             # run_turn raises these only before the loop starts (a bad setting, a load that failed)
             yield sess, gr.update(), _status("err", str(e)), (text if cleared else gr.update()), gr.update(), _model_status(ctx)

@@ -13,7 +13,6 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from backend import lifecycle
 from backend.labels import trace_termination_label
 from backend.trace import Trace
 from ui import charts
@@ -204,7 +203,7 @@ def export_filtered(session: Session, df: pd.DataFrame | None, fmt: str) -> str:
     if df is None or len(df) == 0:
         raise gr.Error("nothing to export: the filtered table is empty")
     traces = [session.traces[session.file_traces[int(i)]] for i in df["#"]]
-    d = lifecycle.temp_dir("ali-export-")  # removed at shutdown
+    d = session.temp_dir("export")  # the session's newest only; removed when it ends, or at shutdown
     ext = "parquet" if fmt == "parquet" else "jsonl"
     base = os.path.splitext(session.file_name or "traces")[0] or "traces"
     out = os.path.join(d, f"{base}-filtered.{ext}")

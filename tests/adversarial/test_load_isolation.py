@@ -280,7 +280,7 @@ def test_stop_in_one_session_cancels_only_its_run(app):
     def work(i: int, m: str) -> tuple[str, str, list[Any]]:
         c = client(app.url)
         settings = run_settings(backend="scripted", script=json.dumps([f"{m} says: {answers[i]}"]), token_delay=0.02,
-                                tokenizer="qwen3", tools="[]", tool_choice="auto", max_tokens=20_000, response_length=20_000)
+                                tokenizer="qwen3", tools="[]", tool_choice="auto", max_tokens=8192, response_length=8192)
         job = c.submit(f"talk, {m}", *settings, api_name="/playground_run")
         deadline = time.monotonic() + CALL_TIMEOUT_S
         # wait until this run is streaming (a "running" update has arrived)
