@@ -305,3 +305,47 @@ async def test_the_playground_status_shows_the_template_line(ctx):
     assert "template error (render_error)" in plain(status)
     assert "at template line 4" in trace.steps[0].error
     assert any("at template line 4" in m["content"] for m in msgs), msgs
+
+
+async def test_a_slow_prompt_render_keeps_the_status_ticking(ctx):
+    """A render that takes long (a template worker starting, a big conversation) is not a frozen
+    status: it says it is rendering the prompt, with the time so far, more than once."""
+    import dataclasses
+
+    release = threading.Event()
+
+    class Held:  # the tokenizer, whose chat template render waits until the test lets it go
+        def __init__(self, tok):
+            self._tok = tok
+
+        def apply_chat_template(self, *a, **kw):
+            release.wait(60)
+            return self._tok.apply_chat_template(*a, **kw)
+
+        def __call__(self, *a, **kw):
+            return self._tok(*a, **kw)
+
+        def __len__(self):
+            return len(self._tok)
+
+        def __getattr__(self, name):
+            return getattr(self._tok, name)
+
+    class SlowRenderCtx(AppContext):
+        def visitor_bundle(self, tokenizer, template=None):
+            b = super().visitor_bundle(tokenizer, template)
+            return dataclasses.replace(b, tokenizer=Held(b.tokenizer))
+
+    slow = SlowRenderCtx(samples=ctx.samples)
+    gen = playground.run_turn(slow, fresh(slow), "hi", settings(script=json.dumps(["Hello."]), tools="[]"))
+    seen = []
+    try:
+        while len(seen) < 2:
+            _, status, _ = await asyncio.wait_for(gen.__anext__(), timeout=30)
+            if "rendering the prompt" in status:
+                seen.append(plain(status))
+    finally:
+        release.set()
+    assert seen[0] != seen[1], seen
+    rest = [item async for item in gen]
+    assert rest[-1][2].termination_reason == "no_tool_calls"

@@ -483,7 +483,8 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
             now = time.time()
             # Stop only sets the cancel event; "stopping" is reported here, in this run's own
             # stream of updates, so it can never arrive after (and hide) the run's final status
-            if (view.dirty or (cancel.is_set() and not stopping)) and (now - last >= 0.08 or task.done()):
+            # a new event, Stop, or half a second of nothing new (a slow render keeps its clock running)
+            if (view.dirty or (cancel.is_set() and not stopping) or now - last >= 0.5) and (now - last >= 0.08 or task.done()):
                 last = now
                 if cancel.is_set():
                     stopping = True
@@ -491,7 +492,7 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
                 else:
                     status = _status("warn" if note and note[0] == "warn" else "info",
                                      f"running · {view.progress(now)} · {now - t0:.1f} s{note_text}")
-                yield view.chat(), status, None
+                yield (view.chat() if view.dirty else None), status, None
         trace = task.result()
     finally:
         if not task.done():  # the browser went away: abort the generation
