@@ -135,7 +135,19 @@ def test_inspector_opens_a_trace_whose_id_has_slashes(ctx, weather):
     path = outs[9]["value"]  # the Save trace button's file
     assert os.path.basename(path) == "trace-a_.._.._b_img.jsonl" and os.path.isfile(path)
     assert Trace.from_json(open(path, encoding="utf-8").read().splitlines()[0]).id == t.id
-    assert os.path.basename(playground._tmp_trace_file(t)) == "trace-a_.._.._b_img.jsonl"
+    saved = playground._tmp_trace_file(t, sess)
+    assert os.path.basename(saved) == "trace-a_.._.._b_img.jsonl"
+    # both downloads sit in the session's own folders, under the app's temp root
+    from backend import lifecycle
+
+    root = lifecycle.temp_root()
+    assert all(os.path.realpath(p).startswith(os.path.realpath(root) + os.sep) for p in (path, saved))
+    assert {os.path.dirname(path), os.path.dirname(saved)} == set(sess.temp_dirs.values())
+    # a newer save replaces the session's older folder of that kind; the session's end removes all
+    again = playground._tmp_trace_file(t, sess)
+    assert not os.path.exists(saved) and os.path.exists(again)
+    sess.remove_temp_dirs()
+    assert not os.path.exists(again) and not os.path.exists(path)
 
 
 # ---- Stop ------------------------------------------------------------------------------------
