@@ -352,7 +352,7 @@ def _cut_calls(trace: Trace, s: Any) -> tuple[list[dict[str, Any]], list[Any]]:
     if (errors and s.state == "generating" and s.finish_reason == "abort" and trace.termination_reason in _CUT_REASONS
             and s.index == max((x.index for x in trace.steps if x.state == "generating"), default=-1)):
         end = len((s.text or "").rstrip())
-        legacy = [e for e in errors if e.span is None or e.span[1] >= end]
+        legacy = [e for e in errors if getattr(e, "severity", "error") == "error" and (e.span is None or e.span[1] >= end)]
         cut += [e.model_dump(mode="json") for e in legacy]
         errors = [e for e in errors if e not in legacy]
     return cut, errors

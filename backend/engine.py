@@ -430,7 +430,9 @@ class AgentLoop:
         if cancelled:
             # Stop (or the time limit) cut the turn: a call still being written at the end is not
             # the model's mistake. Kept on the step as cut text, not as a parse error.
-            cut = [e for e in parsed.errors if e.span is None or e.span[1] >= len(text.rstrip())]
+            # (a warning is a repaired call the parser kept: not cut, it stays a warning)
+            cut = [e for e in parsed.errors
+                   if getattr(e, "severity", "error") == "error" and (e.span is None or e.span[1] >= len(text.rstrip()))]
             if cut:
                 step.parse_errors = [e for e in parsed.errors if e not in cut]
                 step.info["cut_tool_call"] = [e.model_dump(mode="json") for e in cut]

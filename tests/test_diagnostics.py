@@ -460,6 +460,47 @@ def test_stop_inside_a_tool_call_is_a_cut_turn_not_an_error(qwen3):
     assert only(check(Trace(steps=done, termination_reason="malformed_tool_call", **base)), "malformed_tool_call")
 
 
+def test_a_repaired_call_at_the_end_of_a_stopped_turn_is_not_taken_for_a_cut_one(qwen3):
+    """A warning (a call the parser kept after a repair) reaching the end of a cancelled turn is
+    a finished call, not one Stop cut: it stays a warning, the engine and ``check`` alike."""
+    import asyncio
+
+    from backend.engine import AgentLoop, LoopConfig
+    from backend.generators.scripted import ScriptedGenerator
+    from backend.trace import ParseError, Step
+
+    text = '<tool_call>\n{"name": "get_current_temperature"}\n</tool_call>'
+    ids = qwen3.tokenizer.encode(text, add_special_tokens=False)
+    warn = ParseError(message="no arguments: read as {}", span=[0, len(text)], raw=text, severity="warning")
+    steps = [Step(index=0, state="pending", start=0, end=3),
+             Step(index=1, state="generating", start=3, end=3 + len(ids), mask=1, text=text, finish_reason="abort",
+                  messages_added=[1], parse_errors=[warn]),
+             Step(index=2, state="terminated", start=3 + len(ids), end=3 + len(ids), info={"reason": "cancelled"})]
+    t = Trace(steps=steps, termination_reason="cancelled", messages=SEATTLE + [{"role": "assistant", "content": ""}],
+              prompt_ids=[1, 2, 3], response_ids=ids, response_mask=[1] * len(ids))
+    fs = check(t)
+    assert not only(fs, "cut_tool_call") and only(fs, "repaired_tool_call")
+
+    async def stopped_after_the_call() -> Trace:
+        # the whole call streams, then Stop arrives before the EOS token
+        gen = ScriptedGenerator(qwen3.tokenizer, [{"token_ids": ids + [qwen3.eos_token_id], "token_delay_s": 0.05}])
+        cancel = asyncio.Event()
+        seen: list[int] = []
+
+        def on_event(ev):
+            if ev.kind == "tokens":
+                seen.extend(ev.token_ids)
+                if len(seen) >= len(ids):
+                    cancel.set()
+
+        return await AgentLoop(gen, qwen3, config=LoopConfig()).run(SEATTLE, on_event=on_event, cancel=cancel)
+
+    run = asyncio.run(stopped_after_the_call())
+    gen_step = next(s for s in run.steps if s.state == "generating")
+    assert run.termination_reason == "cancelled" and "cut_tool_call" not in gen_step.info
+    assert [e.severity for e in gen_step.parse_errors] == ["warning"]
+
+
 def test_a_call_left_by_the_time_limit_is_info(qwen3):
     t = trace(SEATTLE + [asst_call()], [WEATHER], termination_reason="time_limit")
     (f,) = only(check(t), "tool_call_without_response")
