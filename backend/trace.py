@@ -419,7 +419,7 @@ DEFAULT_MAX_LINE_BYTES = int(os.environ.get("ALI_MAX_TRACE_LINE_BYTES", 64 << 20
 # Byte limits do not bound a Parquet file: its list columns are compressed, and a 16 KB file can
 # hold a list of 5·10⁷ token ids (2.7 GB of peak memory once read). These two count values
 # instead (backend/parquet_limits.py checks them before decoding); both are read from the
-# environment at each call (max_trace_tokens / max_file_values).
+# environment at each call (max_trace_tokens / max_file_values), as are the text limits below.
 #
 # ALI_MAX_TRACE_TOKENS: token ids in one trace (prompt_ids + response_ids). 4,000,000 is four times
 # a 1M-token context window; one such trace is ~250 MB once loaded (see below).
@@ -432,6 +432,22 @@ DEFAULT_MAX_TRACE_TOKENS = 4_000_000
 # by 0.65 GB, so 16M could reach ~1 GB. 8,000,000 keeps a file at ~0.5 GB at worst (~500 traces
 # of 8k + 4k tokens); the decoding itself is 8 bytes a value, one row group at a time.
 DEFAULT_MAX_FILE_VALUES = 8_000_000
+# The bytes of string and binary columns (our layout's JSON columns) are bounded the same way: a
+# 300 MB JSON string compresses to a 14 KB Parquet file, and a dictionary page holding one large
+# value that every row refers to is decoded into one copy per row. parquet_limits bounds the
+# decoded bytes of each column chunk from its page headers (and its dictionary page) first.
+#
+# ALI_MAX_TRACE_TEXT_BYTES: the text of one trace (all its string columns together). The default
+# is the JSONL line limit (ALI_MAX_TRACE_LINE_BYTES, 64 MiB): a trace too long for one line of a
+# JSONL file is too long for one row of a Parquet file.
+# ALI_MAX_FILE_TEXT_BYTES: the text decoded from one Parquet file in total (string and binary
+# values). Loaded, a byte of text costs about two (the Python strings and what is parsed from the
+# JSON): measured on our layout, 55,000 traces of ~4.4 KB (240 MB of text) raise the peak by
+# 0.50 GB, so 256 MiB keeps a file's traces at ~0.55 GB, well under 1 GB. Text with one character
+# outside the BMP is stored by Python in 4 bytes a character (measured: 2.3 bytes more a byte), and
+# JSON of tiny objects expands far more, as in a JSONL file: this bounds the text, not what JSON
+# parses it into.
+DEFAULT_MAX_FILE_TEXT_BYTES = 256 << 20
 
 
 def _env_count(name: str, default: int) -> int:
@@ -457,6 +473,18 @@ def max_file_values() -> int:
     """Most list elements decoded from one Parquet file: ``ALI_MAX_FILE_VALUES``, default
     :data:`DEFAULT_MAX_FILE_VALUES`."""
     return _env_count("ALI_MAX_FILE_VALUES", DEFAULT_MAX_FILE_VALUES)
+
+
+def max_trace_text_bytes() -> int:
+    """Most bytes of text (string and binary values) one trace read from a Parquet file may have:
+    ``ALI_MAX_TRACE_TEXT_BYTES``, default the JSONL line limit (:data:`DEFAULT_MAX_LINE_BYTES`)."""
+    return _env_count("ALI_MAX_TRACE_TEXT_BYTES", DEFAULT_MAX_LINE_BYTES)
+
+
+def max_file_text_bytes() -> int:
+    """Most bytes of text decoded from one Parquet file: ``ALI_MAX_FILE_TEXT_BYTES``, default
+    :data:`DEFAULT_MAX_FILE_TEXT_BYTES`."""
+    return _env_count("ALI_MAX_FILE_TEXT_BYTES", DEFAULT_MAX_FILE_TEXT_BYTES)
 
 
 def too_many_tokens(n: int, where: str = "prompt_ids + response_ids") -> str | None:

@@ -1,8 +1,11 @@
-"""Token and list-value limits on trace files (``ALI_MAX_TRACE_TOKENS``, ``ALI_MAX_FILE_VALUES``).
+"""Token, list-value and text limits on trace files (``ALI_MAX_TRACE_TOKENS``, ``ALI_MAX_FILE_VALUES``,
+``ALI_MAX_TRACE_TEXT_BYTES``, ``ALI_MAX_FILE_TEXT_BYTES``).
 
-A Parquet file of a few KB can hold one row with 5·10⁷ token ids; reading it used to raise the
-process's peak memory by 2.7 GB. These tests write such files with pyarrow and load them the way
-the app does, in a child process that reports its own peak memory (VmHWM) before and after."""
+A Parquet file of a few KB can hold one row with 5·10⁷ token ids (reading it used to raise the
+process's peak memory by 2.7 GB), or one 300 MB string (~1.2 GB), or a large dictionary entry that
+every row refers to (one copy per row once decoded). These tests write such files with pyarrow and
+load them the way the app does, in a child process that reports its own peak memory (VmHWM) before
+and after."""
 
 from __future__ import annotations
 
@@ -20,12 +23,24 @@ import pytest
 from backend.export import load_any, write_parquet
 from backend.importers import import_file
 from backend.parquet_limits import _page_header, _Short, _Unreadable
-from backend.trace import Trace, TraceFileError, max_file_values, max_trace_tokens, write_jsonl
+from backend.trace import (
+    Trace,
+    TraceFileError,
+    human_bytes,
+    max_file_text_bytes,
+    max_file_values,
+    max_trace_text_bytes,
+    max_trace_tokens,
+    write_jsonl,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VERL_ROWS = os.path.join(ROOT, "tests", "data", "import", "verl_agent_loop.jsonl")
 HUGE = 50_000_000  # token ids in the one bad row
 MAX_GROWTH_MB = 300
+MAX_TEXT_GROWTH_MB = 200  # a file refused for its text: what reading the rest of it may cost
+LIMIT_VARS = ("ALI_MAX_TRACE_TOKENS", "ALI_MAX_FILE_VALUES", "ALI_MAX_TRACE_TEXT_BYTES", "ALI_MAX_FILE_TEXT_BYTES",
+              "ALI_MAX_TRACE_LINE_BYTES")
 
 # Loads a file the way the app does and prints its peak memory (VmHWM) before and after. pyarrow
 # and (for an import) the tokenizer are loaded first: their memory is not the file's.
@@ -55,7 +70,7 @@ print(json.dumps({"before_kb": before, "after_kb": after, "traces": [t.id for t 
 
 def load_in_child(path, mode: str = "ours") -> dict:
     env = {**os.environ, "PYTHONPATH": ROOT, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    for k in ("ALI_MAX_TRACE_TOKENS", "ALI_MAX_FILE_VALUES"):
+    for k in LIMIT_VARS:
         env.pop(k, None)  # the defaults
     p = subprocess.run([sys.executable, "-c", CHILD, str(path), mode], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -240,6 +255,320 @@ def test_nested_list_column_of_foreign_rows(tmp_path, monkeypatch, rows_per_grou
     assert [n for n, _ in rows] == [1, 2, 3]
     assert rows[0][1] == {"messages": convs[0]} and rows[2][1] == {"messages": convs[2]}
     assert rows[1][1].reason == "50 values in column messages; the limit is 10 (ALI_MAX_TRACE_TOKENS)"
+
+
+# ---- text: string and binary columns --------------------------------------------------------------
+
+
+def our_table(tmp_path, traces: list[Trace]) -> pa.Table:
+    """``traces`` as a table in our Parquet layout (write_parquet's schema and columns)."""
+    part = tmp_path / "part.parquet"
+    write_parquet(traces, str(part))
+    table = pq.read_table(str(part))
+    part.unlink()
+    return table
+
+
+def with_column(table: pa.Table, name: str, values: pa.Array, field: pa.Field | None = None) -> pa.Table:
+    i = table.schema.get_field_index(name)
+    return table.set_column(i, field or table.schema.field(name), values)
+
+
+def text_trace(i: int, content: int, meta: int = 0, seed: int | None = None) -> Trace:
+    """A trace whose message holds ``content`` characters of distinct text (and ``meta`` in its metadata)."""
+    rng = random.Random(i if seed is None else seed)
+    words = ("tool", "call", "result", "the", "agent", "reads", "a", "file", "and", "writes", "json", "ok")
+    text = " ".join(rng.choice(words) for _ in range(content // 4 + 1))[:content]
+    t = small_trace(i)
+    t.messages = [{"role": "user", "content": text}]
+    if meta:
+        t.metadata = {"note": "m" * meta}
+    return t
+
+
+def row_text(t: Trace) -> int:
+    """The bytes of a trace's row in our layout's string columns."""
+    from backend.export import _row
+
+    return sum(len(v.encode()) for v in _row(t).values() if isinstance(v, str))
+
+
+def test_huge_string_row_is_reported_and_memory_stays_bounded(tmp_path):
+    """One row whose messages column is a 300 MB JSON string (a file of ~13 KB): it is refused from
+    its page headers, never decoded; the rows around it load."""
+    path = tmp_path / "huge_text.parquet"
+    good = our_table(tmp_path, [small_trace(1)])
+    messages = json.dumps([{"role": "user", "content": "a" * 300_000_000}])
+    n = len(messages)
+    huge = with_column(with_column(good, "id", pa.array(["huge"])), "messages", pa.array([messages]))
+    del messages
+    with pq.ParquetWriter(str(path), good.schema, compression="zstd", write_statistics=False) as w:
+        w.write_table(good)
+        w.write_table(huge)
+        w.write_table(with_column(good, "id", pa.array(["after"])))
+    del huge
+    assert os.path.getsize(path) < 100_000
+
+    out = load_in_child(path)
+    print(f"300 MB string row: peak memory +{out['growth_mb']:.0f} MB")
+    assert out["traces"] == ["t1", "after"] and out["lines"] == [1, 3]
+    assert out["problems"] == [[2, f"{human_bytes(n)} of text in column messages; the limit is 67.1 MB (ALI_MAX_TRACE_TEXT_BYTES)"]]
+    assert out["growth_mb"] < MAX_TEXT_GROWTH_MB, out  # was ~1.2 GB
+
+
+def test_dictionary_entry_shared_by_many_rows_is_not_expanded(tmp_path):
+    """A dictionary-encoded metadata column whose one 20 MB entry is referred to by 100 rows: decoding
+    makes one copy per row (2 GB as Arrow strings, again as Python strings). The row group is
+    refused from its page headers and its dictionary page (values × the longest entry), never
+    decoded; the row group before it loads."""
+    path = tmp_path / "shared.parquet"
+    first = our_table(tmp_path, [small_trace(1)])
+    rows = our_table(tmp_path, [small_trace(k) for k in range(2, 102)])
+    meta = json.dumps({"note": "m" * 20_000_000})
+    schema = first.schema
+    i = schema.get_field_index("metadata")
+    dict_field = pa.field("metadata", pa.dictionary(pa.int32(), pa.string()))
+    dict_schema = schema.set(i, dict_field)
+    shared = pa.DictionaryArray.from_arrays(pa.array(np.zeros(100, np.int32)), pa.array([meta]))
+    del meta
+    # store_schema=False: read back as a plain string column, as another tool's file would be
+    with pq.ParquetWriter(str(path), dict_schema, compression="zstd", store_schema=False, write_statistics=False) as w:
+        w.write_table(first.cast(dict_schema))
+        w.write_table(with_column(rows.cast(dict_schema), "metadata", shared, dict_field))
+        w.add_key_value_metadata(schema.metadata)
+    del shared
+    pf = pq.ParquetFile(str(path))
+    col = pf.metadata.row_group(1).column(i)
+    assert pf.schema_arrow.field("metadata").type == pa.string()
+    assert col.has_dictionary_page and "RLE_DICTIONARY" in col.encodings and col.num_values == 100
+    assert os.path.getsize(path) < 1_000_000
+
+    out = load_in_child(path)
+    print(f"20 MB dictionary entry x 100 rows: peak memory +{out['growth_mb']:.0f} MB")
+    assert out["traces"] == ["t1"] and out["lines"] == [1]
+    assert out["problems"] == [[2, "rows 2–101 (100 of 101) not read: at most 268 MB of text are read from one file "
+                                   "(ALI_MAX_FILE_TEXT_BYTES); rows 2–101 (one row group: read whole or not at all) "
+                                   "hold 2.0 GB and 268 MB are left"]]
+    assert out["growth_mb"] < MAX_TEXT_GROWTH_MB, out
+
+
+def test_realistic_file_loads_completely(tmp_path):
+    """2,000 traces of distinct ~4 KB messages, as write_parquet writes them (row groups of 512,
+    messages dictionary-encoded): nothing is refused."""
+    traces = [text_trace(i, 4000) for i in range(2000)]
+    path = tmp_path / "real.parquet"
+    write_parquet(traces, str(path))
+    pf = pq.ParquetFile(str(path))
+    assert pf.metadata.num_row_groups == 4
+    assert pf.metadata.row_group(0).column(pf.schema_arrow.get_field_index("messages")).has_dictionary_page
+    res = load_any(str(path))
+    assert not res.problems
+    assert [t.id for t in res.traces] == [t.id for t in traces] and res.traces[1999].messages == traces[1999].messages
+
+
+@pytest.mark.parametrize("compression", ["zstd", "snappy", "gzip", "brotli", "lz4", "none"])
+@pytest.mark.parametrize("page_version", ["1.0", "2.0"])
+def test_dictionary_bound_is_the_values_it_encodes(tmp_path, monkeypatch, compression, page_version):
+    """Mostly short messages and one long one in a dictionary-encoded column: the text bound is the
+    length of each value the pages refer to, not every value times the longest (which would be
+    200 × 60 KB = 12 MB here, over the 1 MB budget)."""
+    traces = [text_trace(i, 1000) for i in range(200)]
+    traces[5] = text_trace(5, 60_000)
+    table = our_table(tmp_path, traces)
+    path = tmp_path / "skewed.parquet"
+    pq.write_table(table, str(path), compression=compression, data_page_version=page_version)
+    col = pq.ParquetFile(str(path)).metadata.row_group(0).column(table.schema.get_field_index("messages"))
+    assert col.has_dictionary_page and "RLE_DICTIONARY" in col.encodings
+    monkeypatch.setenv("ALI_MAX_FILE_TEXT_BYTES", str(1 << 20))
+    res = load_any(str(path))
+    assert not res.problems and len(res.traces) == 200
+    monkeypatch.setenv("ALI_MAX_FILE_TEXT_BYTES", str(200_000))  # and the budget still holds
+    res = load_any(str(path))
+    assert not res.traces and len(res.problems) == 1
+    assert res.problems[0].reason.startswith("rows 1–200 (200 of 200) not read: at most 200 KB of text are read from one file")
+
+
+@pytest.mark.parametrize("page_version", ["1.0", "2.0"])
+def test_delta_byte_array_columns(tmp_path, monkeypatch, page_version):
+    """DELTA_BYTE_ARRAY (Spark's and parquet-mr's v2 writers): a value is a prefix of the one before
+    plus a suffix, so a page of a few bytes can repeat one long value in every row. Its bound is
+    read from the prefix lengths: distinct values load under a tight budget, a long value repeated
+    in every row is refused without being decoded."""
+    traces = [text_trace(i, 2000) for i in range(300)]
+    table = our_table(tmp_path, traces)
+    path = tmp_path / "delta.parquet"
+    text_columns = [f.name for f in table.schema if f.type == pa.string()]
+    pq.write_table(table, str(path), use_dictionary=False, column_encoding={c: "DELTA_BYTE_ARRAY" for c in text_columns},
+                   data_page_version=page_version, compression="zstd")
+    col = pq.ParquetFile(str(path)).metadata.row_group(0).column(table.schema.get_field_index("messages"))
+    assert "DELTA_BYTE_ARRAY" in col.encodings
+    monkeypatch.setenv("ALI_MAX_FILE_TEXT_BYTES", str(sum(row_text(t) for t in traces) + 100_000))
+    res = load_any(str(path))
+    assert not res.problems and len(res.traces) == 300
+
+    same = with_column(table, "metadata", pa.array([json.dumps({"note": "m" * 100_000})] * 300))
+    bomb = tmp_path / "delta_bomb.parquet"
+    pq.write_table(same, str(bomb), use_dictionary=False, column_encoding={c: "DELTA_BYTE_ARRAY" for c in text_columns},
+                   data_page_version=page_version, compression="zstd")
+    assert os.path.getsize(bomb) < 1_000_000  # 30 MB of metadata
+    monkeypatch.setenv("ALI_MAX_FILE_TEXT_BYTES", str(10_000_000))
+    res = load_any(str(bomb))
+    assert not res.traces and len(res.problems) == 1
+    assert res.problems[0].reason.startswith("rows 1–300 (300 of 300) not read: at most 10.0 MB of text are read from one "
+                                             "file (ALI_MAX_FILE_TEXT_BYTES); rows 1–300 (one row group: read whole or "
+                                             "not at all) hold 30.")
+
+
+@pytest.mark.parametrize("rows_per_group", [1, 3])
+def test_row_over_the_text_limit_among_others(tmp_path, monkeypatch, rows_per_group):
+    """The same verdicts whether a row is alone in its row group (checked from the page headers,
+    not decoded) or shares it (checked from the decoded Arrow offsets, before any Python string is
+    made). A row's text is that of all its string columns."""
+    monkeypatch.setenv("ALI_MAX_TRACE_TEXT_BYTES", "20000")
+    traces = [text_trace(1, 100), text_trace(2, 50_000), text_trace(3, 100), text_trace(4, 12_000, meta=12_000),
+              text_trace(5, 18_000)]
+    path = tmp_path / "text.parquet"
+    write_groups(path, [traces[i : i + rows_per_group] for i in range(0, len(traces), rows_per_group)])
+    res = load_any(str(path))
+    assert [t.id for t in res.traces] == ["t1", "t3", "t5"] and res.lines == [1, 3, 5]
+    assert [p.line for p in res.problems] == [2, 4]
+    # from the page headers, a row's text is known to a few bytes a value (PLAIN pages hold each
+    # string's length); decoded, exactly
+    for p, t, where in zip(res.problems, (traces[1], traces[3]), ("column messages", "columns messages + metadata")):
+        kb, rest = p.reason.split(" KB of text in ", 1)
+        assert abs(float(kb) * 1000 - row_text(t)) <= 200, (p.reason, row_text(t))
+        assert rest == f"{where}; the limit is 20.0 KB (ALI_MAX_TRACE_TEXT_BYTES)"
+
+
+def test_file_text_budget_counts_decoded_row_groups(tmp_path, monkeypatch):
+    """Row groups are read while their text fits in what is left of ALI_MAX_FILE_TEXT_BYTES; the
+    rest is one problem."""
+    traces = [text_trace(i, 10_000) for i in range(1, 11)]
+    per_group = row_text(traces[0]) + row_text(traces[1])
+    monkeypatch.setenv("ALI_MAX_FILE_TEXT_BYTES", str(int(3.5 * per_group)))
+    path = tmp_path / "text_budget.parquet"
+    write_groups(path, [traces[k : k + 2] for k in range(0, 10, 2)])
+    res = load_any(str(path))
+    assert [t.id for t in res.traces] == ["t1", "t2", "t3", "t4", "t5", "t6"]
+    assert len(res.problems) == 1 and res.problems[0].line == 7
+    assert res.problems[0].reason.startswith(f"rows 7–10 (4 of 10) not read: at most {human_bytes(int(3.5 * per_group))} of "
+                                             "text are read from one file (ALI_MAX_FILE_TEXT_BYTES); rows 7–8 (one row "
+                                             "group: read whole or not at all) hold ")
+    monkeypatch.setenv("ALI_MAX_FILE_TEXT_BYTES", str(6 * per_group))
+    assert len(load_any(str(path)).traces) == 10
+
+
+@pytest.mark.parametrize("rows_per_group", [1, 3])
+def test_text_in_foreign_columns(tmp_path, monkeypatch, rows_per_group):
+    """Other tools' files: strings inside lists of structs (HF messages), fixed-size binary values, and
+    a column stored as an Arrow dictionary (a pandas categorical) count as text too."""
+    from backend.importers import _read_parquet_rows
+
+    monkeypatch.setenv("ALI_MAX_TRACE_TEXT_BYTES", "3000")
+    convs = [[{"role": "user", "content": "hi"}]] * 3
+    convs[1] = [{"role": "user", "content": "x" * 1000} for _ in range(4)]
+    blobs = pa.array([[b"a" * 500], [b"b" * 500] * 2, [b"c" * 500] * 7], pa.list_(pa.binary(500)))
+    labels = pa.array(["short", "short", "short"]).dictionary_encode()
+    table = pa.table({"messages": convs, "blobs": blobs, "label": labels})
+    path = tmp_path / "foreign.parquet"
+    pq.write_table(table, str(path), row_group_size=rows_per_group)
+    rows = list(_read_parquet_rows(str(path)))
+    assert [n for n, _ in rows] == [1, 2, 3]
+    assert rows[0][1] == {"messages": convs[0], "blobs": [b"a" * 500], "label": "short"}
+    assert rows[1][1].reason.endswith("of text in columns messages + blobs; the limit is 3.0 KB (ALI_MAX_TRACE_TEXT_BYTES)")
+    assert rows[2][1].reason.endswith("of text in column blobs; the limit is 3.0 KB (ALI_MAX_TRACE_TEXT_BYTES)")
+
+    # pyarrow writes an Arrow dictionary whole in each row group, entries no row refers to included
+    big_label = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0], pa.int32()), pa.array(["short", "l" * 5000, "unused"]))
+    pq.write_table(pa.table({"label": big_label}), str(path), row_group_size=rows_per_group)
+    assert pq.ParquetFile(str(path)).schema_arrow.field("label").type == big_label.type
+    rows = list(_read_parquet_rows(str(path)))
+    if rows_per_group == 1:  # each row group's dictionary holds the 5 KB entry: none is decoded
+        assert [r.reason for _, r in rows] == ["5.0 KB of text in column label; the limit is 3.0 KB (ALI_MAX_TRACE_TEXT_BYTES)"] * 3
+    else:
+        assert rows[0][1] == {"label": "short"} and rows[2][1] == {"label": "short"}
+        assert rows[1][1].reason == "5.0 KB of text in column label; the limit is 3.0 KB (ALI_MAX_TRACE_TEXT_BYTES)"
+
+
+def test_damaged_string_pages_are_problems_not_crashes(tmp_path, monkeypatch):
+    """Bytes of a dictionary page and of the data pages after it overwritten at random: each load
+    ends with traces and problems, never an exception, and no more text than the budget."""
+    monkeypatch.setenv("ALI_MAX_FILE_TEXT_BYTES", "400000")
+    traces = [text_trace(i, 1000) for i in range(100)]
+    traces[3] = text_trace(3, 30_000)
+    table = our_table(tmp_path, traces)
+    clean = tmp_path / "clean.parquet"
+    for compression in ("none", "zstd"):
+        pq.write_table(table, str(clean), compression=compression)
+        col = pq.ParquetFile(str(clean)).metadata.row_group(0).column(table.schema.get_field_index("messages"))
+        start = col.dictionary_page_offset
+        end = start + col.total_compressed_size
+        data = clean.read_bytes()
+        rng = random.Random(1)
+        path = tmp_path / "damaged.parquet"
+        for _ in range(150):
+            b = bytearray(data)
+            for _ in range(rng.randrange(1, 4)):
+                b[rng.randrange(start + 20, end)] = rng.randrange(256)
+            path.write_bytes(bytes(b))
+            res = load_any(str(path))
+            assert len(res.traces) + len(res.problems) >= 1
+            assert sum(row_text(t) for t in res.traces) <= 400_000
+
+
+def test_page_body_readers_refuse_garbage_with_their_own_errors():
+    """The readers of dictionary pages, levels, indices and DELTA_BYTE_ARRAY prefix lengths on random
+    bytes: a number or _BadBody (then the bound that needs no body is used), nothing else."""
+    from backend import parquet_limits as pl
+
+    rng = random.Random(0)
+    for i in range(3000):
+        buf = memoryview(bytes(rng.randrange(256) if rng.random() < 0.7 else rng.choice((0, 1, 3, 0x80, 0xFF))
+                               for _ in range(rng.randrange(0, 120))))
+        scan = pl._Scan(None, 0)
+        n = rng.choice((0, 1, 7, 100, 10_000, 2**31 - 1))
+        leaf = pl._Leaf(pl._BYTES, 0, rng.randrange(0, 3), rng.randrange(0, 4))
+        h = pl._Header(rng.choice((pl._DATA_PAGE, pl._DATA_PAGE_V2)), len(buf), len(buf), n, 0, pl._RLE_DICTIONARY,
+                       rng.choice((pl._RLE, pl._BIT_PACKED, 9)), pl._RLE, rng.randrange(0, 50))
+        for read in (lambda: pl._dictionary_lengths(buf, n, scan), lambda: pl._levels(buf, h, leaf, scan),
+                     lambda: pl._indices_text(buf, n, np.array([5, 1000, 0][: i % 4]), scan),
+                     lambda: pl._delta_prefixes(buf, n, scan)):
+            try:
+                assert read() is not None
+            except pl._BadBody:
+                pass
+
+
+def test_exact_bounds_fall_back_to_safe_ones(tmp_path, monkeypatch):
+    """Past the work allowed for reading page bodies (MAX_CHECK_STEPS / MAX_CHECK_BYTES), the bounds
+    that need no body are used: looser, so a tight budget refuses what it would otherwise read."""
+    from backend import parquet_limits
+
+    traces = [text_trace(i, 1000) for i in range(200)]
+    traces[5] = text_trace(5, 60_000)
+    path = tmp_path / "skewed.parquet"
+    write_parquet(traces, str(path))
+    monkeypatch.setenv("ALI_MAX_FILE_TEXT_BYTES", str(1 << 20))
+    assert len(load_any(str(path)).traces) == 200
+    for name in ("MAX_CHECK_STEPS", "MAX_CHECK_BYTES"):
+        with monkeypatch.context() as m:
+            m.setattr(parquet_limits, name, 0)
+            res = load_any(str(path))
+            assert not res.traces and [p.line for p in res.problems] == [1]
+            assert "ALI_MAX_FILE_TEXT_BYTES" in res.problems[0].reason
+
+
+def test_text_limits_read_from_the_environment_at_call_time(monkeypatch):
+    for k in ("ALI_MAX_TRACE_TEXT_BYTES", "ALI_MAX_FILE_TEXT_BYTES"):
+        monkeypatch.delenv(k, raising=False)
+    assert (max_trace_text_bytes(), max_file_text_bytes()) == (64 << 20, 256 << 20)
+    monkeypatch.setenv("ALI_MAX_TRACE_TEXT_BYTES", "123")
+    monkeypatch.setenv("ALI_MAX_FILE_TEXT_BYTES", "456")
+    assert (max_trace_text_bytes(), max_file_text_bytes()) == (123, 456)
+    for bad in ("lots", "0", "-5"):
+        monkeypatch.setenv("ALI_MAX_FILE_TEXT_BYTES", bad)
+        with pytest.raises(TraceFileError, match="ALI_MAX_FILE_TEXT_BYTES"):
+            max_file_text_bytes()
 
 
 # ---- JSON / JSONL ----------------------------------------------------------------------------------
