@@ -11,29 +11,49 @@ from typing import Any
 
 import gradio as gr
 
+from ui import theme
 from ui.context import AppContext, Session, load_samples, new_session
 
 __all__ = ["CSS", "AppContext", "Session", "build_app", "launch_kwargs", "load_samples"]
 
-CSS = """
+# Colours are the --ali-* variables of ui/theme.py (light, and .dark: Gradio's dark theme), and
+# each state sets its text AND its background. Gradio colours every element inside a gr.HTML
+# (".prose *") with the theme's text colour, so children of our boxes inherit ours explicitly.
+CSS = theme.css_variables() + """
 .ali-summary { padding: 8px 10px; border: 1px solid var(--border-color-primary); border-radius: 8px; background: var(--background-fill-secondary); }
 .ali-label { font-weight: 600; margin-bottom: 4px; word-break: break-all; }
-.ali-desc { font-size: 13px; color: var(--body-text-color-subdued); margin-bottom: 6px; }
+.ali-desc { font-size: 13px; color: var(--ali-subdued); margin-bottom: 6px; }
 .ali-kvs { display: flex; flex-wrap: wrap; gap: 6px 14px; font-size: 13px; }
-.ali-kv span { color: var(--body-text-color-subdued); margin-right: 4px; }
+.ali-kv span { color: var(--ali-subdued); margin-right: 4px; }
 .ali-kv b { font-family: ui-monospace, monospace; font-weight: 600; }
-.ali-note, .ali-warn { color: #92400e; background: #fef3c7; padding: 4px 8px; border-radius: 6px; font-size: 13px; margin-top: 4px; }
-.ali-err { color: #991b1b; background: #fee2e2; padding: 4px 8px; border-radius: 6px; font-size: 13px; margin-top: 4px; white-space: pre-wrap; }
-.ali-ok { color: #065f46; background: #d1fae5; padding: 4px 8px; border-radius: 6px; font-size: 13px; }
-.ali-info { color: var(--body-text-color); background: var(--background-fill-secondary); padding: 4px 8px; border-radius: 6px; font-size: 13px; }
+.ali-badges { display: flex; flex-wrap: wrap; gap: 6px; margin: 2px 0 6px; }
+.ali-badge { font-size: 12px; padding: 1px 8px; border-radius: 10px; border: 1px solid currentColor; font-weight: 600; }
+.ali-badge-ok { color: var(--ali-ok-fg); background: var(--ali-ok-bg); }
+.ali-badge-warn { color: var(--ali-warn-fg); background: var(--ali-warn-bg); }
+.ali-badge-err { color: var(--ali-err-fg); background: var(--ali-err-bg); }
+.ali-badge-info { color: var(--ali-info-fg); background: var(--ali-info-bg); }
+.ali-note, .ali-warn { color: var(--ali-warn-fg); background: var(--ali-warn-bg); padding: 4px 8px; border-radius: 6px; font-size: 13px; margin-top: 4px; }
+.ali-err { color: var(--ali-err-fg); background: var(--ali-err-bg); padding: 4px 8px; border-radius: 6px; font-size: 13px; margin-top: 4px; white-space: pre-wrap; }
+.ali-ok { color: var(--ali-ok-fg); background: var(--ali-ok-bg); padding: 4px 8px; border-radius: 6px; font-size: 13px; }
+.ali-info { color: var(--ali-info-fg); background: var(--ali-info-bg); padding: 4px 8px; border-radius: 6px; font-size: 13px; }
+.ali-note *, .ali-warn *, .ali-err *, .ali-ok *, .ali-info *, .ali-badge *, .ali-diff * { color: inherit; }
 .ali-step-head { font-size: 13px; padding: 4px 0; }
-.ali-diff { font-family: ui-monospace, monospace; font-size: 12px; white-space: pre-wrap; word-break: break-all; border: 1px solid var(--border-color-primary); border-radius: 6px; max-height: 480px; overflow: auto; background: #fff; color: #111; }
-.ali-diff .d-head { color: #555; padding: 4px 6px; border-bottom: 1px solid #ddd; }
-.ali-diff .d-eq { padding: 0 6px; color: #444; }
-.ali-diff .d-del { padding: 0 6px; background: #fee2e2; }
-.ali-diff .d-add { padding: 0 6px; background: #dcfce7; }
-.ali-diff .d-skip { padding: 0 6px; color: #888; font-style: italic; }
-.ali-diff mark { background: #fde047; }
+.ali-copy-bar { display: inline-flex; gap: 6px; align-items: center; margin-left: 10px; }
+.ali-copy { font-size: 12px; padding: 1px 8px; border-radius: 6px; border: 1px solid var(--ali-chip-border); background: var(--ali-chip-bg); color: var(--ali-chip-fg); cursor: pointer; }
+.ali-copy:hover { border-color: var(--ali-chip-fg); }
+.ali-copy-status { font-size: 12px; color: var(--ali-subdued); }
+.ali-diff { font-family: ui-monospace, monospace; font-size: 12px; white-space: pre-wrap; word-break: break-all; border: 1px solid var(--border-color-primary); border-radius: 6px; max-height: 480px; overflow: auto; background: var(--ali-tv-bg); color: var(--ali-tv-fg); }
+.ali-diff .d-head { color: var(--ali-subdued); padding: 4px 6px; border-bottom: 1px solid var(--border-color-primary); }
+.ali-diff .d-eq { padding: 0 6px; color: var(--ali-tv-fg); }
+.ali-diff .d-del { padding: 0 6px; background: var(--ali-del-bg); color: var(--ali-del-fg); }
+.ali-diff .d-add { padding: 0 6px; background: var(--ali-add-bg); color: var(--ali-add-fg); }
+.ali-diff .d-skip { padding: 0 6px; color: var(--ali-subdued); font-style: italic; }
+.ali-diff mark { background: var(--ali-hl-bg); color: var(--ali-hl-fg); }
+/* plots: transparent backgrounds (ui/charts.py); in the dark theme, plotly's own text and grid
+   colours (inline styles) give way to ours. Hover labels keep plotly's colours (their box is
+   drawn in the bar's colour). */
+.dark .js-plotly-plot .main-svg :is(.xtick, .ytick, .g-xtitle, .g-ytitle, .g-gtitle, .legend, .annotation) text { fill: var(--ali-chart-fg) !important; }
+.dark .js-plotly-plot .main-svg :is(.gridlayer, .zerolinelayer) path { stroke: var(--ali-chart-grid) !important; }
 #ali-header h1 { margin-bottom: 0; }
 /* chatbot tool messages: a long title (tool name, reason) wraps inside the bubble instead of
    pushing the call id / duration beside it out of the bubble */
@@ -94,13 +114,20 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         trace_files.wire(ctx, tf, session, (open_in_inspector, [*insp_outputs, tabs, insp.decode_dd]))
         playground.wire(ctx, pg, session, (refresh_inspector, [session, insp.decode_dd], insp_outputs))
 
-        def on_load(sess: Session):
-            return [*refresh_inspector(sess, "auto"), *trace_files.table_outputs(sess), trace_files.initial_status(sess)]
+        def on_load(sess: Session, request: gr.Request):
+            # a link (?trace=<label>&step=<n>, which the Inspector writes as its selection changes)
+            # reopens that trace and step, among the session's own traces only
+            params = dict(request.query_params) if request is not None else {}
+            linked, step, note = inspector.open_link(sess, params)
+            views = inspector.show_trace(ctx, sess, sess.current, "auto", step=step, note=note)
+            return [sess, *views, *trace_files.table_outputs(sess), trace_files.initial_status(sess),
+                    gr.Tabs(selected="inspector") if linked else gr.update()]
 
         # API name, kept stable (see ui/playground.py): /app_load () -> the Inspector's views of the
         # session's current trace (its dropdown lists the session's traces), the Trace files table
-        # and status
-        demo.load(on_load, [session], [*insp_outputs, tf.reason_dd, tf.source_dd, tf.table, tf.dist, tf.status], api_name="app_load")
+        # and status (the tabs come last: a link opens the Inspector)
+        demo.load(on_load, [session], [*insp_outputs, tf.reason_dd, tf.source_dd, tf.table, tf.dist, tf.status, tabs],
+                  api_name="app_load")
     demo.queue(default_concurrency_limit=ctx.concurrency_limit)
     return demo
 

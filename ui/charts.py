@@ -7,6 +7,10 @@ renders as SVG text, never as HTML. Plotly still reads a few tags in that text (
 :func:`_text` (``<``, ``>`` and ``&`` as entities, which plotly decodes): it shows as the
 literal characters. Axis labels from traces are shortened (:func:`_labels`): one long label
 would squeeze the plot to nothing.
+
+Colours: the backgrounds are transparent, so a plot sits on the page's light or dark background;
+bar colours are :data:`ui.theme.CHART` (mid-tones with at least 3:1 contrast on both), and the
+dark theme recolours plotly's text and grid lines through the app's CSS (``ui/__init__.py``).
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from backend.trace import Trace
+from ui.theme import CHART
 
-COLORS = {"prompt": "#9ca3af", "generated": "#22c55e", "injected": "#f97316", "tools": "#f97316", "render": "#60a5fa", "other": "#a78bfa"}
-_LAYOUT = dict(margin=dict(l=40, r=10, t=40, b=40), height=300, template="plotly_white", legend=dict(orientation="h", y=-0.25))
+COLORS = CHART
+_LAYOUT = dict(margin=dict(l=40, r=10, t=40, b=40), height=300, template="plotly_white", legend=dict(orientation="h", y=-0.25),
+               paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)")
 
 
 def _text(s: str) -> str:
@@ -126,7 +132,7 @@ def file_distributions(traces: list[Trace]) -> go.Figure:
     if not traces:
         return _empty("Loaded traces", "no traces loaded")
     fig = make_subplots(rows=1, cols=3, subplot_titles=("assistant turns", "response tokens", "termination reason"))
-    fig.add_histogram(x=[t.num_turns for t in traces], marker_color="#3b82f6", name="turns", row=1, col=1)
+    fig.add_histogram(x=[t.num_turns for t in traces], marker_color=COLORS["turns"], name="turns", row=1, col=1)
     fig.add_histogram(x=[len(t.response_ids) for t in traces], marker_color=COLORS["generated"], name="response tokens", row=1, col=2)
     reasons = Counter((t.termination_reason or "(none)") for t in traces)
     names = sorted(reasons, key=lambda r: -reasons[r])

@@ -11,13 +11,15 @@ from __future__ import annotations
 import html
 import json
 import os
-import tempfile
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
 import pandas as pd
 
+from backend.labels import termination_label, trace_termination_label
 from backend.trace import Step, Trace
 from ui import charts, token_view
 from ui.chat import trace_to_chat
@@ -91,7 +93,7 @@ def step_rows(trace: Trace | None) -> pd.DataFrame:
             "added": s.end - s.start,
             "mask": "" if s.mask is None else str(s.mask) if s.state != "pending" else "prompt",
             "tool calls": calls,
-            "finish": s.finish_reason or (s.info.get("reason") if s.state == "terminated" else "") or "",
+            "finish": s.finish_reason or (termination_label(s.info.get("reason")) if s.state == "terminated" and s.info.get("reason") else ""),
             "duration ms": round(s.duration_s * 1000, 1),
             "errors": "; ".join(errors)[:300],
         })
@@ -113,19 +115,86 @@ def default_step(trace: Trace | None) -> int | None:
     return trace.steps[0].index
 
 
+def _get(md: Any, *path: str) -> Any:
+    for k in path:
+        if not isinstance(md, dict):
+            return None
+        md = md.get(k)
+    return md
+
+
+def source_model(trace: Trace) -> str | None:
+    """The model that produced the trace, where its metadata says: our engine records the
+    generator's model, chat-completions logs the request's / response's ``model``."""
+    md = trace.metadata if isinstance(trace.metadata, dict) else {}
+    for path in (("generator", "model"), ("model",), ("response", "model"), ("request", "model"), ("record", "model")):
+        v = _get(md, *path)
+        if isinstance(v, str) and v.strip():
+            return v.strip()
+    if _get(md, "generator", "backend") == "scripted":
+        return "none (scripted replay)"
+    return None
+
+
+def tokenizer_name(trace: Trace) -> str:
+    name, tpl = trace.tokenizer.name, trace.tokenizer.template
+    if not name:
+        return "not recorded"
+    return f"{name} / {tpl}" if tpl else name
+
+
+def provenance(trace: Trace) -> list[tuple[str, str, str]]:
+    """Where the trace's token ids and mask came from, as ``(kind, text, explanation)`` badges
+    (kind: ok / warn / err / info). Importers record it in ``metadata["ids"]``: ``"given"`` (the
+    source had token ids, kept exactly), ``"rendered"`` (it had only messages: the ids are ours,
+    from rendering them with a tokenizer and template), ``"none"`` (the template could not
+    render them)."""
+    md = trace.metadata if isinstance(trace.metadata, dict) else {}
+    ids, mask, msgs = md.get("ids"), md.get("mask"), md.get("messages")
+    tok = tokenizer_name(trace)
+    out: list[tuple[str, str, str]] = []
+    if ids == "rendered":
+        out.append(("warn", f"re-rendered with {tok}",
+                    "the source had no token ids: these ids and this mask come from rendering its messages with this "
+                    "tokenizer and template; the model may have seen other tokens"))
+    elif ids == "given":
+        out.append(("ok", "token ids as recorded in the source", "the source's own token ids, kept exactly"))
+    elif ids == "none":
+        why = md.get("render_error")
+        out.append(("err", "no token ids: the template could not render the messages",
+                    str(why) if why else "the messages are shown without tokens"))
+    elif isinstance(md.get("generator"), dict):
+        out.append(("ok", "token ids from the agent loop's run", "ids appended as the backend returned them"))
+    if mask == "assumed":
+        out.append(("warn", "mask assumed: all 1", "the source gave no response mask"))
+    if msgs in ("decoded", "recovered"):
+        out.append(("info", f"messages {msgs} from the {'token ids' if msgs == 'decoded' else 'text'}",
+                    "the source had no message list: the conversation was read back from it"))
+    return out
+
+
 def summary_html(label: str, trace: Trace | None, note: str = "") -> str:
     if trace is None:
-        return '<div class="ali-summary">No trace selected. Load a file in <b>Trace files</b> or run one in the <b>Playground</b>.</div>'
+        note_html = f'<div class="ali-note">{html.escape(note)}</div>' if note else ""
+        return ('<div class="ali-summary">No trace selected. Load a file in <b>Trace files</b> or run one in the '
+                f'<b>Playground</b>.{note_html}</div>')
     e = html.escape
     md = trace.metadata if isinstance(trace.metadata, dict) else {}
     runs = " ".join(f"{n}×{m}" for m, n in mask_runs(trace.response_mask)) or "(no response)"
     gen = sum(trace.response_mask)
+    source = md.get("source")
+    parser = md.get("parser", trace.config.get("parser"))
     items = [
         ("trace", trace.id),
-        ("source", str(md.get("source", "?"))),
-        ("tokenizer", f"{trace.tokenizer.name or '?'} / {trace.tokenizer.template or '?'}"),
-        ("parser", str(md.get("parser", trace.config.get("parser") or "?"))),
-        ("termination", trace.termination_reason or "?"),
+        ("source", str(source) if source not in (None, "") else "not recorded"),
+    ]
+    model = source_model(trace)
+    if model:
+        items.append(("model", model))
+    items += [
+        ("tokenizer", tokenizer_name(trace)),
+        ("parser", str(parser) if parser not in (None, "") else "not recorded"),
+        ("termination", trace_termination_label(trace)),
         ("turns", str(trace.num_turns)),
         ("prompt tokens", str(len(trace.prompt_ids))),
         ("response tokens", f"{len(trace.response_ids)} ({gen} generated, {len(trace.response_ids) - gen} injected)"),
@@ -138,10 +207,16 @@ def summary_html(label: str, trace: Trace | None, note: str = "") -> str:
         except (TypeError, ValueError):
             pass
     cells = "".join(f'<div class="ali-kv"><span>{e(k)}</span><b data-field="{e(k)}">{e(v)}</b></div>' for k, v in items)
+    badges = "".join(
+        f'<span class="ali-badge ali-badge-{kind}" data-badge="{kind}" title="{e(why)}">{e(text)}</span>'
+        for kind, text, why in provenance(trace)
+    )
+    badges_html = f'<div class="ali-badges">{badges}</div>' if badges else ""
     desc = md.get("description")
     desc_html = f'<div class="ali-desc">{e(str(desc))}</div>' if desc else ""
     note_html = f'<div class="ali-note">{e(note)}</div>' if note else ""
-    return f'<div class="ali-summary"><div class="ali-label">{e(label)}</div>{desc_html}<div class="ali-kvs">{cells}</div>{note_html}</div>'
+    return (f'<div class="ali-summary"><div class="ali-label">{e(label)}</div>{desc_html}{badges_html}'
+            f'<div class="ali-kvs">{cells}</div>{note_html}</div>')
 
 
 def diagnostics_rows(trace: Trace | None, bundle: Any | None) -> pd.DataFrame:
@@ -188,6 +263,24 @@ def _results_json(step: Step) -> str:
     return json.dumps(doc, ensure_ascii=False, indent=2, default=str)
 
 
+def step_ids_and_mask(trace: Trace, step: Step) -> tuple[list[int], list[int]]:
+    """The token ids a step appended and their mask over the full sequence (prompt tokens are
+    context: 0), as the Copy buttons give them."""
+    return trace.input_ids[step.start : step.end], trace.full_mask[step.start : step.end]
+
+
+def _copy_buttons(ids: list[int], mask: list[int]) -> str:
+    ids_json, mask_json = json.dumps(ids), json.dumps(mask)
+    return (
+        '<span class="ali-copy-bar">'
+        f'<button type="button" class="ali-copy" data-what="token ids" data-copy="{html.escape(ids_json)}" '
+        f'title="copy the {len(ids)} token ids as a JSON list">Copy token ids</button>'
+        f'<button type="button" class="ali-copy" data-what="mask" data-copy="{html.escape(mask_json)}" '
+        f'title="copy their mask (prompt tokens 0) as a JSON list">Copy mask</button>'
+        '<span class="ali-copy-status" aria-live="polite"></span></span>'
+    )
+
+
 def step_detail(trace: Trace | None, step_index: int | None, bundle: Any | None) -> tuple[str, str, str, str, str]:
     """(header html, template text html, tokens html, calls json, results json)."""
     if trace is None or step_index is None:
@@ -213,46 +306,53 @@ def step_detail(trace: Trace | None, step_index: int | None, bundle: Any | None)
     if step.info.get("not_appended"):
         errs.append(f"not appended: {step.info['not_appended']}")
     err_html = "".join(f'<div class="ali-err">{e(x)}</div>' for x in errs)
-    header = f'<div class="ali-step-head">{" · ".join(bits)}{err_html}</div>'
+    ids, mask = step_ids_and_mask(trace, step)
+    copy = _copy_buttons(ids, mask) if ids else ""
+    header = (f'<div class="ali-step-head" data-step="{step.index}"><span class="ali-step-bits">{" · ".join(bits)}</span>'
+              f'{copy}{err_html}</div>')
     text = token_view.mark_special_text(step.text, tok) if step.text else token_view.empty_view("this step appended no text")
-    ids = trace.input_ids[step.start : step.end]
     kinds = token_view.trace_kinds(trace)[step.start : step.end]
     toks = (
-        token_view.render_tokens(ids, kinds, tok, prefix=STEP_PREFIX)
+        token_view.render_tokens(ids, kinds, tok, prefix=STEP_PREFIX, first_index=step.start, step_index=step.index)
         if ids else token_view.empty_view("this step appended no tokens")
     )
     return header, text, toks, _step_json(step), _results_json(step)
 
 
-def _download_file(trace: Trace | None) -> str | None:
+def _download_file(trace: Trace | None, session: Session) -> str | None:
     if trace is None:
         return None
     from backend.trace import write_jsonl
 
-    d = tempfile.mkdtemp(prefix="ali-trace-")
+    d = session.temp_dir("trace")  # the session's newest only; removed when it ends, or at shutdown
     path = os.path.join(d, trace_file_name(trace))
     write_jsonl([trace], path)
     return path
 
 
-def show_trace(ctx: AppContext, session: Session, label: str | None, decode: str | None) -> list[Any]:
-    """All outputs of :meth:`InspectorUI.trace_outputs` for trace ``label``."""
+def show_trace(
+    ctx: AppContext, session: Session, label: str | None, decode: str | None, *, step: int | None = None, note: str = "",
+) -> list[Any]:
+    """All outputs of :meth:`InspectorUI.trace_outputs` for trace ``label`` (a label that is not
+    one of the session's traces shows the session's current one), with ``step`` selected when
+    the trace has it (else :func:`default_step`)."""
     if label and label in session.traces:
         session.current = label
     label = session.current
     trace = session.get(label)
-    bundle, note = (None, "")
+    bundle, tok_note = (None, "")
     if trace is not None:
-        bundle, note = ctx.trace_bundle(trace, decode)
+        bundle, tok_note = ctx.trace_bundle(trace, decode)
     tok = bundle.tokenizer if bundle is not None else None
-    step = default_step(trace)
+    if trace is None or step is None or not any(s.index == step for s in trace.steps):
+        step = default_step(trace)
     tokens_html = (
-        token_view.render_trace(trace, tok, prefix=PREFIX, note=note)
+        token_view.render_trace(trace, tok, prefix=PREFIX, note=tok_note, selected_step=step)
         if trace is not None and trace.input_ids else token_view.empty_view("no tokens in this trace")
     )
     return [
         gr.update(choices=list(session.traces), value=label),
-        summary_html(label or "", trace, note),
+        summary_html(label or "", trace, " · ".join(x for x in (tok_note, note) if x)),
         step_rows(trace),
         gr.update(choices=step_choices(trace), value=step),
         trace_to_chat(trace),
@@ -260,7 +360,7 @@ def show_trace(ctx: AppContext, session: Session, label: str | None, decode: str
         charts.tokens_per_turn(trace),
         charts.step_timeline(trace),
         diagnostics_rows(trace, bundle),
-        gr.update(value=_download_file(trace), interactive=trace is not None),
+        gr.update(value=_download_file(trace, session), interactive=trace is not None),
         *step_detail(trace, step, bundle),
     ]
 
@@ -269,6 +369,158 @@ def show_step(ctx: AppContext, session: Session, step: int | None, decode: str |
     trace = session.get(session.current)
     bundle = ctx.trace_bundle(trace, decode)[0] if trace is not None else None
     return step_detail(trace, step, bundle)
+
+
+def step_number(trace: Trace | None, value: Any) -> int | None:
+    """A step index sent by the browser (a chip, a key, a link), if ``trace`` has that step."""
+    if trace is None or isinstance(value, bool):
+        return None
+    if isinstance(value, str) and re.fullmatch(r"\s*\d{1,9}\s*", value):
+        value = int(value)
+    if not isinstance(value, int):
+        return None
+    return value if any(s.index == value for s in trace.steps) else None
+
+
+def open_link(session: Session, params: Mapping[str, Any]) -> tuple[bool, int | None, str]:
+    """The trace and step a link names (``?trace=<label>&step=<n>``, written by the Inspector as
+    the selection changes): ``(linked, step, note)``. The label is visitor input: it only selects
+    among the session's own traces (by label, else by trace id), and is never shown unescaped."""
+    label = params.get("trace")
+    if not isinstance(label, str) or not label.strip():
+        return False, None, ""
+    label = label[:2000]
+    if label not in session.traces:
+        by_id = next((lb for lb, t in session.traces.items() if t.id == label), None)
+        if by_id is None:
+            short = label if len(label) <= 80 else label[:79] + "…"
+            return True, None, f"the link names a trace that is not in this session: {short!r}"
+        label = by_id
+    session.current = label
+    raw = params.get("step")
+    step = step_number(session.get(label), raw) if raw is not None else None
+    note = "" if raw is None or step is not None else "the link's step is not in this trace: showing the default step"
+    return True, step, note
+
+
+# ---- browser side ------------------------------------------------------------------------------
+
+# The step header's Copy buttons: the clipboard API where the page may use it (https, localhost),
+# else a hidden textarea and execCommand (plain http on a LAN address). The status line says
+# which, so a failed copy is never silent.
+COPY_JS = r"""
+element.addEventListener('click', async (e) => {
+  const b = e.target.closest('button.ali-copy');
+  if (!b || !element.contains(b)) return;
+  const text = b.dataset.copy || '';
+  let ok = false;
+  try { await navigator.clipboard.writeText(text); ok = true; } catch (err) {
+    const ta = document.createElement('textarea');
+    ta.value = text; ta.setAttribute('readonly', ''); ta.style.position = 'fixed'; ta.style.opacity = '0';
+    document.body.appendChild(ta); ta.select();
+    try { ok = document.execCommand('copy'); } catch (err2) { ok = false; }
+    ta.remove();
+  }
+  b.dataset.copied = ok ? 'yes' : 'no';
+  const st = element.querySelector('.ali-copy-status');
+  if (st) st.textContent = ok ? 'copied the ' + b.dataset.what + ' (' + JSON.parse(text).length + ')' : 'could not copy: the browser refused the clipboard';
+});
+"""
+
+# Steps asked for in the browser (a row of the step table, a chip or [ ] in the token view) go to
+# the server through one hidden textbox: its value ("table:<step>:<n>" / "tokens:<step>:<n>", n
+# counting requests so that each one is a change) is written as typing would write it, and its
+# change event runs the handler. That runs with trigger_mode="always_last", and gradio gathers a
+# deferred run's inputs when it runs it: after a quick series of picks, the last one wins.
+# (Event data would not do: gradio re-runs a deferred event with the first event's data.)
+REQUEST_JS = r"""
+if (!window.__aliStepRequests) {
+  window.__aliStepRequests = true;
+  let n = 0;
+  const ask = (value) => {
+    const box = document.querySelector('#REQ textarea, #REQ input');
+    if (!box) return;
+    value += ':' + (++n);
+    const proto = box.tagName === 'TEXTAREA' ? HTMLTextAreaElement.prototype : HTMLInputElement.prototype;
+    Object.getOwnPropertyDescriptor(proto, 'value').set.call(box, value);
+    box.dispatchEvent(new Event('input', {bubbles: true}));
+  };
+  document.addEventListener('ali-step', (e) => { if (e.detail && e.detail.view === 'PREFIX') ask('tokens:' + e.detail.step); });
+  document.addEventListener('click', (e) => {
+    const cell = e.target.closest ? e.target.closest('#insp-steps .body-cell[data-row]') : null;
+    if (!cell) return;
+    const first = document.querySelector('#insp-steps .body-cell[data-row="' + cell.dataset.row + '"][data-col="0"]');
+    const step = first ? first.textContent.trim() : '';
+    if (/^[0-9]{1,9}$/.test(step)) ask('table:' + step);
+  }, true);
+}
+""".replace("REQ", "insp-step-req").replace("PREFIX", PREFIX)
+
+
+# After the selected step changed (any way: the dropdown, a table row, a chip or [ ] in the token
+# view, a trace opened, a link): its anchor, chip and tokens highlighted in the token view (and
+# scrolled to inside its box), its table row highlighted (a style rule by data-row, which
+# survives the table's re-renders and virtual scrolling) and scrolled into the table's box, and
+# the link updated: ?trace=<label>&step=<n> (history.replaceState; `__theme` and other
+# parameters are kept).
+SYNC_JS = r"""
+(label, step) => {
+  const has = step !== null && step !== undefined && step !== '';
+  if (has && window.__aliTV) window.__aliTV.fromServer('PREFIX', step);
+  const table = document.getElementById('insp-steps');
+  let st = document.getElementById('ali-step-row-style');
+  if (!st) { st = document.createElement('style'); st.id = 'ali-step-row-style'; document.head.appendChild(st); }
+  if (has) {
+    // the row whose "step" cell says this step; the table may not be drawn yet (the Inspector tab
+    // is mounted when first opened): then row = step, as our traces number their steps
+    let row = null;
+    if (table) table.querySelectorAll('[data-row][data-col="0"]').forEach((c) => { if (c.textContent.trim() === String(step)) row = +c.dataset.row; });
+    if (row === null) row = +step;
+    const cell = '#insp-steps .body-cell[data-row="' + row + '"]';
+    st.textContent = cell + ' { background: var(--ali-row-sel-bg) !important; color: var(--ali-row-sel-fg) !important; font-weight: 600; }\n'
+      + cell + ' * { color: inherit !important; }\n'
+      + cell + '.first-column { box-shadow: inset 4px 0 0 var(--ali-step-sel); }';
+    const vp = table ? table.querySelector('.virtual-table-viewport') : null;
+    const c0 = vp ? table.querySelector('[data-row="' + row + '"][data-col="0"]') : null;
+    if (vp && c0) {
+      const r = c0.getBoundingClientRect(), v = vp.getBoundingClientRect();
+      const head = table.querySelector('thead, .thead, [role=rowgroup]');
+      const top = v.top + (head ? Math.min(head.getBoundingClientRect().height, 80) : 0);
+      if (r.top < top) vp.scrollTop += r.top - top - 4;
+      else if (r.bottom > v.bottom) vp.scrollTop += r.bottom - v.bottom + 4;
+    } else if (vp) {
+      const rows = table.querySelectorAll('.virtual-row');
+      const h = rows.length ? vp.scrollHeight / Math.max(rows.length, 1) : 40;
+      vp.scrollTop = row * h;
+    }
+  } else { st.textContent = ''; }
+  try {
+    const u = new URL(window.location.href);
+    if (label) u.searchParams.set('trace', label); else u.searchParams.delete('trace');
+    if (has) u.searchParams.set('step', String(step)); else u.searchParams.delete('step');
+    if (u.href !== window.location.href) window.history.replaceState(window.history.state, '', u.href);
+  } catch (err) { /* a page without history (sandboxed frame): no link */ }
+  return [label, step];
+}
+""".replace("PREFIX", PREFIX)
+
+# After a click on a table row: the step's details (the column under the table) come into view
+# when less than about half of them is on screen.
+SHOW_DETAILS_JS = r"""
+(req) => {
+  if (!String(req || '').startsWith('table:')) return;
+  const d = document.getElementById('insp-step-details');
+  if (!d) return;
+  const r = d.getBoundingClientRect();
+  const shown = Math.min(r.bottom, window.innerHeight) - Math.max(r.top, 0);
+  if (shown < Math.min(r.height, window.innerHeight) * 0.5) window.scrollBy(0, r.top - 8);
+}
+"""
+
+KEYS_HELP = ("Click a token (or tap it) to select it: the line above the tokens gives its index, id, bytes, mask and "
+             "step. With the token box focused, **←** / **→** move to the previous / next token, **[** / **]** to "
+             "the previous / next step, **Esc** clears. A step chip, a row of the step table and *Selected step* "
+             "all select the same step; the page's address links to the trace and step shown.")
 
 
 # ---- layout -------------------------------------------------------------------------------------
@@ -281,15 +533,18 @@ def build(ctx: AppContext, session: gr.State) -> InspectorUI:
                                 info="auto: the trace's tokenizer")
         download = gr.DownloadButton("Save trace (JSONL)", scale=1, elem_id="insp-download", interactive=False)
     summary = gr.HTML(summary_html("", None), elem_id="insp-summary")
+    # tall enough for a typical trace's rows, wrapped, on a narrow window (300 px hid the last row)
     steps_df = gr.Dataframe(
         headers=STEP_COLUMNS, value=step_rows(None), interactive=False, label="Steps (click a row)",
-        elem_id="insp-steps", wrap=True, max_height=300,
+        elem_id="insp-steps", wrap=True, max_height=640,
         column_widths=["5%", "12%", "9%", "6%", "6%", "22%", "9%", "9%", "22%"],
     )
     with gr.Row(equal_height=False):
-        with gr.Column(scale=3):
+        with gr.Column(scale=3, elem_id="insp-step-details"):
             step_dd = gr.Dropdown(label="Selected step", choices=[], value=None, elem_id="insp-step")
-            step_header = gr.HTML(elem_id="insp-step-head")
+            step_header = gr.HTML(elem_id="insp-step-head", js_on_load=COPY_JS + REQUEST_JS)
+            # where the browser asks for a step (REQUEST_JS); never shown
+            step_req = gr.Textbox(value="", visible="hidden", elem_id="insp-step-req", show_label=False, container=False)
             with gr.Tabs():
                 with gr.Tab("Template text"):
                     step_text = gr.HTML(token_view.empty_view("select a step"), elem_id="insp-step-text",
@@ -306,8 +561,8 @@ def build(ctx: AppContext, session: gr.State) -> InspectorUI:
         with gr.Column(scale=2):
             chat = gr.Chatbot(label="Conversation", elem_id="insp-chat", height=480, feedback_options=None,
                               sanitize_html=True, group_consecutive_messages=False, buttons=["copy"], autoscroll=False)
-    gr.Markdown("### All tokens\nColour = mask: grey prompt, green generated (1), orange injected (0); violet frame = special token. "
-                "Click a step chip (or a row above) to jump to its tokens.")
+    gr.Markdown("### All tokens\nColour = mask: grey prompt, green generated (mask 1), orange injected (mask 0); "
+                "violet frame = special token; underlined = the selected step. " + KEYS_HELP, elem_id="insp-tokens-help")
     tokens = gr.HTML(token_view.empty_view("no trace"), elem_id="insp-tokens", css_template=token_view.CSS, js_on_load=token_view.JS)
     with gr.Row():
         plot_tokens = gr.Plot(label="Tokens per step", show_label=False, elem_id="insp-plot-tokens")
@@ -325,24 +580,27 @@ def build(ctx: AppContext, session: gr.State) -> InspectorUI:
     def on_step(sess: Session, step: int | None, decode: str | None):
         return show_step(ctx, sess, step, decode)
 
-    def on_row(sess: Session, evt: gr.SelectData):
-        trace = sess.get(sess.current)
-        if trace is None or evt.index is None:
-            return gr.update()
-        row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
-        if 0 <= row < len(trace.steps):
-            return gr.update(value=trace.steps[row].index)
-        return gr.update()
+    def select(sess: Session, step: int | None, decode: str | None):
+        if step is None:
+            return [gr.update(), *[gr.update() for _ in ui.step_outputs()]]
+        return [gr.update(value=step), *show_step(ctx, sess, step, decode)]
+
+    def on_request(sess: Session, request: str | None, decode: str | None):
+        # "table:<step>:<n>" / "tokens:<step>:<n>", written by the page (REQUEST_JS): visitor input
+        m = re.fullmatch(r"(table|tokens):(\d{1,9}):\d{1,12}", request or "")
+        return select(sess, step_number(sess.get(sess.current), int(m.group(2))) if m else None, decode)
 
     # API name, kept stable (see ui/playground.py): /inspector_open (label, decode) -> the trace's
     # views (a label that is not in the caller's session shows the session's current trace)
     trace_dd.input(on_trace, [session, trace_dd, decode_dd], [session, *ui.trace_outputs()], api_name="inspector_open")
     decode_dd.input(on_trace, [session, trace_dd, decode_dd], [session, *ui.trace_outputs()], api_name="inspector_decode",
                     api_visibility="undocumented")
-    step_dd.input(on_step, [session, step_dd, decode_dd], ui.step_outputs()).then(
-        None, [step_dd], None, js=token_view.select_step_js(PREFIX)
-    )
-    steps_df.select(on_row, [session], [step_dd]).then(on_step, [session, step_dd, decode_dd], ui.step_outputs()).then(
-        None, [step_dd], None, js=token_view.select_step_js(PREFIX)
-    )
+    # a quick series of selections (keys held, clicks in a row): the last one wins, none is dropped
+    # (gradio's default trigger mode ignores an event while the previous one is running)
+    step_dd.input(on_step, [session, step_dd, decode_dd], ui.step_outputs(), trigger_mode="always_last")
+    step_req.change(on_request, [session, step_req, decode_dd], [step_dd, *ui.step_outputs()], trigger_mode="always_last",
+                   api_visibility="undocumented").then(None, [step_req], None, js=SHOW_DETAILS_JS)
+    # whatever changed them (a user or a handler): highlight, scroll, link
+    step_dd.change(None, [trace_dd, step_dd], None, js=SYNC_JS)
+    trace_dd.change(None, [trace_dd, step_dd], None, js=SYNC_JS)
     return ui

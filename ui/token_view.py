@@ -283,18 +283,29 @@ def count_tokens(kinds: Sequence[int], fragments: Sequence[tuple[str, str, bool]
     return c
 
 
-def _legend(counts: TokenCounts, prefix: str) -> str:
+# What the legend says of each kind: prompt tokens are outside response_mask (the trainer's
+# input), generated ones are mask 1, injected ones (tool output, template text) mask 0.
+KEY_LABELS = {PROMPT: ("prompt", "input, outside response_mask"), GENERATED: ("generated", "mask 1"),
+              INJECTED: ("injected", "mask 0")}
+
+
+def _legend(counts: TokenCounts) -> str:
     items = []
     for k in (PROMPT, GENERATED, INJECTED):
         n = counts.by_kind.get(k, 0)
-        mask = {PROMPT: "prompt", GENERATED: "mask 1", INJECTED: "mask 0"}[k]
+        name, what = KEY_LABELS[k]
+        small = f" <small>({what})</small>" if k != PROMPT else ""
         items.append(
-            f'<span class="tv-key {_KIND_CLASS[k]}0" data-kind="{KIND_NAMES[k]}">{KIND_NAMES[k]} '
-            f'<small>({mask})</small> <b data-count="{KIND_NAMES[k]}">{n}</b></span>'
+            f'<span class="tv-key {_KIND_CLASS[k]}0" data-kind="{name}" title="{name}: {what}">{name}{small} '
+            f'<b data-count="{name}">{n}</b></span>'
         )
-    items.append(f'<span class="tv-key sp">special <b data-count="special">{counts.special}</b></span>')
+    items.append(f'<span class="tv-key sp" title="special / added tokens (framed)">special <b data-count="special">{counts.special}</b></span>')
     items.append(f'<span class="tv-key">total <b data-count="total">{counts.total}</b></span>')
     return "".join(items)
+
+
+# The info line before anything is selected: also the view's one line of help.
+INFO_HELP = "hover or click a token for its index, id, bytes, mask and step · keys in the token box: ← → token, [ ] step, Esc clear"
 
 
 def render_tokens(
@@ -308,11 +319,16 @@ def render_tokens(
     note: str = "",
     show_whitespace: bool = False,
     selected_step: int | None = None,
+    first_index: int = 0,
+    step_index: int | None = None,
 ) -> str:
     """The whole view: toolbar (counts, whitespace toggle, step jumps), then the tokens.
 
     ``kinds`` gives PROMPT/GENERATED/INJECTED per token. ``prefix`` keeps element ids unique
     when several views share a page; step anchors are ``{prefix}-step-{index}``.
+    ``selected_step`` is highlighted (its anchor, chip and tokens); ``first_index`` is the
+    position of ``ids[0]`` in its trace and ``step_index`` the step all of them belong to, for a
+    view of one step's tokens (the info line then gives trace positions and that step).
     """
     if len(kinds) != len(ids):
         raise ValueError(f"{len(ids)} token ids but {len(kinds)} mask entries")
@@ -361,22 +377,31 @@ def render_tokens(
     jump = ""
     if steps:
         chips = "".join(
-            f'<button type="button" class="tv-jump" data-jump="{prefix}-step-{s.index}">'
+            f'<button type="button" class="tv-jump{" sel" if selected_step == s.index else ""}" '
+            f'data-jump="{prefix}-step-{s.index}" data-step="{s.index}" '
+            f'aria-pressed="{"true" if selected_step == s.index else "false"}" title="step {s.index}: tokens {s.start}–{s.end}">'
             f"{html.escape(s.label or f'{s.index} {s.state}', quote=False)} <small>{s.end - s.start}</small></button>"
             for s in steps
         )
-        jump = f'<div class="tv-steps">{chips}</div>'
+        jump = f'<div class="tv-steps" role="group" aria-label="steps">{chips}</div>'
     head = f'<div class="tv-title">{html.escape(title, quote=False)}</div>' if title else ""
     note_html = f'<div class="tv-note">{html.escape(note, quote=False)}</div>' if note else ""
     ws_cls = " tv-ws" if show_whitespace else ""
     checked = " checked" if show_whitespace else ""
+    attrs = f' data-tokens="{len(ids)}"'
+    if first_index:
+        attrs += f' data-first="{int(first_index)}"'
+    if step_index is not None:
+        attrs += f' data-step="{int(step_index)}"'
+    if selected_step is not None and any(s.index == selected_step for s in steps):
+        attrs += f' data-sel="{int(selected_step)}"'
     return (
-        f'<div class="tv{ws_cls}" id="{prefix}" data-tokens="{len(ids)}">'
+        f'<div class="tv{ws_cls}" id="{prefix}"{attrs}>'
         f"{head}"
-        f'<div class="tv-bar">{_legend(counts, prefix)}'
+        f'<div class="tv-bar">{_legend(counts)}'
         f'<label class="tv-ws-label"><input type="checkbox" class="tv-ws-toggle"{checked}> show whitespace</label></div>'
         f"{note_html}{jump}"
-        f'<div class="tv-info" aria-live="polite">hover a token for its id and bytes</div>'
+        f'<div class="tv-info" aria-live="polite">{INFO_HELP}</div>'
         f'<div class="tv-body">{"".join(out)}</div></div>'
     )
 
@@ -439,59 +464,204 @@ def mark_special_text(text: str, tokenizer: Any | None, *, extra: Sequence[str] 
 # ---- styling and behaviour for gr.HTML ---------------------------------------------------------
 
 # css_template of gr.HTML is scoped to the component; no "${" or "{{" may appear (it is a template).
+# Colours come from the --ali-* variables of ui/theme.py (light and dark); every state sets its
+# text AND its background. Gradio gives every element inside gr.HTML the theme's text colour
+# (".prose *"), so children inherit ours explicitly.
 CSS = """
-.tv { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 13px; line-height: 1.55; }
-.tv-empty { color: var(--body-text-color-subdued); padding: 8px; font-family: inherit; }
+.tv { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 13px; line-height: 1.55; color: var(--ali-fg); }
+.tv * { color: inherit; }
+.tv-empty { color: var(--ali-subdued); padding: 8px; font-family: inherit; }
 .tv-title { font-weight: 600; margin-bottom: 4px; font-family: var(--font); }
 .tv-bar { display: flex; flex-wrap: wrap; gap: 6px; align-items: center; margin-bottom: 6px; font-family: var(--font); }
-.tv-key { padding: 1px 8px; border-radius: 10px; font-size: 12px; border: 1px solid #0002; }
-.tv-key.sp { border: 2px solid #7c3aed; }
-.tv-ws-label { margin-left: auto; font-size: 12px; cursor: pointer; user-select: none; }
-.tv-note { font-size: 12px; color: #92400e; margin-bottom: 4px; font-family: var(--font); }
+.tv-key { padding: 1px 8px; border-radius: 10px; font-size: 12px; border: 1px solid var(--ali-chip-border); background: var(--ali-chip-bg); color: var(--ali-chip-fg); }
+.tv-key.p0 { background: var(--ali-p0); color: var(--ali-p-fg); }
+.tv-key.g0 { background: var(--ali-g0); color: var(--ali-g-fg); }
+.tv-key.j0 { background: var(--ali-j0); color: var(--ali-j-fg); }
+.tv-key.sp { border: 2px solid var(--ali-sp-frame); color: var(--ali-sp-fg); background: var(--ali-tv-bg); font-weight: 600; }
+.tv-ws-label { margin-left: auto; font-size: 12px; cursor: pointer; user-select: none; color: var(--ali-fg); }
+.tv-note { font-size: 12px; color: var(--ali-warn-fg); background: var(--ali-warn-bg); padding: 2px 8px; border-radius: 6px; margin-bottom: 4px; font-family: var(--font); }
 .tv-steps { display: flex; flex-wrap: wrap; gap: 4px; margin-bottom: 6px; }
-.tv-jump { font-size: 11px; padding: 1px 6px; border-radius: 6px; border: 1px solid #0003; background: var(--background-fill-secondary); cursor: pointer; color: var(--body-text-color); }
-.tv-jump:hover { background: var(--background-fill-primary); }
-.tv-info { font-size: 12px; min-height: 18px; color: var(--body-text-color-subdued); margin-bottom: 4px; white-space: pre; overflow: hidden; text-overflow: ellipsis; }
-.tv-body { white-space: pre-wrap; word-break: break-all; max-height: 560px; overflow: auto; padding: 6px; border: 1px solid var(--border-color-primary); border-radius: 6px; background: #fff; color: #111; }
+.tv-jump { font-size: 11px; padding: 1px 6px; border-radius: 6px; border: 1px solid var(--ali-chip-border); background: var(--ali-chip-bg); cursor: pointer; color: var(--ali-chip-fg); font-family: inherit; }
+.tv-jump:hover { border-color: var(--ali-chip-fg); }
+.tv-jump.sel { background: var(--ali-chip-sel-bg); color: var(--ali-chip-sel-fg); border-color: var(--ali-chip-sel-bg); font-weight: 600; }
+.tv-info { font-size: 12px; min-height: 18px; color: var(--ali-fg); margin-bottom: 4px; white-space: pre; overflow: hidden; text-overflow: ellipsis; }
+.tv-body { white-space: pre-wrap; word-break: break-all; max-height: 560px; overflow: auto; padding: 6px; border: 1px solid var(--border-color-primary); border-radius: 6px; background: var(--ali-tv-bg); color: var(--ali-tv-fg); }
+.tv-body:focus-visible { outline: 2px solid var(--ali-tok-sel); outline-offset: 1px; }
 .tv-c { content-visibility: auto; contain-intrinsic-block-size: auto 240px; }
-.tv-c > span { border-radius: 2px; }
-.tv-c > span:hover { outline: 2px solid #111; }
-.p0 { background: #e5e7eb; } .p1 { background: #d1d5db; }
-.g0 { background: #bbf7d0; } .g1 { background: #86efac; }
-.j0 { background: #fed7aa; } .j1 { background: #fdba74; }
-.tv-c > span.s { box-shadow: inset 0 0 0 2px #7c3aed; color: #5b21b6; font-weight: 600; }
-.tv-mark { display: inline-block; font-size: 10px; line-height: 1.2; padding: 0 4px; margin: 0 2px; border-radius: 4px; background: #1e3a8a; color: #fff !important; text-decoration: none; vertical-align: middle; white-space: nowrap; scroll-margin-top: 30px; }
-.tv-mark.sel { background: #dc2626; }
-.tv-c > span.tv-in-sel { text-decoration: underline 2px #dc2626; }
-.wc { color: #b91c1c; font-style: normal; }
+.tv-c > span { border-radius: 2px; cursor: pointer; }
+.tv-c > span:hover { outline: 2px solid var(--ali-tok-sel); }
+.p0 { background: var(--ali-p0); color: var(--ali-p-fg); } .p1 { background: var(--ali-p1); color: var(--ali-p-fg); }
+.g0 { background: var(--ali-g0); color: var(--ali-g-fg); } .g1 { background: var(--ali-g1); color: var(--ali-g-fg); }
+.j0 { background: var(--ali-j0); color: var(--ali-j-fg); } .j1 { background: var(--ali-j1); color: var(--ali-j-fg); }
+.tv-c > span.s { box-shadow: inset 0 0 0 2px var(--ali-sp-frame); color: var(--ali-sp-fg); font-weight: 600; }
+.tv-c > span.tv-in-sel { text-decoration: underline 2px var(--ali-step-sel); text-underline-offset: 2px; }
+.tv-c > span.tv-tok-sel { outline: 2px solid var(--ali-tok-sel); outline-offset: 1px; position: relative; z-index: 1; }
+.tv-mark { display: inline-block; font-size: 10px; line-height: 1.2; padding: 0 4px; margin: 0 2px; border-radius: 4px; background: var(--ali-mark-bg); color: var(--ali-mark-fg) !important; text-decoration: none; vertical-align: middle; white-space: nowrap; scroll-margin-top: 30px; font-weight: 600; }
+.tv-mark.sel { background: var(--ali-mark-sel-bg); }
+.tv-body .wc { color: var(--ali-ctl); font-style: normal; }
 i.ws, i.wn, i.wt, i.we { font-style: normal; }
-.tv-ws i.ws { background: radial-gradient(circle at 50% 55%, #6b7280 0 1.3px, transparent 1.7px) 0 0 / 1ch 100% repeat-x; }
-.tv-ws i.wn::before { content: "↵"; color: #6b7280; }
+.tv-ws i.ws { background: radial-gradient(circle at 50% 55%, var(--ali-ws) 0 1.3px, transparent 1.7px) 0 0 / 1ch 100% repeat-x; }
+.tv-ws i.wn::before { content: "↵"; color: var(--ali-ws); }
 .tv-ws i.wt { position: relative; }
-.tv-ws i.wt::before { content: "→"; position: absolute; left: 0; color: #6b7280; }
-.tv-text { white-space: pre-wrap; word-break: break-word; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12.5px; line-height: 1.5; max-height: 420px; overflow: auto; padding: 8px; margin: 0; border: 1px solid var(--border-color-primary); border-radius: 6px; background: #fff; color: #111; }
-.tv-sp { background: #ede9fe; color: #5b21b6; font-weight: 600; border-radius: 3px; padding: 0 1px; }
+.tv-ws i.wt::before { content: "→"; position: absolute; left: 0; color: var(--ali-ws); }
+.tv-text { white-space: pre-wrap; word-break: break-word; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12.5px; line-height: 1.5; max-height: 420px; overflow: auto; padding: 8px; margin: 0; border: 1px solid var(--border-color-primary); border-radius: 6px; background: var(--ali-tv-bg); color: var(--ali-tv-fg); }
+.tv-text * { color: inherit; }
+.tv-text .tv-sp { background: var(--ali-tsp-bg); color: var(--ali-tsp-fg); font-weight: 600; border-radius: 3px; padding: 0 1px; }
+"""
+
+# Behaviour shared by every token view on the page and by the events' ``js=`` (select_step_js):
+# installed once, as window.__aliTV. Reads only data attributes and text of our own markup.
+#   selectStep(tv, step, scroll): the step's anchor, chip and tokens highlighted (scrolled to)
+#   selectToken(tv, span): the token outlined, kept in view, described in the info line
+#   apply(root): makes token boxes focusable and re-applies the server-rendered selection
+#                (data-sel), on load and after a value update
+_SHARED_JS = r"""
+if (!window.__aliTV) window.__aliTV = (() => {
+  const hex = (s) => Array.from(new TextEncoder().encode(s), (b) => b.toString(16).padStart(2, '0')).join(' ');
+  const KIND = {p: 'prompt (outside response_mask)', g: 'mask 1 (generated)', j: 'mask 0 (injected)'};
+  // Scroll a view's token box so step anchor a is at its top. From rectangles, not offsetTop,
+  // and again on the next frames: chunks away from the visible part are laid out lazily
+  // (content-visibility), with estimated heights that become real ones as they come into view.
+  const scrollToMark = (a, n = 0) => {
+    const body = a.closest('.tv-body'); if (!body) return;
+    const d = a.getBoundingClientRect().top - body.getBoundingClientRect().top - 8;
+    if (Math.abs(d) >= 1) body.scrollTop += d;
+    if (n < 4 && body.scrollTop > 0) requestAnimationFrame(() => scrollToMark(a, n + 1));
+  };
+  const marks = (tv) => tv.__marks || (tv.__marks = Array.from(tv.querySelectorAll('.tv-body .tv-mark')));
+  // a token's position in its view: the chunk's first token + the spans before it in the chunk
+  const indexOf = (el) => {
+    let idx = +(el.parentElement.dataset.i || 0);
+    for (let n = el.previousElementSibling; n; n = n.previousElementSibling) { if (n.tagName === 'SPAN') idx++; }
+    return idx;
+  };
+  const tokenAt = (tv, idx) => {
+    let c = null;
+    for (const ch of tv.querySelectorAll('.tv-body > .tv-c')) { if (+ch.dataset.i <= idx) c = ch; else break; }
+    if (!c || idx < 0) return null;
+    let i = +c.dataset.i;
+    for (const n of c.children) { if (n.tagName !== 'SPAN') continue; if (i === idx) return n; i++; }
+    return null;
+  };
+  const stepOf = (tv, idx) => {
+    for (const a of marks(tv)) { if (idx >= +a.dataset.start && idx < +a.dataset.end) return a.dataset.step; }
+    return tv.dataset.step === undefined ? null : tv.dataset.step;
+  };
+  const describe = (tv, el) => {
+    const idx = indexOf(el);
+    const title = el.getAttribute('title') || '';
+    const text = el.textContent;
+    const bytes = title.includes(' bytes ') ? '' : '  bytes ' + hex(text);
+    const step = stepOf(tv, idx);
+    return '#' + (idx + +(tv.dataset.first || 0)) + '  ' + title + '  ' + JSON.stringify(text) + bytes + '  '
+      + (KIND[el.className[0]] || '') + (step === null ? '' : '  step ' + step);
+  };
+  const info = (tv, el) => {
+    const box = tv.querySelector('.tv-info'); if (!box) return;
+    if (box.dataset.help === undefined) box.dataset.help = box.textContent;
+    box.textContent = el ? describe(tv, el) : box.dataset.help;
+  };
+  const current = (tv) => (tv.__tok && tv.contains(tv.__tok) ? tv.__tok : null);
+  const keepVisible = (el) => {
+    const body = el.closest('.tv-body'); if (!body) return;
+    const r = el.getBoundingClientRect(), b = body.getBoundingClientRect();
+    if (r.top < b.top) body.scrollTop += r.top - b.top - 8;
+    else if (r.bottom > b.bottom) body.scrollTop += r.bottom - b.bottom + 8;
+  };
+  const selectToken = (tv, el, scroll = true) => {
+    const old = current(tv); if (old) old.classList.remove('tv-tok-sel');
+    tv.__tok = el || null;
+    if (el) { el.classList.add('tv-tok-sel'); if (scroll) keepVisible(el); }
+    info(tv, el);
+  };
+  // the selected step's tokens, underlined; only the chunks that overlap its range are visited
+  const paint = (tv, start, end) => {
+    (tv.__painted || []).forEach((s) => s.classList.remove('tv-in-sel'));
+    const out = [];
+    const chunks = tv.querySelectorAll('.tv-body > .tv-c');
+    for (let c = 0; c < chunks.length; c++) {
+      const first = +chunks[c].dataset.i, next = c + 1 < chunks.length ? +chunks[c + 1].dataset.i : Infinity;
+      if (next <= start || first >= end) continue;
+      let i = first;
+      for (const n of chunks[c].children) {
+        if (n.tagName !== 'SPAN') continue;
+        if (i >= start && i < end) { n.classList.add('tv-in-sel'); out.push(n); }
+        i++;
+      }
+    }
+    tv.__painted = out;
+  };
+  const selectStep = (tv, step, scroll) => {
+    const key = String(step);
+    tv.querySelectorAll('.tv-mark.sel').forEach((m) => m.classList.remove('sel'));
+    tv.querySelectorAll('.tv-jump.sel').forEach((b) => { b.classList.remove('sel'); b.setAttribute('aria-pressed', 'false'); });
+    const a = marks(tv).find((m) => m.dataset.step === key);
+    if (!a) { paint(tv, 0, 0); delete tv.dataset.sel; return null; }
+    a.classList.add('sel');
+    tv.querySelectorAll('.tv-jump').forEach((b) => { if (b.dataset.step === key) { b.classList.add('sel'); b.setAttribute('aria-pressed', 'true'); } });
+    tv.dataset.sel = key;
+    paint(tv, +a.dataset.start, +a.dataset.end);
+    if (scroll) scrollToMark(a);
+    return a;
+  };
+  const selectById = (id, step, scroll) => {
+    const tv = document.getElementById(id);
+    return tv && tv.classList.contains('tv') ? selectStep(tv, step, scroll) : null;
+  };
+  // the token box takes the keyboard focus (its keys are ours: without this script, no keys)
+  const apply = (root) => {
+    root.querySelectorAll('.tv-body:not([tabindex])').forEach((b) => {
+      b.tabIndex = 0;
+      b.setAttribute('role', 'group');
+      const help = b.parentElement.querySelector('.tv-info');
+      b.setAttribute('aria-label', 'tokens' + (help ? ': ' + (help.dataset.help || help.textContent) : ''));
+    });
+    root.querySelectorAll('.tv[data-sel]').forEach((tv) => selectStep(tv, tv.dataset.sel, false));
+  };
+  // Steps picked in a view (chip, [ ]) and sent to the server, in order, per view id. The
+  // server's answers come back as changes of the selected step: the view shows its own picks
+  // already, and an answer to an older pick, landing after a newer one, must not move it back.
+  // A change that is no pick of ours (the dropdown, a table row, a new trace) is applied.
+  const picks = {};
+  const sent = (id, step) => { (picks[id] = picks[id] || []).push(String(step)); };
+  const fromServer = (id, step) => {
+    const key = String(step), list = picks[id] || [];
+    const i = list.indexOf(key);
+    if (i < 0) { picks[id] = []; return selectById(id, key, true); }
+    picks[id] = list.slice(i + 1);  // our own pick, confirmed (the view shows it already), or an older one
+    return null;
+  };
+  return {hex, indexOf, tokenAt, describe, info, current, selectToken, selectStep, selectById, apply, marks, scrollToMark,
+          sent, fromServer};
+})();
 """
 
 # js_on_load of gr.HTML: runs once per component; `element` survives value updates, so all
-# behaviour is delegated from it. Reads only data attributes and text of our own markup.
-JS = r"""
-/*SCROLL_TO_MARK*/
-const hex = (s) => Array.from(new TextEncoder().encode(s), (b) => b.toString(16).padStart(2, '0')).join(' ');
-const info = (el) => {
-  const box = element.querySelector('.tv-info');
-  if (!box) return;
-  // index = the chunk's first token + the spans before this one in its chunk
-  let idx = +(el.parentElement.dataset.i || 0);
-  for (let n = el.previousElementSibling; n; n = n.previousElementSibling) { if (n.tagName === 'SPAN') idx++; }
-  const title = el.getAttribute('title') || '';
-  const text = el.textContent;
-  const bytes = title.includes(' bytes ') ? '' : '  bytes ' + hex(text);
-  box.textContent = '#' + idx + '  ' + title + '  ' + JSON.stringify(text) + bytes;
+# behaviour is delegated from it. Tokens: hover shows one in the info line; click (or tap)
+# selects it; with the token box focused, ← → move the selection, [ ] go to the previous / next
+# step, Esc clears. A step chosen here (chip, [ ]) is announced as a DOM event, "ali-step"
+# ({view: the view's id, step}), bubbling from the view: the Inspector listens for it and asks
+# the server for that step (ui/inspector.py). (Not gr.HTML's trigger('select', data): gradio
+# re-runs a deferred event with the first event's data, so quick picks would lose the last one.)
+JS = _SHARED_JS + r"""
+const TV = window.__aliTV;
+const pick = (tv, step) => {
+  const a = TV.selectStep(tv, step, true);
+  if (!a) return;
+  const first = TV.tokenAt(tv, +a.dataset.start);
+  if (first) TV.selectToken(tv, first, false);
+  TV.sent(tv.id, step);
+  tv.dispatchEvent(new CustomEvent('ali-step', {bubbles: true, detail: {view: tv.id, step: +step}}));
 };
 element.addEventListener('mouseover', (e) => {
   const el = e.target.closest('.tv-c > span');
-  if (el && element.contains(el)) info(el);
+  if (el && element.contains(el)) TV.info(el.closest('.tv'), el);
+});
+element.addEventListener('mouseout', (e) => {
+  const body = e.target.closest('.tv-body');
+  if (!body || !element.contains(body) || body.contains(e.relatedTarget)) return;
+  const tv = body.closest('.tv');
+  TV.info(tv, TV.current(tv));  // leaving the tokens: back to the selected one (or the help)
 });
 element.addEventListener('change', (e) => {
   const t = e.target;
@@ -502,37 +672,45 @@ element.addEventListener('change', (e) => {
 });
 element.addEventListener('click', (e) => {
   const b = e.target.closest('[data-jump]');
-  if (!b || !element.contains(b)) return;
-  e.preventDefault();
-  const a = element.querySelector('#' + CSS.escape(b.dataset.jump));
-  if (!a) return;
-  element.querySelectorAll('.tv-mark.sel').forEach((m) => m.classList.remove('sel'));
-  a.classList.add('sel');
-  scrollToMark(a);
+  if (b && element.contains(b)) { e.preventDefault(); pick(b.closest('.tv'), b.dataset.step); return; }
+  const el = e.target.closest('.tv-c > span');
+  if (el && element.contains(el)) {
+    TV.selectToken(el.closest('.tv'), el);
+    el.closest('.tv-body').focus({preventScroll: true});
+  }
 });
+element.addEventListener('keydown', (e) => {
+  const body = e.target.closest ? e.target.closest('.tv-body') : null;
+  if (!body || !element.contains(body) || e.ctrlKey || e.metaKey || e.altKey) return;
+  const tv = body.closest('.tv');
+  if (e.key === 'ArrowRight' || e.key === 'ArrowLeft') {
+    const dir = e.key === 'ArrowRight' ? 1 : -1;
+    const cur = TV.current(tv);
+    const idx = cur ? TV.indexOf(cur) + dir : (dir > 0 ? 0 : +tv.dataset.tokens - 1);
+    const el = TV.tokenAt(tv, idx);
+    if (el) TV.selectToken(tv, el);
+    e.preventDefault();
+  } else if (e.key === ']' || e.key === '[') {
+    const ms = TV.marks(tv);
+    if (!ms.length) return;
+    let i = ms.findIndex((a) => a.dataset.step === tv.dataset.sel);
+    i = i < 0 ? (e.key === ']' ? 0 : ms.length - 1) : i + (e.key === ']' ? 1 : -1);
+    if (i >= 0 && i < ms.length) pick(tv, ms[i].dataset.step);
+    e.preventDefault();
+  } else if (e.key === 'Escape') {
+    TV.selectToken(tv, null);
+  }
+});
+TV.apply(element);
+if (typeof watch === 'function') watch('value', () => TV.apply(element));
 """
 
 
-# Scroll a view's token box so step anchor ``a`` is at its top. From rectangles, not offsetTop,
-# and again on the next frames: chunks away from the visible part are laid out lazily
-# (content-visibility), with estimated heights that become real ones as they come into view.
-_SCROLL_TO_MARK = (
-    "const scrollToMark = (a, n = 0) => { const body = a.closest('.tv-body'); if (!body) return;"
-    " const d = a.getBoundingClientRect().top - body.getBoundingClientRect().top - 8;"
-    " if (Math.abs(d) >= 1) body.scrollTop += d;"
-    " if (n < 4 && body.scrollTop > 0) requestAnimationFrame(() => scrollToMark(a, n + 1)); };"
-)
-JS = JS.replace("/*SCROLL_TO_MARK*/", _SCROLL_TO_MARK)
-
-
 def select_step_js(prefix: str) -> str:
-    """JS for an event's ``js=``: scroll view ``prefix`` to the step given as the first input."""
+    """JS for an event's ``js=``: select (highlight, scroll to) in view ``prefix`` the step given
+    as the first input."""
     prefix = re.sub(r"[^A-Za-z0-9_-]", "", prefix)
     return (
-        "(step, ...rest) => { if (step === null || step === undefined || step < 0) return [step, ...rest];"
-        f" {_SCROLL_TO_MARK}"
-        f" const a = document.getElementById('{prefix}-step-' + step);"
-        " if (a) { const tv = a.closest('.tv'); tv.querySelectorAll('.tv-mark.sel').forEach((m) => m.classList.remove('sel'));"
-        " a.classList.add('sel'); scrollToMark(a); }"
-        " return [step, ...rest]; }"
+        "(step, ...rest) => { if (step !== null && step !== undefined && step !== '' && window.__aliTV)"
+        f" window.__aliTV.selectById('{prefix}', step, true); return [step, ...rest]; }}"
     )
