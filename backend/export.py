@@ -154,6 +154,9 @@ def read_parquet_traces(path: str) -> LoadResult:
 
     res = LoadResult()
     for n, row in iter_parquet_rows(pf, path):  # bounded: token and list-value limits checked before decoding
+        if res.full:
+            res.stop_reading(n, "row")
+            break
         if isinstance(row, LoadProblem):
             res.problems.append(row)
             continue

@@ -487,6 +487,27 @@ def max_file_text_bytes() -> int:
     return _env_count("ALI_MAX_FILE_TEXT_BYTES", DEFAULT_MAX_FILE_TEXT_BYTES)
 
 
+# A minimal trace line ({"format_version": 1, "id": "x"}) is 30 bytes of JSON and ~2 KB as a
+# Trace: a 200 MB upload of them would be ~13 GB. At most this many traces are read from one
+# file (~200 MB for minimal ones; a real trace's memory is bounded by its bytes and tokens)
+DEFAULT_MAX_TRACES_PER_FILE = 100_000
+# bad records listed one by one; past this they are counted (a file of 10^8 bad lines must not
+# become 10^8 problem objects)
+DEFAULT_MAX_LISTED_PROBLEMS = 10_000
+
+
+def max_traces_per_file() -> int:
+    """Most traces read from one file: ``ALI_MAX_TRACES_PER_FILE``, default
+    :data:`DEFAULT_MAX_TRACES_PER_FILE`; the rest of the file is reported as not read."""
+    return _env_count("ALI_MAX_TRACES_PER_FILE", DEFAULT_MAX_TRACES_PER_FILE)
+
+
+def max_listed_problems() -> int:
+    """Most bad records listed one by one: ``ALI_MAX_LISTED_PROBLEMS``, default
+    :data:`DEFAULT_MAX_LISTED_PROBLEMS`; the others are counted."""
+    return _env_count("ALI_MAX_LISTED_PROBLEMS", DEFAULT_MAX_LISTED_PROBLEMS)
+
+
 def too_many_tokens(n: int, where: str = "prompt_ids + response_ids") -> str | None:
     """The reason a trace of ``n`` token ids is refused, or None when it is within
     :func:`max_trace_tokens`."""
@@ -515,16 +536,58 @@ class LoadProblem:
     reason: str
 
 
+class ProblemList(list):
+    """Bad records: the first :func:`max_listed_problems` listed, the rest only counted
+    (``unlisted``), so a file of millions of bad lines stays small in memory."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.cap = max_listed_problems()
+        self.unlisted = 0
+
+    def append(self, p: LoadProblem, *, force: bool = False) -> None:  # type: ignore[override]
+        if force or len(self) < self.cap:
+            super().append(p)
+        else:
+            self.unlisted += 1
+
+    @property
+    def total(self) -> int:
+        return len(self) + self.unlisted
+
+
 @dataclass
 class LoadResult:
     traces: list[Trace] = field(default_factory=list)
-    problems: list[LoadProblem] = field(default_factory=list)
+    problems: list[LoadProblem] = field(default_factory=ProblemList)
     lines: list[int] = field(default_factory=list)  # source line of each trace
+    max_traces: int = field(default_factory=max_traces_per_file, repr=False)
+
+    @property
+    def problem_count(self) -> int:
+        """Every bad record, listed or not."""
+        return len(self.problems) + getattr(self.problems, "unlisted", 0)
+
+    @property
+    def full(self) -> bool:
+        return len(self.traces) >= self.max_traces
+
+    def stop_reading(self, at: int, unit: str = "line") -> None:
+        """Report that the rest of the file, from ``at`` on, is not read (the trace limit)."""
+        p = LoadProblem(at, f"{unit} {at:,} and after not read: at most {self.max_traces:,} traces are read from one file "
+                            "(ALI_MAX_TRACES_PER_FILE)")
+        if isinstance(self.problems, ProblemList):
+            self.problems.append(p, force=True)
+        else:
+            self.problems.append(p)
 
     def summary(self) -> str:
         s = f"{len(self.traces)} trace(s) loaded"
-        if self.problems:
-            s += f", {len(self.problems)} bad record(s)"
+        n = self.problem_count
+        if n:
+            s += f", {n} bad record(s)"
+            if n > len(self.problems):
+                s += f" ({len(self.problems)} listed)"
         return s
 
 
@@ -626,10 +689,16 @@ def load_traces(path: str, max_bytes: int | None = None, max_line_bytes: int | N
             if not isinstance(doc, _Refused):
                 records = doc if isinstance(doc, list) else [doc]
                 for i, rec in enumerate(records, start=1):
+                    if result.full:
+                        result.stop_reading(i, "record")
+                        break
                     _add(result, i, rec)
                 return result
             f.seek(0)
         for lineno, rec in iter_jsonl_records(f, max_line_bytes):
+            if result.full:
+                result.stop_reading(lineno)
+                break
             _add(result, lineno, rec)
     return result
 

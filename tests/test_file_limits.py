@@ -678,3 +678,48 @@ def test_page_header_work_is_bounded(monkeypatch):
     monkeypatch.setattr(parquet_limits, "MAX_HEADER_FIELDS", 50)
     with pytest.raises(parquet_limits._TooMuchToCheck, match="more than 50 fields"):
         _page_header(crafted)
+
+
+# ---- how many traces and problems one file may produce --------------------------------------------
+
+
+def test_minimal_traces_stop_at_the_per_file_limit(tmp_path, monkeypatch):
+    """A 30-byte line is a ~2 KB Trace: a 200 MB upload of them was ~13 GB. At most
+    ALI_MAX_TRACES_PER_FILE traces are read; the rest is reported once, by line, row or record."""
+    monkeypatch.setenv("ALI_MAX_TRACES_PER_FILE", "10")
+    p = tmp_path / "many.jsonl"
+    p.write_text("".join(json.dumps({"format_version": 1, "id": f"t{i}"}) + "\n" for i in range(50)), encoding="utf-8")
+    res = load_any(str(p))
+    assert [t.id for t in res.traces] == [f"t{i}" for i in range(10)]
+    (prob,) = res.problems
+    assert prob.line == 11 and "at most 10 traces" in prob.reason and "ALI_MAX_TRACES_PER_FILE" in prob.reason
+    j = tmp_path / "many.json"
+    j.write_text(json.dumps([{"format_version": 1, "id": f"t{i}"} for i in range(50)]), encoding="utf-8")
+    res = load_any(str(j))
+    assert len(res.traces) == 10 and res.problems[-1].line == 11
+    pq_path = tmp_path / "many.parquet"
+    write_parquet([small_trace(i) for i in range(30)], str(pq_path))
+    res = load_any(str(pq_path))
+    assert len(res.traces) == 10 and res.problems[-1].line == 11 and "row 11 and after" in res.problems[-1].reason
+    # exactly at the limit: nothing is reported
+    p.write_text("".join(json.dumps({"format_version": 1, "id": f"t{i}"}) + "\n" for i in range(10)), encoding="utf-8")
+    res = load_any(str(p))
+    assert len(res.traces) == 10 and not res.problems
+
+
+def test_bad_records_past_the_listed_limit_are_counted_not_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALI_MAX_LISTED_PROBLEMS", "100")
+    p = tmp_path / "bad.jsonl"
+    good = json.dumps({"format_version": 1, "id": "ok"})
+    p.write_text("1\n" * 5000 + good + "\n", encoding="utf-8")
+    res = load_any(str(p))
+    assert [t.id for t in res.traces] == ["ok"]
+    assert len(res.problems) == 100 and res.problem_count == 5000
+    assert [x.line for x in res.problems] == list(range(1, 101))
+    assert "5000 bad record(s) (100 listed)" in res.summary()
+    # the app says how many there were and how many it lists
+    from ui import trace_files
+    from ui.context import AppContext, Session
+
+    status, probs = trace_files.load_file(AppContext(), Session(), str(p))
+    assert "5000 bad record(s)" in status and "the first 100 listed below" in status and len(probs) == 100

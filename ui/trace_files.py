@@ -192,7 +192,9 @@ def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AU
         msg = (f"{html.escape(name)}: {len(res.traces)} trace(s) imported from <b>{html.escape(imported)}</b> "
                f"({how}rendered and decoded with {html.escape(str(tok))})")
     if res.problems:
-        msg += f", <b>{len(res.problems)} bad record(s)</b> (listed below with their {unit} numbers)"
+        total = getattr(res, "problem_count", len(res.problems))
+        listed = "listed below" if total == len(res.problems) else f"the first {len(res.problems)} listed below"
+        msg += f", <b>{total} bad record(s)</b> ({listed} with their {unit} numbers)"
     cls = "ali-ok" if not res.problems else "ali-warn"
     return f'<div class="{cls}">{msg}</div>', probs
 

@@ -216,6 +216,9 @@ def import_file(
     res = ImportResult(unit=_unit_for(path))
     ctx = ImportContext(tokenizer=tokenizer, template=template, options=dict(options or {}), path=path, _bundle=bundle)
     for n, item, name in iter_import(path, fmt, ctx=ctx):
+        if res.full:
+            res.stop_reading(n, res.unit)
+            break
         if isinstance(item, LoadProblem):
             res.problems.append(item)
         else:
