@@ -92,7 +92,9 @@ def parse_args(argv: list[str] | None = None, environ: dict[str, str] | None = N
         prog="app.py", description="Agent Loop Inspector web app",
         epilog="Each flag can be set by the environment variable named beside it (the flag wins). Also: ALI_MODE="
                "public|local|auto; ALI_TEMPLATE_TIMEOUT_S, ALI_TEMPLATE_WORKERS (guarded template renders); "
-               "ALI_MAX_TRACE_FILE_BYTES, ALI_MAX_TRACE_LINE_BYTES, ALI_MAX_TRACE_TOKENS (trace files); ALI_CACHE_DIR.")
+               "ALI_MAX_TRACE_FILE_BYTES, ALI_MAX_TRACE_LINE_BYTES, ALI_MAX_TRACE_TOKENS, ALI_MAX_TRACE_TEXT_BYTES, "
+               "ALI_MAX_FILE_VALUES, ALI_MAX_FILE_TEXT_BYTES, ALI_MAX_TRACES_PER_FILE, ALI_MAX_LISTED_PROBLEMS (trace files); "
+               "ALI_MAX_FIELD_CHARS (visitor text fields); ALI_SHUTDOWN_TIMEOUT_S; ALI_CACHE_DIR.")
     groups = {"--dtype": p.add_argument_group("engine options (vllm)")}
     target = p
     for flags, var, kind, default, help_text, extra in OPTIONS:
