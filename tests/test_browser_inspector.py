@@ -485,7 +485,7 @@ def test_link_holds_the_trace_and_step_and_reopens_them(open_app, browser, app_u
     app.page.wait_for_function("new URL(location.href).searchParams.get('step') === '2'")
     url = app.js("location.href")
     q = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
-    assert q == {"trace": [PARALLEL], "step": ["2"]}, q
+    assert q == {"trace": [PARALLEL], "step": ["2"], "tab": ["inspector"]}, q
 
     # a new session from the link: the Inspector opens on that trace and step
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
@@ -506,8 +506,31 @@ def test_link_holds_the_trace_and_step_and_reopens_them(open_app, browser, app_u
         page.wait_for_selector("#insp-summary .ali-note")
         assert "step is not in this trace" in page.locator("#insp-summary .ali-note").inner_text()
         page.wait_for_function("document.querySelector('#insp-step input').value.startsWith('1 · ')")
+        # the link keeps the tab shown: after going back to the Playground, a reload shows the
+        # Playground (and the Inspector still has the trace and step)
+        page.goto(url)
+        page.wait_for_selector("#insp-tokens .tv-c > span", state="visible")
+        page.get_by_role("tab", name="Playground", exact=True).click()
+        page.wait_for_function("new URL(location.href).searchParams.get('tab') === 'playground'")
+        page.reload()
+        page.wait_for_selector("#pg-send", state="visible")
+        page.get_by_role("tab", name="Inspector", exact=True).click()
+        page.wait_for_function("document.querySelector('#insp-step input').value.startsWith('2 · ')")
+        assert page.locator("#insp-trace input").input_value() == PARALLEL
     finally:
         ctx.close()
+    app.assert_clean()
+
+
+def test_a_first_visit_stays_on_the_playground(open_app):
+    """The app writes no link before the Inspector is shown, and a reload of a page that never
+    showed it opens the Playground."""
+    app = open_app()
+    app.page.wait_for_function("document.querySelector('#pg-send') !== null")
+    assert "trace=" not in app.js("location.href")
+    app.page.reload()
+    app.page.wait_for_selector("#pg-send", state="visible")
+    assert not app.page.locator("#tab-inspector").is_visible()
     app.assert_clean()
 
 

@@ -195,4 +195,7 @@ def test_open_link_selects_only_the_sessions_own_traces(ctx):
     # show_trace selects the linked step: dropdown, token view and details
     out = inspector.show_trace(ctx, sess, label, "auto", step=2)
     assert out[3]["value"] == 2 and 'data-sel="2"' in out[5] and "<b>Step 2</b>" in out[-5]
+    # the tab a link opens: the one it names, else the Inspector for a trace link, else none
+    assert inspector.link_tab({"tab": "playground", "trace": "x"}, True) == "playground"
+    assert inspector.link_tab({"tab": "<b>"}, True) == "inspector" and inspector.link_tab({}, False) is None
     assert inspector.step_number(t, True) is None and inspector.step_number(t, " 3 ") == 3 and inspector.step_number(t, 3.0) is None

@@ -120,12 +120,13 @@ def build_app(ctx: AppContext) -> gr.Blocks:
             params = dict(request.query_params) if request is not None else {}
             linked, step, note = inspector.open_link(sess, params)
             views = inspector.show_trace(ctx, sess, sess.current, "auto", step=step, note=note)
+            tab = inspector.link_tab(params, linked)
             return [sess, *views, *trace_files.table_outputs(sess), trace_files.initial_status(sess),
-                    gr.Tabs(selected="inspector") if linked else gr.update()]
+                    gr.Tabs(selected=tab) if tab else gr.update()]
 
         # API name, kept stable (see ui/playground.py): /app_load () -> the Inspector's views of the
         # session's current trace (its dropdown lists the session's traces), the Trace files table
-        # and status (the tabs come last: a link opens the Inspector)
+        # and status (the tabs come last: a link opens the tab it names)
         demo.load(on_load, [session], [*insp_outputs, tf.reason_dd, tf.source_dd, tf.table, tf.dist, tf.status, tabs],
                   api_name="app_load")
     demo.queue(default_concurrency_limit=ctx.concurrency_limit)

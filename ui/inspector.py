@@ -382,6 +382,19 @@ def step_number(trace: Trace | None, value: Any) -> int | None:
     return value if any(s.index == value for s in trace.steps) else None
 
 
+# the app's tabs (ui/__init__.py: gr.Tab ids), as a link may name them
+TAB_IDS = ("playground", "inspector", "files", "lab")
+
+
+def link_tab(params: Mapping[str, Any], linked: bool) -> str | None:
+    """The tab a link opens: the one it names (``tab=``, written with the trace and step), else
+    the Inspector for a link that names a trace, else none (the app's default)."""
+    tab = params.get("tab")
+    if isinstance(tab, str) and tab in TAB_IDS:
+        return tab
+    return "inspector" if linked else None
+
+
 def open_link(session: Session, params: Mapping[str, Any]) -> tuple[bool, int | None, str]:
     """The trace and step a link names (``?trace=<label>&step=<n>``, written by the Inspector as
     the selection changes): ``(linked, step, note)``. The label is visitor input: it only selects
@@ -436,6 +449,27 @@ element.addEventListener('click', async (e) => {
 REQUEST_JS = r"""
 if (!window.__aliStepRequests) {
   window.__aliStepRequests = true;
+  // The link: ?trace=<label>&step=<n>&tab=<the tab shown> (history.replaceState; `__theme` and
+  // other parameters are kept). The tab is there so that reloading the page shows the tab it
+  // showed (app_load opens the one named, see open_link / TAB_IDS).
+  window.__aliLink = (set = {}) => {
+    try {
+      const u = new URL(window.location.href);
+      for (const [k, v] of Object.entries(set)) { if (v === null || v === undefined || v === '') u.searchParams.delete(k); else u.searchParams.set(k, v); }
+      const shown = ['playground', 'inspector', 'files', 'lab'].find((t) => { const e = document.getElementById('tab-' + t); return e && e.offsetParent !== null; });
+      if (shown) u.searchParams.set('tab', shown);
+      if (u.href !== window.location.href) window.history.replaceState(window.history.state, '', u.href);
+    } catch (err) { /* a page without history (a sandboxed frame): no link */ }
+  };
+  document.addEventListener('click', (e) => {
+    if (e.target.closest && e.target.closest('[role=tab]')) requestAnimationFrame(() => window.__aliLink());
+  }, true);
+  // installed when the Inspector is first shown: link what it shows now
+  requestAnimationFrame(() => {
+    const t = document.querySelector('#insp-trace input'), s = document.querySelector('#insp-step input');
+    const m = s ? /^([0-9]{1,9}) · /.exec(s.value) : null;
+    window.__aliLink({trace: t ? t.value : null, step: m ? m[1] : null});
+  });
   let n = 0;
   const ask = (value) => {
     const box = document.querySelector('#REQ textarea, #REQ input');
@@ -461,8 +495,7 @@ if (!window.__aliStepRequests) {
 # view, a trace opened, a link): its anchor, chip and tokens highlighted in the token view (and
 # scrolled to inside its box), its table row highlighted (a style rule by data-row, which
 # survives the table's re-renders and virtual scrolling) and scrolled into the table's box, and
-# the link updated: ?trace=<label>&step=<n> (history.replaceState; `__theme` and other
-# parameters are kept).
+# the link updated (window.__aliLink, REQUEST_JS).
 SYNC_JS = r"""
 (label, step) => {
   const has = step !== null && step !== undefined && step !== '';
@@ -494,12 +527,7 @@ SYNC_JS = r"""
       vp.scrollTop = row * h;
     }
   } else { st.textContent = ''; }
-  try {
-    const u = new URL(window.location.href);
-    if (label) u.searchParams.set('trace', label); else u.searchParams.delete('trace');
-    if (has) u.searchParams.set('step', String(step)); else u.searchParams.delete('step');
-    if (u.href !== window.location.href) window.history.replaceState(window.history.state, '', u.href);
-  } catch (err) { /* a page without history (sandboxed frame): no link */ }
+  if (window.__aliLink) window.__aliLink({trace: label || null, step: has ? String(step) : null});
   return [label, step];
 }
 """.replace("PREFIX", PREFIX)
