@@ -167,3 +167,17 @@ async def test_stop_leaves_the_status_to_the_run(ctx):
     assert "stopping: the generation is being aborted" in "".join(statuses[:-1])
     assert "run 1 ended: stopped by user (cancelled)" in statuses[-1]
     assert "nothing is running" in await on_stop(sess)
+
+
+def test_a_sessions_end_removes_its_download_folders(ctx, weather):
+    """gradio calls the session State's delete_callback when it drops a session's state: the
+    session's download folders go with it."""
+    import gradio as gr
+
+    demo = ui.build_app(ctx)
+    (state,) = [b for b in demo.blocks.values() if isinstance(b, gr.State)]
+    sess = new_session(ctx)
+    saved = playground._tmp_trace_file(weather, sess)
+    assert os.path.exists(saved)
+    state.delete_callback(sess)
+    assert not os.path.exists(saved) and not os.path.exists(os.path.dirname(saved)) and sess.temp_dirs == {}

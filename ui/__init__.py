@@ -85,7 +85,9 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         return s
 
     with gr.Blocks(title="Agent Loop Inspector", delete_cache=DELETE_CACHE) as demo:
-        session = gr.State(initial_session)
+        # a session's download folders go when gradio drops its state (an hour after the tab
+        # closes); the app's whole temp root goes at shutdown
+        session = gr.State(initial_session, delete_callback=_end_session)
         gr.Markdown(
             "# Agent Loop Inspector\nEvery token of a tool-calling agent loop: what the model generated (mask 1), "
             "what the loop injected (mask 0), step by step. Model: " + _md_escape(_model_line(ctx))
@@ -131,6 +133,11 @@ def build_app(ctx: AppContext) -> gr.Blocks:
                   api_name="app_load")
     demo.queue(default_concurrency_limit=ctx.concurrency_limit)
     return demo
+
+
+def _end_session(sess: Any) -> None:
+    if isinstance(sess, Session):
+        sess.remove_temp_dirs()
 
 
 def _model_line(ctx: AppContext) -> str:
