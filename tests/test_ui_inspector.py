@@ -199,3 +199,25 @@ def test_open_link_selects_only_the_sessions_own_traces(ctx):
     assert inspector.link_tab({"tab": "playground", "trace": "x"}, True) == "playground"
     assert inspector.link_tab({"tab": "<b>"}, True) == "inspector" and inspector.link_tab({}, False) is None
     assert inspector.step_number(t, True) is None and inspector.step_number(t, " 3 ") == 3 and inspector.step_number(t, 3.0) is None
+
+
+def test_a_repaired_call_is_shown_as_kept_not_as_an_error():
+    """A call the parser kept after a repair (severity warning) is said so in the step table, the
+    step header and the chat; a real parse error stays an error."""
+    from backend.trace import ParseError, Step, Trace
+    from ui import chat, inspector
+
+    warn = ParseError(message="no arguments: read as {}", span=[0, 10], raw='{"name": "f"}', severity="warning")
+    bad = ParseError(message="invalid JSON", span=[11, 20], raw="{oops", severity="error")
+    steps = [Step(index=0, state="pending", start=0, end=1),
+             Step(index=1, state="generating", start=1, end=3, mask=1, text="x", parse_errors=[warn, bad], messages_added=[1])]
+    t = Trace(messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}], prompt_ids=[1],
+              response_ids=[2, 3], response_mask=[1, 1], steps=steps)
+    row = inspector.step_rows(t).iloc[1].to_dict()
+    text = json.dumps(row, default=str)
+    assert "repaired: no arguments" in text and "parse: invalid JSON" in text
+    header = inspector.step_detail(t, 1, None)[0]
+    assert re.search(r'class="ali-warn">repaired call \(kept\): no arguments', header)
+    assert re.search(r'class="ali-err">parse error: invalid JSON', header)
+    titles = [m.get("metadata", {}).get("title") for m in chat.trace_to_chat(t)]
+    assert "Repaired tool call (kept)" in titles and "Malformed tool call" in titles

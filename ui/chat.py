@@ -145,8 +145,9 @@ def message_to_chat(
                 body = esc(err.message)
                 if err.raw:
                     body += "\n\n" + code_block(err.raw)
+                title = "Repaired tool call (kept)" if getattr(err, "severity", "error") == "warning" else "Malformed tool call"
                 out.append({"role": "assistant", "content": body,
-                            "metadata": {"title": "Malformed tool call", "status": "done", "id": f"m{index}e{j}"}})
+                            "metadata": {"title": title, "status": "done", "id": f"m{index}e{j}"}})
             for j, cut in enumerate(_cut_calls(step)):
                 # a call Stop (or the time limit) cut while the model wrote it: not a malformed one
                 out.append({"role": "assistant", "content": "The turn was stopped while the model was writing this call; "

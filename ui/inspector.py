@@ -81,7 +81,8 @@ def step_rows(trace: Trace | None) -> pd.DataFrame:
         errors = []
         if s.error:
             errors.append(s.error)
-        errors += [f"parse: {e.message}" for e in s.parse_errors]
+        # a repair the parser made (a warning: the call was kept) is said so, not called an error
+        errors += [f"{'repaired' if getattr(e, 'severity', 'error') == 'warning' else 'parse'}: {e.message}" for e in s.parse_errors]
         errors += [f"{r.name}: {r.error}" for r in s.tool_results if not r.ok]
         if s.info.get("not_appended"):
             errors.append(f"not appended: {s.info['not_appended']}")
@@ -301,11 +302,13 @@ def step_detail(trace: Trace | None, step_index: int | None, bundle: Any | None)
     errs = []
     if step.error:
         errs.append(step.error)
-    errs += [f"parse error: {p.message}" for p in step.parse_errors]
+    repaired = [f"repaired call (kept): {p.message}" for p in step.parse_errors if getattr(p, "severity", "error") == "warning"]
+    errs += [f"parse error: {p.message}" for p in step.parse_errors if getattr(p, "severity", "error") != "warning"]
     errs += [f"tool {r.name}: {r.error} — {r.error_detail or ''}" for r in step.tool_results if not r.ok]
     if step.info.get("not_appended"):
         errs.append(f"not appended: {step.info['not_appended']}")
     err_html = "".join(f'<div class="ali-err">{e(x)}</div>' for x in errs)
+    err_html += "".join(f'<div class="ali-warn">{e(x)}</div>' for x in repaired)
     ids, mask = step_ids_and_mask(trace, step)
     copy = _copy_buttons(ids, mask) if ids else ""
     header = (f'<div class="ali-step-head" data-step="{step.index}"><span class="ali-step-bits">{" · ".join(bits)}</span>'
