@@ -16,6 +16,8 @@ import os
 import sys
 from typing import Any
 
+from backend.generators.routing import ROUTINGS
+
 BACKENDS = ("vllm", "vllm-server", "transformers", "scripted")
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off", "")
@@ -56,6 +58,9 @@ OPTIONS: list[tuple[tuple[str, ...], str, str, Any, str, dict[str, Any]]] = [
     (("--model",), "ALI_MODEL", "str", None, "hub id or local path (default: the embedded SmolLM2-135M-Instruct)", {}),
     (("--server-url",), "ALI_SERVER_URL", "list", None, "vllm-server base URL (repeatable; the variable: comma-separated)",
      {"action": "append"}),
+    (("--routing",), "ALI_ROUTING", "str", None,
+     "vllm-server with several URLs: sticky (default: every turn of a run on one server, consistent hashing, failover "
+     "to the next) or least_outstanding (each request to the least busy)", {"choices": ROUTINGS}),
     (("--tokenizer",), "ALI_TOKENIZER", "str", None,
      "tokenizer: offline profile (qwen3, qwen3-thinking, qwen2.5, smollm2), hub id or path", {}),
     (("--template",), "ALI_TEMPLATE", "str", None, "chat template override: trl template name, .jinja file or Jinja text", {}),
@@ -114,6 +119,8 @@ def parse_args(argv: list[str] | None = None, environ: dict[str, str] | None = N
         args.host = env.get("GRADIO_SERVER_NAME", "127.0.0.1")
     if args.port is None:
         args.port = int(env.get("GRADIO_SERVER_PORT", "7860"))
+    if args.routing is not None and args.routing not in ROUTINGS:  # from ALI_ROUTING: argparse checks only the flag
+        p.error(f"ALI_ROUTING={args.routing!r}: choose one of {', '.join(ROUTINGS)}")
     if args.public and args.local:
         p.error("--public and --local exclude each other")
     return args
@@ -140,6 +147,8 @@ def trust_policy(args: argparse.Namespace, environ: dict[str, str] | None = None
 
 
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    if args.backend == "vllm-server":
+        return {"routing": args.routing} if args.routing else {}
     if args.backend not in (None, "vllm"):
         return {}
     opts = {

@@ -22,12 +22,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from backend.generators.base import Constraint, Generation, GenerationError, Generator, SamplingParams
+from backend.generators.base import Constraint, Generation, GenerationError, Generator, SamplingParams, conversation
 from backend.parsers import get_parser
 from backend.rendering import RenderError, decode, empty_render_prefix, render, render_tool_turn
 from backend.tokenizers import TokenizerBundle
 from backend.tool_choice import ToolChoiceError, build_constraint, choice_for_turn, normalize_policy, validate_policy
-from backend.trace import MessageSpan, Step, ToolCall, ToolResult, Trace
+from backend.trace import MessageSpan, Step, ToolCall, ToolResult, Trace, new_trace_id
 
 TRUNCATE_SIDES = ("left", "right", "middle")
 TOOL_ERROR_POLICIES = ("feed_back", "terminate")
@@ -232,27 +232,30 @@ class AgentLoop:
         ``cancel`` (set from another task) aborts the current generation and ends the run.
         ``time_limit_s``: a wall-clock limit for the whole run; when it passes, the generation
         in progress is aborted (what it produced is kept) and the run ends with ``time_limit``
-        before its next state."""
+        before its next state. Every generation of the run belongs to one conversation, keyed by
+        the trace id (a backend with several servers sends all of its turns to one of them)."""
         run = _Run(messages=copy.deepcopy(list(messages)))
+        trace_id = trace_id or new_trace_id()
         stop, timer = cancel, None
         if time_limit_s is not None and time_limit_s > 0:
             stop = asyncio.Event()
             timer = asyncio.ensure_future(self._watch(run, cancel, stop, time_limit_s))
         try:
-            state = "pending"
-            while state != "terminated":
-                if run.stop_reason == TIME_LIMIT and state != "pending":
-                    run.termination = TIME_LIMIT
-                    break
-                self._emit(on_event, LoopEvent("state", state=state))
-                if state == "pending":
-                    state = await self._pending(run, on_event)
-                elif state == "generating":
-                    state = await self._generating(run, on_event, stop)
-                elif state == "processing_tools":
-                    state = await self._processing_tools(run, on_event)
-                else:  # pragma: no cover - states are closed
-                    raise AssertionError(state)
+            with conversation(trace_id):
+                state = "pending"
+                while state != "terminated":
+                    if run.stop_reason == TIME_LIMIT and state != "pending":
+                        run.termination = TIME_LIMIT
+                        break
+                    self._emit(on_event, LoopEvent("state", state=state))
+                    if state == "pending":
+                        state = await self._pending(run, on_event)
+                    elif state == "generating":
+                        state = await self._generating(run, on_event, stop)
+                    elif state == "processing_tools":
+                        state = await self._processing_tools(run, on_event)
+                    else:  # pragma: no cover - states are closed
+                        raise AssertionError(state)
         finally:
             if timer is not None:
                 timer.cancel()
@@ -280,7 +283,7 @@ class AgentLoop:
         run.stop_reason = TIME_LIMIT
         stop.set()
 
-    def _trace(self, run: _Run, trace_id: str | None, metadata: dict[str, Any] | None) -> Trace:
+    def _trace(self, run: _Run, trace_id: str, metadata: dict[str, Any] | None) -> Trace:
         n = self.config.response_length
         meta = {
             "source": "engine",
@@ -295,7 +298,6 @@ class AgentLoop:
         if callable(notes):
             meta.update(notes())
         meta.update(metadata or {})
-        kw = {"id": trace_id} if trace_id else {}
         return Trace(
             messages=run.messages,
             tools=self.tool_schemas,
@@ -308,7 +310,7 @@ class AgentLoop:
             config=self.config.to_dict(),
             tokenizer=self.bundle.info(),
             metadata=meta,
-            **kw,
+            id=trace_id,
         )
 
     # ---- states -----------------------------------------------------------------------------

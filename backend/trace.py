@@ -153,9 +153,14 @@ class TokenizerInfo(_Model):
     vocab_size: int | None = None
 
 
+def new_trace_id() -> str:
+    """A fresh trace id (16 hex digits)."""
+    return uuid.uuid4().hex[:16]
+
+
 class Trace(_Model):
     format_version: int = FORMAT_VERSION
-    id: str = Field(default_factory=lambda: uuid.uuid4().hex[:16])
+    id: str = Field(default_factory=new_trace_id)
     messages: list[dict[str, Any]] = Field(default_factory=list)
     tools: list[dict[str, Any]] = Field(default_factory=list)
     prompt_ids: list[int] = Field(default_factory=list)

@@ -15,6 +15,8 @@ import pkgutil
 import sys
 from typing import Any
 
+from backend.generators.routing import ROUTINGS
+
 
 class CLIError(Exception):
     """An error the user can fix; printed as one line, exit status 2."""
@@ -72,10 +74,19 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpu-memory-utilization", type=float, default=None)
     g.add_argument("--max-model-len", type=int, default=None)
     g.add_argument("--enforce-eager", action="store_true", default=None)
+    s = p.add_argument_group("vLLM server options (--backend vllm-server)")
+    s.add_argument("--routing", choices=ROUTINGS, default=None,
+                   help="with several --server-url: sticky (default) sends every turn of a conversation to one server, "
+                        "chosen by consistent hashing, and moves it to the next server on the ring when that one fails; "
+                        "least_outstanding sends each request to the server with the fewest in flight")
 
 
 def engine_options(args: argparse.Namespace, backend: str) -> dict[str, Any]:
-    """The vLLM engine options given on the command line (only for the in-process vLLM backend)."""
+    """The backend options given on the command line: the vLLM engine options (in-process vLLM
+    backend), the routing policy (vllm-server)."""
+    if backend == "vllm-server":
+        routing = getattr(args, "routing", None)
+        return {"routing": routing} if routing else {}
     if backend != "vllm":
         return {}
     opts = {k: getattr(args, k, None) for k in ("dtype", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "enforce_eager")}

@@ -17,7 +17,7 @@ def register(sub) -> None:
                         "(dict, float, tuple, any, long, String, ...) are read as JSON Schema for validation and "
                         "tool_choice, and reported")
     p.add_argument("--backend", "--generator", dest="backend", default="vllm-server", help="vllm-server (default), vllm, transformers, scripted")
-    p.add_argument("--server-url", action="append", default=[], help="vllm-server base URL (repeatable; requests are balanced)")
+    p.add_argument("--server-url", action="append", default=[], help="vllm-server base URL (repeatable; see --routing)")
     p.add_argument("--model", help="vllm/transformers: hub id or local path; vllm-server: the served model name (default: discovered)")
     p.add_argument("--script", help="scripted backend: JSON list of the model's outputs, replayed for every item")
     p.add_argument("--tokenizer", default=None, help="offline profile, hub id or path (default: smollm2, or qwen3 for scripted)")

@@ -17,7 +17,7 @@ def register(sub) -> None:
                    help="scripted, vllm, vllm-server, transformers")
     p.add_argument("--script", help="scripted backend: JSON list of the model's outputs, one per turn")
     p.add_argument("--model", help="vllm/transformers: hub id or local path (default: the embedded SmolLM2-135M)")
-    p.add_argument("--server-url", action="append", default=[], help="vllm-server base URL (repeatable)")
+    p.add_argument("--server-url", action="append", default=[], help="vllm-server base URL (repeatable; see --routing)")
     p.add_argument("--tools", help="a .py file of documented functions, a .json list of tool schemas (a plain OpenAI tools list; "
                         "[] for none), or a verl .yaml. A schema's optional \"mock\" is its result; a call to a tool "
                         "without one gets a placeholder result, marked mock=default in the trace. Catalogue types "

@@ -8,13 +8,31 @@ re-tokenized between turns.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+import contextlib
+import contextvars
 import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # Called with the ids generated since the previous call (a delta), as they arrive.
 TokenCallback = Callable[[list[int]], None]
+
+# The conversation the current generate call belongs to (the engine sets it to the run's trace id
+# for the whole run). A backend that spreads requests over several servers pins a conversation
+# to one of them with it (prefix cache); None: a request outside any conversation. A context
+# variable, so that it reaches every backend without a parameter on every ``generate``.
+conversation_key: contextvars.ContextVar[str | None] = contextvars.ContextVar("conversation_key", default=None)
+
+
+@contextlib.contextmanager
+def conversation(key: str | None) -> Iterator[None]:
+    """Within the block (and the tasks it starts), generate calls belong to conversation ``key``."""
+    token = conversation_key.set(key)
+    try:
+        yield
+    finally:
+        conversation_key.reset(token)
 
 
 @dataclass(frozen=True)

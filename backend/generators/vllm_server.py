@@ -2,8 +2,15 @@
 
 Uses ``POST /v1/completions`` with the prompt given as a list of token ids and
 ``"return_token_ids": true``, streamed: every chunk carries the new ids (``token_ids``), so
-nothing is re-tokenized. Several base URLs are balanced by least outstanding requests. Cancelling
-the calling task closes the HTTP stream; vLLM aborts a request whose client disconnected.
+nothing is re-tokenized. With several base URLs, every turn of a conversation (the engine's
+run: :data:`~backend.generators.base.conversation_key`) goes to the same server, chosen by
+consistent hashing (``routing="sticky"``, as verl's server manager does, so the server's prefix
+cache holds the conversation so far); when that server fails, the turn goes to the next server
+on the ring and the conversation stays there. Requests outside a conversation, or every request
+with ``routing="least_outstanding"``, go to the server with the fewest requests in flight. Each
+:class:`Generation` records its server (``info["server_url"]``) and, when it moved,
+``info["failover_from"]``. Cancelling the calling task closes the HTTP stream; vLLM aborts a
+request whose client disconnected.
 Constraints go in vLLM's ``structured_outputs`` extra parameter (``regex`` / ``json`` /
 ``grammar`` / ``structural_tag``).
 """
@@ -23,7 +30,9 @@ from backend.generators.base import (
     Generator,
     SamplingParams,
     TokenCallback,
+    conversation_key,
 )
+from backend.generators.routing import DEFAULT_ROUTING, LRU, HashRing, check_routing
 
 CONSTRAINT_FIELDS = {"regex": "regex", "json_schema": "json", "grammar": "grammar", "structural_tag": "structural_tag"}
 CONSTRAINT_KINDS = ("none", "regex", "json_schema", "grammar", "structural_tag", "forbid")
@@ -158,7 +167,10 @@ class _Retryable(Exception):
 
 
 class VLLMServerGenerator(Generator):
-    """One or more vLLM OpenAI-compatible servers; least-outstanding-requests balancing."""
+    """One or more vLLM OpenAI-compatible servers: conversations pinned by consistent hashing
+    (``routing="sticky"``) with failover, or every request to the least busy server
+    (``routing="least_outstanding"``). ``max_failovers``: how many conversations' failover
+    destinations are remembered (least recently used forgotten first)."""
 
     name = "vllm-server"
 
@@ -171,6 +183,8 @@ class VLLMServerGenerator(Generator):
         retries: int = 3,
         api_key: str | None = None,
         backoff_s: float = 0.25,
+        routing: str = DEFAULT_ROUTING,
+        max_failovers: int = 100_000,
     ) -> None:
         if isinstance(base_urls, str):
             base_urls = [base_urls]
@@ -183,6 +197,9 @@ class VLLMServerGenerator(Generator):
         self.retries = max(0, int(retries))
         self.api_key = api_key
         self.backoff_s = backoff_s
+        self.routing = check_routing(routing)
+        self.ring = HashRing(urls)
+        self.failovers = LRU(max_failovers)  # conversation key -> the server it moved to
         self.outstanding: dict[str, int] = {u: 0 for u in urls}
         self.served: dict[str, int] = {u: 0 for u in urls}  # requests completed per URL
         self._models: dict[str, str] = {}
@@ -225,6 +242,16 @@ class VLLMServerGenerator(Generator):
         low = min(self.outstanding[u] for u in cands)
         ties = [u for u in cands if self.outstanding[u] == low]
         return ties[next(self._rr) % len(ties)]
+
+    def route(self, key: str) -> list[str]:
+        """The servers a turn of conversation ``key`` tries, in order: where an earlier failover
+        moved it (else the ring's owner of the key), then onward round the ring."""
+        order = self.ring.preference(key)
+        moved = self.failovers.get(key)
+        if moved is not None and moved in order:
+            i = order.index(moved)
+            order = order[i:] + order[:i]
+        return order
 
     async def _model_for(self, url: str) -> str:
         if self.model:
@@ -280,20 +307,38 @@ class VLLMServerGenerator(Generator):
             structured_outputs_payload(constraint)
         except ValueError as e:
             raise GenerationError(f"invalid request for vLLM: {e}") from e
+        key = conversation_key.get() if self.routing == "sticky" else None
+        route = self.route(key) if key is not None else None
         tried: set[str] = set()
+        failed: dict[str, str] = {}  # url -> why its first attempt failed
         last: _Retryable | None = None
         for attempt in range(self.retries + 1):
             if attempt:
                 await asyncio.sleep(self.backoff_s * (2 ** (attempt - 1)))
-            url = self._pick(tried if len(tried) < len(self.base_urls) else set())
+            if route is not None:
+                url = route[attempt % len(route)]
+            else:
+                url = self._pick(tried if len(tried) < len(self.base_urls) else set())
             tried.add(url)
             self.outstanding[url] += 1
             try:
-                return await self._generate_once(url, prompt_ids, params, on_tokens, constraint)
+                gen = await self._generate_once(url, prompt_ids, params, on_tokens, constraint)
             except _Retryable as e:
                 last = e
+                failed.setdefault(url, e.reason)
+                continue
             finally:
                 self.outstanding[url] -= 1
+            gen.info["routing"] = "sticky" if route is not None else "least_outstanding"
+            if route is not None and url != route[0]:
+                # the conversation stays where it was served: its prefix is cached there now
+                if url == self.ring.node(key):
+                    self.failovers.pop(key)
+                else:
+                    self.failovers.set(key, url)
+                gen.info["failover_from"] = route[0]
+                gen.info["failover_reason"] = failed.get(route[0], "")
+            return gen
         assert last is not None
         urls = sorted(tried)
         where = urls[0] if len(urls) == 1 else ", ".join(urls)
@@ -372,7 +417,7 @@ class VLLMServerGenerator(Generator):
         return Generation(ids, finish_reason or "abort", logprobs if params.logprobs is not None else None, info)
 
     def describe(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"backend": self.name, "base_urls": list(self.base_urls)}
+        d: dict[str, Any] = {"backend": self.name, "base_urls": list(self.base_urls), "routing": self.routing}
         model = self.model or next(iter(self._models.values()), None)
         if model:
             d["model"] = model
