@@ -226,6 +226,7 @@ class AgentLoop:
         trace_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         time_limit_s: float | None = None,
+        conversation_key: str | None = None,
     ) -> Trace:
         """Run the loop to termination and return the trace. Never raises for model, tool or
         template failures: they end the run with a termination reason and an error on the step.
@@ -233,7 +234,8 @@ class AgentLoop:
         ``time_limit_s``: a wall-clock limit for the whole run; when it passes, the generation
         in progress is aborted (what it produced is kept) and the run ends with ``time_limit``
         before its next state. Every generation of the run belongs to one conversation, keyed by
-        the trace id (a backend with several servers sends all of its turns to one of them)."""
+        ``conversation_key`` or else the trace id (a backend with several servers sends all of
+        its turns to one of them; a chat whose every message is a run passes its own key)."""
         run = _Run(messages=copy.deepcopy(list(messages)))
         trace_id = trace_id or new_trace_id()
         stop, timer = cancel, None
@@ -241,7 +243,7 @@ class AgentLoop:
             stop = asyncio.Event()
             timer = asyncio.ensure_future(self._watch(run, cancel, stop, time_limit_s))
         try:
-            with conversation(trace_id):
+            with conversation(conversation_key or trace_id):
                 state = "pending"
                 while state != "terminated":
                     if run.stop_reason == TIME_LIMIT and state != "pending":

@@ -92,6 +92,43 @@ async def test_the_engine_keys_each_run_by_its_trace_id():
     assert conversation_key.get() is None  # reset when the run ends
 
 
+async def test_a_playground_chat_is_one_conversation_until_reset(monkeypatch):
+    """Every message of a playground chat is a run of its own (its own trace id) but the same
+    conversation: all go to one server; Reset starts a new one. A run given a key uses it."""
+    import json
+
+    import ui
+    from backend.generators import scripted
+    from ui import playground
+    from ui.context import AppContext, new_session
+
+    bundle = load_tokenizer("qwen3")
+    gen = _KeyRecorder(bundle.eos_token_id)
+    t = await AgentLoop(gen, bundle).run([{"role": "user", "content": "hi"}], conversation_key="chat-1")
+    assert gen.keys == ["chat-1"] and t.id != "chat-1"
+
+    seen: list[str | None] = []
+    real = scripted.ScriptedGenerator.generate
+
+    async def spy(self, *a, **kw):  # the key each of the playground's generations runs under
+        seen.append(conversation_key.get())
+        return await real(self, *a, **kw)
+
+    monkeypatch.setattr(scripted.ScriptedGenerator, "generate", spy)
+    ctx = AppContext()
+    sess = new_session(ctx)
+    settings = playground.RunSettings(script=json.dumps(["a", "b", "c"]), tools="[]", token_delay=0.0)
+    runs = []
+    for text in ("one", "two"):
+        runs.append([x async for x in playground.run_turn(ctx, sess, text, settings)][-1][2])
+    first = sess.conversation_id
+    reset = next(d.fn for d in ui.build_app(ctx).fns.values() if getattr(d.fn, "__name__", "") == "on_reset")
+    await reset(sess)
+    runs.append([x async for x in playground.run_turn(ctx, sess, "three", settings)][-1][2])
+    assert seen[0] == seen[1] == first and seen[2] == sess.conversation_id != first
+    assert len({r.id for r in runs}) == 3  # each message is still its own trace
+
+
 def test_routing_is_an_option_of_the_cli_and_the_app():
     import app as app_module
     from backend.cli import build_parser, engine_options

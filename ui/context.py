@@ -15,6 +15,7 @@ import re
 import threading
 import time
 import traceback
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -392,6 +393,9 @@ class Session:
     # kept (gradio serves its own copy of a file once it is returned), all go when the session
     # ends (State delete_callback) or the app stops (backend.lifecycle)
     temp_dirs: dict[str, str] = field(default_factory=dict)
+    # the routing key of the conversation (every message is a run; all of them go to one vLLM
+    # server, which holds the conversation's prefix); a new one on Reset
+    conversation_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def temp_dir(self, kind: str) -> str:
         from backend import lifecycle
@@ -440,6 +444,7 @@ class Session:
         return dataclasses.replace(
             self, traces=dict(self.traces), file_traces=list(self.file_traces), file_problems=list(self.file_problems),
             history=copy.deepcopy(self.history, memo), running=False, cancel=None, temp_dirs={},
+            conversation_id=uuid.uuid4().hex,
         )
 
 

@@ -16,6 +16,7 @@ import html
 import json
 import os
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -474,7 +475,7 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
     session.running = True
     t0 = time.time()
     task = asyncio.ensure_future(loop.run(messages, on_event=view.on_event, cancel=cancel, metadata={"source": "playground"},
-                                          time_limit_s=ctx.trust.run_timeout_s))
+                                          time_limit_s=ctx.trust.run_timeout_s, conversation_key=session.conversation_id))
     try:
         last = 0.0
         stopping = False
@@ -652,6 +653,7 @@ def wire(ctx: AppContext, ui: PlaygroundUI, session: gr.State, after_run) -> Non
         sess.history = []
         sess.script_cursor = 0
         sess.last_run = None
+        sess.conversation_id = uuid.uuid4().hex  # a new conversation: routed afresh
         return sess, [], _status("info", "conversation cleared (past runs stay in the Inspector's trace list)"), gr.update(
             value=None, interactive=False)
 
