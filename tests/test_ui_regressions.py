@@ -102,6 +102,8 @@ def test_distribution_labels_are_escaped_short_and_distinct(weather):
     assert all("<" not in x and len(x.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")) <= 30 for x in bar.x)
     assert bar.x[0].startswith("&lt;b&gt;bold&lt;/b&gt; a") and "x &amp; y" in bar.x
     assert any(h.startswith("&lt;b&gt;bold&lt;/b&gt; aaaa") for h in bar.hovertext)  # the full reason on hover
+    # end states in the same words as the table: a normal run is "answered", not a bare code
+    assert any(h.startswith("answered (no_tool_calls)") for h in bar.hovertext)
 
 
 def test_timeline_hover_escapes_tool_names(weather):

@@ -134,7 +134,10 @@ def file_distributions(traces: list[Trace]) -> go.Figure:
     fig = make_subplots(rows=1, cols=3, subplot_titles=("assistant turns", "response tokens", "termination reason"))
     fig.add_histogram(x=[t.num_turns for t in traces], marker_color=COLORS["turns"], name="turns", row=1, col=1)
     fig.add_histogram(x=[len(t.response_ids) for t in traces], marker_color=COLORS["generated"], name="response tokens", row=1, col=2)
-    reasons = Counter((t.termination_reason or "(none)") for t in traces)
+    from backend.labels import trace_termination_label
+
+    # the same words as the table and the Inspector ("answered (no_tool_calls)", "imported (no end state)")
+    reasons = Counter(trace_termination_label(t) for t in traces)
     names = sorted(reasons, key=lambda r: -reasons[r])
     fig.add_bar(x=_labels(names), y=[reasons[r] for r in names], marker_color=COLORS["injected"], name="termination", row=1, col=3,
                 hovertext=[_text(r[:300]) for r in names], hoverinfo="text+y")
