@@ -554,7 +554,7 @@ def build(ctx: AppContext) -> PlaygroundUI:
             system = gr.Textbox(label="System prompt", lines=2, elem_id="pg-system")
             with gr.Accordion("Tools", open=True):
                 tools = gr.Code(json.dumps(WEATHER_TOOLS, indent=2), language="json", lines=10, max_lines=30,
-                                label='tool schemas with "mock" results (JSON list)', elem_id="pg-tools")
+                                label='tool schemas (JSON list); "mock": the result, else a marked placeholder', elem_id="pg-tools")
                 tool_choice = gr.Dropdown(
                     tool_choice_choices(_tool_names(json.dumps(WEATHER_TOOLS)) or []), value=ctx.default_tool_choice, allow_custom_value=True,
                     label="tool_choice", elem_id="pg-tool-choice",
