@@ -908,27 +908,18 @@ def iter_parquet_rows(
                     yield first, LoadProblem(first, why)
                     first = last + 1
                     continue
-            if cost > left:
-                unread = total_rows - first + 1
-                why = (f"{_rows(first, max(total_rows, last))} ({unread:,} of {total_rows:,}) not read: at most {budget:,} "
-                       f"list values are read from one file (ALI_MAX_FILE_VALUES); ")
-                if nrows == 1:
-                    why += f"row {first:,} holds {cost:,} and {left:,} are left"
-                else:
-                    why += f"{_rows(first, last)} (one row group: read whole or not at all) hold {cost:,} and {left:,} are left"
-                yield first, LoadProblem(first, why)
-                return
-            if text_cost > text_left:
-                unread = total_rows - first + 1
-                why = (f"{_rows(first, max(total_rows, last))} ({unread:,} of {total_rows:,}) not read: at most "
-                       f"{human_bytes(text_budget)} of text are read from one file (ALI_MAX_FILE_TEXT_BYTES); ")
-                if nrows == 1:
-                    why += f"row {first:,} holds {human_bytes(text_cost)} and {human_bytes(text_left)} are left"
-                else:
-                    why += (f"{_rows(first, last)} (one row group: read whole or not at all) hold {human_bytes(text_cost)} "
-                            f"and {human_bytes(text_left)} are left")
-                yield first, LoadProblem(first, why)
-                return
+            for over, spent, remaining, what in (
+                (cost > left, f"{cost:,}", f"{left:,}", f"{budget:,} list values are read from one file (ALI_MAX_FILE_VALUES)"),
+                (text_cost > text_left, human_bytes(text_cost), human_bytes(text_left),
+                 f"{human_bytes(text_budget)} of text are read from one file (ALI_MAX_FILE_TEXT_BYTES)"),
+            ):
+                if over:  # the rest of the file is not read: one problem says how much and why
+                    unread = total_rows - first + 1
+                    held = (f"row {first:,} holds" if nrows == 1
+                            else f"{_rows(first, last)} (one row group: read whole or not at all) hold")
+                    yield first, LoadProblem(first, f"{_rows(first, max(total_rows, last))} ({unread:,} of {total_rows:,}) "
+                                                    f"not read: at most {what}; {held} {spent} and {remaining} are left")
+                    return
             left -= cost
             text_left -= text_cost
             n = first
