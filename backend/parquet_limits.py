@@ -592,7 +592,7 @@ def _page_text(scan: _Scan, at: int, h: _Header, leaf: _Leaf, codec: str, dictio
         bound = n * dictionary.longest
         if bound <= EXACT_ABOVE or not dictionary.read(scan, codec, left):
             return bound
-        bound = n * dictionary.longest
+        bound = n * dictionary.longest  # again: read() replaced the page-size bound by the exact longest entry
         if bound <= EXACT_ABOVE or h.uncompressed > left:
             return bound
         try:

@@ -18,8 +18,9 @@ from backend.generators.scripted import ScriptedGenerator, ScriptError, check_sc
 from backend.tokenizers import load_tokenizer, read_trl_template
 from backend.trace import Trace
 from backend.trust import LOCAL, RANGES, Mode, TrustPolicy, VisitorInputError, decide_mode, is_loopback
-from ui import inspector, playground, template_lab
-from ui.context import AppContext, ModelOptions, ModelService, Session, UserError, new_session
+from ui import inspector, template_lab
+from ui.context import AppContext, ModelOptions, ModelService, UserError, new_session
+from playground_support import fresh, run_all, settings
 
 PUBLIC = TrustPolicy(Mode.PUBLIC, "test")
 
@@ -187,20 +188,6 @@ def test_tokenizer_cache_is_bounded():
 
 
 # ---- numbers, scripts, run time limit ------------------------------------------------------------
-
-
-def fresh(ctx: AppContext) -> Session:
-    return new_session(ctx)
-
-
-def settings(**kw) -> playground.RunSettings:
-    base = dict(script=json.dumps(playground.WEATHER_SCRIPT), tools=json.dumps(playground.WEATHER_TOOLS), token_delay=0.0)
-    base.update(kw)
-    return playground.RunSettings(**base)
-
-
-async def run_all(ctx, sess, text, s):
-    return [item async for item in playground.run_turn(ctx, sess, text, s)]
 
 
 @pytest.mark.parametrize("kw, needle", [

@@ -15,7 +15,8 @@ import ui
 from backend.export import load_any
 from backend.trace import Trace, load_traces
 from ui import chat, inspector, playground, template_lab, trace_files
-from ui.context import SAMPLE_DIR, AppContext, ModelOptions, ModelService, Session, UserError, load_samples, new_session
+from ui.context import SAMPLE_DIR, AppContext, ModelOptions, ModelService, UserError, load_samples
+from playground_support import fresh, run_all, settings
 
 
 @pytest.fixture(scope="module")
@@ -23,25 +24,6 @@ def ctx() -> AppContext:
     samples, problems = load_samples()
     assert not problems
     return AppContext(samples=samples)
-
-
-def fresh(ctx: AppContext) -> Session:
-    s = new_session(ctx)
-    s.file_traces = [label for label, _ in ctx.samples]
-    return s
-
-
-def settings(**kw) -> playground.RunSettings:
-    base = dict(script=json.dumps(playground.WEATHER_SCRIPT), tools=json.dumps(playground.WEATHER_TOOLS), token_delay=0.0)
-    base.update(kw)
-    return playground.RunSettings(**base)
-
-
-async def run_all(ctx, sess, text, s):
-    out = []
-    async for item in playground.run_turn(ctx, sess, text, s):
-        out.append(item)
-    return out
 
 
 # ---- app construction ------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from backend import engine
 from backend.labels import TERMINATION_WORDS, termination_label, trace_termination_label
 from backend.trace import Trace
 from ui import chat, playground, trace_files
-from ui.context import AppContext, Session, UserError, load_samples, new_session
+from ui.context import AppContext, UserError, load_samples
+from playground_support import fresh, run_all, settings
 
 
 @pytest.fixture(scope="module")
@@ -24,22 +25,6 @@ def ctx() -> AppContext:
     samples, problems = load_samples()
     assert not problems
     return AppContext(samples=samples)
-
-
-def fresh(ctx: AppContext) -> Session:
-    s = new_session(ctx)
-    s.file_traces = [label for label, _ in ctx.samples]
-    return s
-
-
-def settings(**kw) -> playground.RunSettings:
-    base = dict(script=json.dumps(playground.WEATHER_SCRIPT), tools=json.dumps(playground.WEATHER_TOOLS), token_delay=0.0)
-    base.update(kw)
-    return playground.RunSettings(**base)
-
-
-async def run_all(ctx, sess, text, s):
-    return [item async for item in playground.run_turn(ctx, sess, text, s)]
 
 
 def plain(html_text: str) -> str:
