@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.trace import LoadProblem, Trace, TraceFileError, TraceFormatError, _Refused, line_too_long, parse_json_record
+from backend.trace import LoadProblem, Trace, TraceFileError, TraceFormatError, Refused, line_too_long, parse_json_record
 
 COLUMNS = [
     "id", "source", "turns", "tokens", "prompt_tokens", "response_tokens", "termination_reason", "errors",
@@ -147,11 +147,11 @@ class TraceTable:
 
 def build_table(path: str) -> TraceTable:
     """The table of a trace file (.jsonl, .json or .parquet)."""
-    from backend.trace import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_LINE_BYTES, _check_size
+    from backend.trace.io import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_LINE_BYTES, check_file_size
 
     if not os.path.exists(path):
         raise TraceFileError(f"file not found: {path}")
-    _check_size(path, DEFAULT_MAX_FILE_BYTES)
+    check_file_size(path, DEFAULT_MAX_FILE_BYTES)
     if path.endswith(".parquet"):
         return _parquet_table(path)
     with open(path, "rb") as f:
@@ -250,7 +250,7 @@ def _scan(f, cols: dict[str, list[Any]], problems: list[LoadProblem], max_line: 
             # error positions are not the line's, and a "]" inside a string in an id list (a bad
             # record, but a JSON one) makes the cut itself invalid
             d, counts = parse_json_record(raw), None
-            if isinstance(d, _Refused):
+            if isinstance(d, Refused):
                 problems.append(LoadProblem(lineno, d.reason))
                 continue
         if not isinstance(d, dict) or "id" not in d or "format_version" not in d:

@@ -64,7 +64,7 @@ EMOJI = "Done 👍🏽 — family 👨‍👩‍👧‍👦, flags 🇯🇵🇫�
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORPUS_FILES = ["README.md", "ui/token_view.py", "backend/engine.py", "backend/trace.py", "ui/inspector.py", "backend/diagnostics.py"]
+CORPUS_FILES = ["README.md", "ui/token_view.py", "backend/engine.py", "backend/trace/model.py", "ui/inspector.py", "backend/diagnostics.py"]
 
 
 def _corpus() -> str:

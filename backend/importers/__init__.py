@@ -28,7 +28,7 @@ from backend.importers import agents_sdk, openai_chat, sharegpt, verl  # noqa: F
 from backend.importers.base import ImportContext, Importer, get_importer, importers
 from backend.importers.common import Conversation, RecordError, trace_from_conversation
 from backend.tokenizers import TokenizerLoadError
-from backend.trace import (LoadProblem, LoadResult, Trace, TraceFileError, TraceFormatError, _Refused, iter_jsonl_records,
+from backend.trace import (LoadProblem, LoadResult, Trace, TraceFileError, TraceFormatError, Refused, iter_jsonl_records,
                            json_type, parse_json_record, record_tokens_problem, too_many_tokens)
 
 FORMATS = ("agents-sdk", "verl", "openai-chat", "sharegpt")
@@ -112,11 +112,11 @@ def _unit_for(path: str) -> str:
 def _iter_records(path: str, fmt: str | None, limit: int | None = None) -> Iterator[tuple[int, Any]]:
     """``(number, record_or_LoadProblem)``; number is the 1-based line (JSONL), row (Parquet) or
     list index + 1 (JSON list)."""
-    from backend.trace import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_LINE_BYTES, _check_size
+    from backend.trace.io import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_LINE_BYTES, check_file_size
 
     if not os.path.exists(path):
         raise TraceFileError(f"file not found: {path}")
-    size = _check_size(path, DEFAULT_MAX_FILE_BYTES)
+    size = check_file_size(path, DEFAULT_MAX_FILE_BYTES)
     count = 0
     if path.endswith(".parquet"):
         for n, row in _read_parquet_rows(path):
@@ -135,7 +135,7 @@ def _iter_records(path: str, fmt: str | None, limit: int | None = None) -> Itera
         # file whose first line starts with "[" is read line by line, memory bounded
         if (stripped.startswith(b"[") and size <= DEFAULT_MAX_LINE_BYTES) or path.endswith(".json"):
             doc = parse_json_record(f.read())  # None for a file holding "null": read as JSONL below
-            if doc is not None and not isinstance(doc, _Refused):
+            if doc is not None and not isinstance(doc, Refused):
                 whole = get_importer(fmt).whole_file(doc) if fmt in FORMATS else (fmt is None or fmt == "auto") and agents_sdk.looks_like_items(doc)
                 if whole or not isinstance(doc, list):
                     yield 1, doc

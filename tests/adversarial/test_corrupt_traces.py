@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 
-import backend.trace as trace_mod
+import backend.trace.io as trace_mod
 from backend.export import load_any, write_parquet
 from backend.trace import MAX_JSON_DEPTH, MAX_TOKEN_ID, LoadResult, Trace, TraceFileError, TraceFormatError, load_traces, write_jsonl
 from backend.trace_table import build_table
