@@ -1,4 +1,4 @@
-"""Export (JSONL, loss-less Parquet, HF messages+tools, verl rows), load_any, and the trace table."""
+"""Export (JSONL, loss-less Parquet, HF messages+tools, verl rows), load_any, and the trace index."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import sys
 import pytest
 
 from backend.engine import AgentLoop, LoopConfig
-from backend.export import export_traces, hf_row, is_trace_parquet, load_any, read_parquet_traces, verl_row, write_parquet
+from backend.export import export_traces, hf_row, verl_row
 from backend.generators.scripted import ScriptedGenerator
 from backend.importers import import_file
 from backend.tokenizers import load_tokenizer
-from backend.trace import LoadProblem, Trace, TraceFileError, load_traces, write_jsonl
-from backend.trace_table import COLUMNS, build_table, table_from_traces
+from backend.trace import (INDEX_COLUMNS, LoadProblem, Trace, TraceFileError, TraceIndex, is_trace_parquet, load_any, load_traces,
+                           read_parquet_traces, write_jsonl, write_parquet)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import")
@@ -100,12 +100,12 @@ def test_bad_parquet_rows_are_reported(tmp_path, traces):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from backend.export import _parquet_schema, _row
+    from backend.trace import parquet_row, parquet_schema
 
-    rows = [_row(traces[0]), _row(traces[1])]
+    rows = [parquet_row(traces[0]), parquet_row(traces[1])]
     rows[1]["response_mask"] = rows[1]["response_mask"][:-1]
     p = tmp_path / "bad.parquet"
-    pq.write_table(pa.Table.from_pylist(rows, schema=_parquet_schema()), p)
+    pq.write_table(pa.Table.from_pylist(rows, schema=parquet_schema()), p)
     res = read_parquet_traces(str(p))
     assert len(res.traces) == 1 and res.problems[0].line == 2 and "response_mask" in res.problems[0].reason
 
@@ -178,7 +178,7 @@ def test_unknown_export_format(tmp_path, traces):
         export_traces(traces, "csv", str(tmp_path / "x"))
 
 
-# ---- trace table --------------------------------------------------------------------------------
+# ---- trace index ---------------------------------------------------------------------------------
 
 
 def test_trace_table_jsonl(tmp_path, traces):
@@ -186,8 +186,8 @@ def test_trace_table_jsonl(tmp_path, traces):
     write_jsonl(traces, str(p))
     with open(p, "a") as f:
         f.write("{broken\n\n[1, 2]\n")
-    tbl = build_table(str(p))
-    assert list(tbl.df.columns) == COLUMNS and len(tbl) == len(traces)
+    tbl = TraceIndex.build([str(p)])
+    assert list(tbl.df.columns) == INDEX_COLUMNS and len(tbl) == len(traces)
     assert [(pr.line, pr.reason.split(":")[0]) for pr in tbl.problems] == [(len(traces) + 1, "invalid JSON"), (len(traces) + 3, "a trace must be a JSON object, got an array")]
     for i, t in enumerate(traces):
         row = tbl.df.iloc[i]
@@ -211,7 +211,7 @@ def test_trace_table_light_parse_is_safe_with_id_keys_inside_content(tmp_path, t
     t.metadata["x"] = {"prompt_ids": [5, 6, 7, 8]}
     p = tmp_path / "t.jsonl"
     write_jsonl([t], str(p))
-    row = build_table(str(p)).df.iloc[0]
+    row = TraceIndex.build([str(p)]).df.iloc[0]
     assert row["prompt_tokens"] == len(t.prompt_ids) and row["response_tokens"] == len(t.response_ids)
 
 
@@ -220,7 +220,7 @@ def test_trace_table_bad_record_opens_with_its_line(tmp_path, traces):
     d = traces[0].to_dict()
     d["response_mask"] = d["response_mask"][:-1]
     p.write_text(traces[1].to_json() + "\n" + json.dumps(d) + "\n")
-    tbl = build_table(str(p))
+    tbl = TraceIndex.build([str(p)])
     assert len(tbl) == 2
     from backend.trace import TraceFormatError
 
@@ -231,17 +231,17 @@ def test_trace_table_bad_record_opens_with_its_line(tmp_path, traces):
 def test_trace_table_parquet_json_and_memory(tmp_path, traces):
     pq_path = tmp_path / "t.parquet"
     write_parquet(traces, str(pq_path))
-    tp = build_table(str(pq_path))
+    tp = TraceIndex.build([str(pq_path)])
     jl = tmp_path / "t.jsonl"
     write_jsonl(traces, str(jl))
-    tj = build_table(str(jl))
+    tj = TraceIndex.build([str(jl)])
     cols = ["id", "source", "turns", "tokens", "termination_reason", "errors", "messages", "tools"]
     assert tp.df[cols].equals(tj.df[cols])
     assert tp.open(2) == traces[2]
     js = tmp_path / "t.json"
     js.write_text(json.dumps([t.to_dict() for t in traces]))
-    assert build_table(str(js)).open(0) == traces[0]
-    mem = table_from_traces(traces, [LoadProblem(3, "x")])
+    assert TraceIndex.build([str(js)]).open(0) == traces[0]
+    mem = TraceIndex.of_traces(traces, [LoadProblem(3, "x")])
     assert mem.df[cols].equals(tj.df[cols]) and mem.open(1) is traces[1]
 
 

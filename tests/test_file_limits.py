@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from backend.export import load_any, write_parquet
+from backend.trace import load_any, write_parquet
 from backend.importers import import_file
 from backend.parquet_limits import _page_header, _Short, _Unreadable
 from backend.trace import (
@@ -54,7 +54,7 @@ def hwm_kb():
                 return int(line.split()[1])
 
 import pyarrow.compute, pyarrow.parquet  # noqa: F401
-from backend.export import load_any
+from backend.trace import load_any
 
 bundle = None
 if sys.argv[2] == "import":
@@ -288,9 +288,9 @@ def text_trace(i: int, content: int, meta: int = 0, seed: int | None = None) -> 
 
 def row_text(t: Trace) -> int:
     """The bytes of a trace's row in our layout's string columns."""
-    from backend.export import _row
+    from backend.trace import parquet_row
 
-    return sum(len(v.encode()) for v in _row(t).values() if isinstance(v, str))
+    return sum(len(v.encode()) for v in parquet_row(t).values() if isinstance(v, str))
 
 
 def test_huge_string_row_is_reported_and_memory_stays_bounded(tmp_path):

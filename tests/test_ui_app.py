@@ -12,7 +12,7 @@ import pytest
 
 import app as app_module
 import ui
-from backend.export import load_any
+from backend.trace import load_any
 from backend.trace import Trace, load_traces
 from ui import chat, inspector, playground, template_lab, trace_files
 from ui.context import SAMPLE_DIR, AppContext, ModelOptions, ModelService, UserError, load_samples

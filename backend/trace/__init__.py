@@ -1,7 +1,8 @@
 """The one trace type and its files.
 
 - :mod:`backend.trace.model`: :class:`Trace` and its parts, and the checks a record passes.
-- :mod:`backend.trace.io`: reading and writing trace files, with their limits.
+- :mod:`backend.trace.io`: reading and writing trace files (JSONL, JSON, Parquet), any file
+  (``load_any``), the lazy :class:`TraceIndex`; :mod:`backend.trace.limits`: what a file may cost.
 
 Everything is re-exported here, so ``from backend.trace import Trace`` is the usual import.
 """
@@ -27,7 +28,7 @@ from backend.trace.model import (  # noqa: F401
     new_trace_id,
     parse_json_record,
 )
-from backend.trace.io import (  # noqa: F401
+from backend.trace.limits import (  # noqa: F401
     DEFAULT_MAX_FILE_BYTES,
     DEFAULT_MAX_FILE_TEXT_BYTES,
     DEFAULT_MAX_FILE_VALUES,
@@ -39,12 +40,9 @@ from backend.trace.io import (  # noqa: F401
     LoadResult,
     ProblemList,
     TraceFileError,
-    append_jsonl,
     check_file_size,
     human_bytes,
-    iter_jsonl_records,
     line_too_long,
-    load_traces,
     max_file_text_bytes,
     max_file_values,
     max_listed_problems,
@@ -53,5 +51,29 @@ from backend.trace.io import (  # noqa: F401
     max_traces_per_file,
     record_tokens_problem,
     too_many_tokens,
+)
+from backend.trace.io import (  # noqa: F401
+    INDEX_COLUMNS,
+    PARQUET_KIND,
+    IndexedFile,
+    Source,
+    TraceIndex,
+    append_jsonl,
+    is_trace_parquet,
+    iter_jsonl_records,
+    iter_records,
+    iter_traces,
+    load_any,
+    load_traces,
+    parquet_row,
+    parquet_schema,
+    read_lines,
+    read_parquet_traces,
+    sniff,
+    trace_from_row,
+    trace_of,
+    trace_of_row,
     write_jsonl,
+    write_lines,
+    write_parquet,
 )
