@@ -267,3 +267,42 @@ def test_cli_export(tmp_path, traces):
     assert r.returncode == 2 and r.stderr.startswith("error:")
     r = _cli("export", os.path.join(DATA, "openai_chat.jsonl"), "--to", "hf", "--out", str(tmp_path / "x"))
     assert r.returncode == 2 and "import --from openai-chat" in r.stderr
+
+
+def test_trace_index_over_several_files(tmp_path, traces):
+    """One index over a list of files (JSONL, our Parquet, a JSON list): rows in file order, each
+    with its file, and each opens to the trace load_any gives for it."""
+    jl, pq_path, js = tmp_path / "a.jsonl", tmp_path / "b.parquet", tmp_path / "c.json"
+    write_jsonl(traces[:2], str(jl))
+    write_parquet(traces[2:4], str(pq_path))
+    js.write_text(json.dumps([t.to_dict() for t in traces[4:]]))
+    ix = TraceIndex.build([str(jl), str(pq_path), str(js)])
+    want = [t for p in (jl, pq_path, js) for t in load_any(str(p)).traces]
+    assert len(ix) == len(want) == len(traces)
+    assert ix.cols["file"] == [0, 0, 1, 1] + [2] * (len(traces) - 4)
+    assert [f.kind for f in ix.files] == ["jsonl", "parquet", "memory"]
+    assert [ix.open(i) for i in range(len(ix))] == want
+    assert ix.cols["line"][:4] == [1, 2, 1, 2] and ix.cols["offset"][2:4] == [-1, -1]
+
+
+def test_every_reader_reads_lines_through_one_reader(tmp_path, traces, monkeypatch):
+    """load_traces, load_any, the importers and the index read a JSONL file through
+    backend.trace.io.read_lines (the one bounded line reader): a change to it reaches them all."""
+    import backend.trace.io as trace_io
+    from backend.importers import detect
+
+    p = tmp_path / "t.jsonl"
+    write_jsonl(traces[:3], str(p))
+    calls: list[str] = []
+    real = trace_io.read_lines
+
+    def counting(stream, max_line_bytes=None):
+        calls.append("read_lines")
+        return real(stream, max_line_bytes)
+
+    monkeypatch.setattr(trace_io, "read_lines", counting)
+    for name, fn in (("load_traces", load_traces), ("load_any", load_any), ("import_file", import_file), ("detect", detect),
+                     ("TraceIndex", lambda path: TraceIndex.build([path])), ("TraceIndex(validate)", lambda path: TraceIndex.build([path], validate=True))):
+        calls.clear()
+        fn(str(p))
+        assert calls, f"{name} read the file without read_lines"

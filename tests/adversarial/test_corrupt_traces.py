@@ -698,7 +698,7 @@ def test_trace_index_scan_and_open_every_row(mixed, line_limit):
 def test_trace_index_of_a_json_named_jsonl_file(mixed, line_limit, tmp_path):
     p = tmp_path / "t.json"
     p.write_bytes(mixed.path.read_bytes())
-    table = TraceIndex.build([str(p)])
+    table = TraceIndex.build([str(p)], validate=True)  # as the Trace files tab builds it
     assert list(table.df["line"]) == [ln for ln, _ in mixed.good]
     assert {pr.line for pr in table.problems} == set(mixed.bad)
     assert table.open(len(table) - 1).id == mixed.good[-1][1]["id"]
