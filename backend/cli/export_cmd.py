@@ -5,7 +5,6 @@ from __future__ import annotations
 from backend.cli import CLIError, bad_records_error, emit
 from backend.cli.files import add_file_command, check_paths
 
-
 # what the command does, and what its exit statuses 0, 1 and 2 mean
 ABOUT = ("Export the traces of one or more files, in order, to one output.",
          "every record was a trace", "some records were not (listed; the traces were written)",
@@ -23,8 +22,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from backend.export import export_traces
-    from backend.trace import load_any
-    from backend.trace import TraceFileError
+    from backend.trace import TraceFileError, load_any
 
     check_paths(args.traces, args.out, missing="trace file not found", same="--out must not be an input file")
     traces = []
