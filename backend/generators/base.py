@@ -7,7 +7,6 @@ re-tokenized between turns.
 
 from __future__ import annotations
 
-import abc
 import contextlib
 import contextvars
 import dataclasses
@@ -130,7 +129,7 @@ class Request:
             raise
 
 
-class Generator(abc.ABC):
+class Generator:
     """Async token-in/token-out text generation.
 
     :meth:`generate` is the one template every backend shares; a backend implements
