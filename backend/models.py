@@ -47,6 +47,8 @@ class ModelBuildError(RuntimeError):
 
 
 def cache_root() -> Path:
+    """Where built artefacts live (models, tokenizers, compiler caches): $ALI_CACHE_DIR, else
+    $XDG_CACHE_HOME/agent-loop-inspector, else ~/.cache/agent-loop-inspector."""
     root = os.environ.get("ALI_CACHE_DIR")
     if not root:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

@@ -15,9 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from backend.parsers.format import ToolCallFormat
 from backend.trace import ParseError, ToolCall
 
 _REGISTRY: dict[str, type[ToolCallParser]] = {}
+
+# What a chat template that no format recognises is read with.
+DEFAULT_FORMAT = "hermes"
 
 P = TypeVar("P", bound="type[ToolCallParser]")
 
@@ -54,6 +58,7 @@ class ToolCallParser(abc.ABC):
     """
 
     name: str = ""
+    call_format: ToolCallFormat | None = None  # the format this parser reads (None for the adapters)
     call_begin: str = ""  # text that opens a tool call in this format ("" if there is none)
     call_end: str = ""  # text that closes a tool call in this format ("" if there is none)
 
@@ -103,6 +108,48 @@ def register_parser(name: str) -> Callable[[P], P]:
         return cls
 
     return deco
+
+
+def unregister_parser(name: str) -> None:
+    """Remove a registered parser (a plugin or a test that registered one)."""
+    _REGISTRY.pop(name, None)
+
+
+def tool_call_formats() -> dict[str, ToolCallFormat]:
+    """Every registered parser's declared format, by parser name (sorted)."""
+    return {n: c.call_format for n, c in sorted(_REGISTRY.items()) if c.call_format is not None}
+
+
+def get_format(name: str) -> ToolCallFormat | None:
+    """The declared format of parser ``name`` (``vllm:<name>`` reads as ``name``), or None."""
+    cls = _REGISTRY.get(name.split(":", 1)[-1])
+    return cls.call_format if cls is not None else None
+
+
+def guess_format(text: str | None) -> str | None:
+    """The parser whose format's markers appear in ``text`` (a chat template, a response schema
+    or a model output), or None. Markers are tried longest first (a generic word such as
+    ``ipython`` yields to a tag), ties by parser name."""
+    t = text or ""
+    markers = sorted(((m, n) for n, f in tool_call_formats().items() for m in f.template_markers if m),
+                     key=lambda mn: (-len(mn[0]), mn[1]))
+    for marker, name in markers:
+        if marker in t:
+            return name
+    return None
+
+
+def guess_parser(template_text: str | None) -> str:
+    """The parser for a chat template: the format it is recognised as, else :data:`DEFAULT_FORMAT`."""
+    return guess_format(template_text) or DEFAULT_FORMAT
+
+
+def parser_for_vllm(vllm_name: str) -> str | None:
+    """Our parser for the format vLLM's tool parser ``vllm_name`` reads, or None."""
+    for n, f in tool_call_formats().items():
+        if vllm_name in f.vllm_names:
+            return n
+    return None
 
 
 def available_parsers() -> list[str]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from backend.parsers._common import as_doc, Collector, Finder, decode_at, dumps, rstrip_end, scan_tagged, skip_ws
 from backend.parsers.base import ParseResult, ToolCallParser, register_parser
+from backend.parsers.format import ToolCallFormat
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
@@ -30,6 +31,12 @@ CLOSE = "</tool_call>"
 
 @register_parser("hermes")
 class HermesParser(ToolCallParser):
+    call_format = ToolCallFormat(
+        OPEN, CLOSE, call_open=OPEN + "\n", call_close="\n" + CLOSE, sep="\n",
+        vllm_names=("hermes", "qwen3_json"),
+        response_open="<tool_response>", response_close="</tool_response>",
+        turn_open="<|im_start|>", turn_close="<|im_end|>",  # ChatML, as Qwen's and Hermes' templates write turns
+    )
     call_begin = OPEN + "\n"
     call_end = "\n" + CLOSE
 

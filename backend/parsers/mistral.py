@@ -28,6 +28,7 @@ from backend.parsers._common import (
     type_name,
 )
 from backend.parsers.base import ParseResult, ToolCallParser, register_parser
+from backend.parsers.format import ToolCallFormat
 
 TOOL_CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
@@ -39,6 +40,8 @@ _ID = re.compile(r"[^\[\]{}\"\s]{0,256}")
 
 @register_parser("mistral")
 class MistralParser(ToolCallParser):
+    # the grammar writes the list style, as Mistral v0.3 does
+    call_format = ToolCallFormat(TOOL_CALLS, list_open=TOOL_CALLS + " [", list_close="]", sep=", ", vllm_names=("mistral",))
     call_begin = TOOL_CALLS
     call_end = ""
 

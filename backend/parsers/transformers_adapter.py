@@ -16,8 +16,8 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from backend.parsers._adapt import build_result, guess_native, native_formatter, unwrap_tokenizer, whole_text_error
-from backend.parsers.base import ParseResult, ToolCallParser, register_parser
+from backend.parsers._adapt import build_result, native_formatter, unwrap_tokenizer, whole_text_error
+from backend.parsers.base import ParseResult, ToolCallParser, guess_format, register_parser
 
 
 def schema_for_template(chat_template: str | None) -> Any:
@@ -80,7 +80,7 @@ class TransformersParser(ToolCallParser):
                 "chat response parsing docs) or use a native parser"
             )
         self.prefix = prefix
-        self.native = native or guess_native(template if isinstance(template, str) else None) or guess_native(str(self.schema))
+        self.native = native or guess_format(template if isinstance(template, str) else None) or guess_format(str(self.schema))
         if self.native is not None:
             fmt = native_formatter(self.native, "transformers")
             self.call_begin, self.call_end = fmt.call_begin, fmt.call_end
@@ -105,7 +105,7 @@ class TransformersParser(ToolCallParser):
         content = out.get("content")
         if not isinstance(content, str):
             content = "" if content is None else str(content)
-        native = self.native or guess_native(text)
+        native = self.native or guess_format(text)
         return build_result(text, calls, content, reasoning if isinstance(reasoning, str) else None, native, "transformers")
 
     def format_calls(self, calls: list[dict[str, Any]]) -> str:

@@ -14,17 +14,7 @@ import importlib.util
 from typing import Any
 
 from backend.parsers._adapt import build_result, native_formatter, unwrap_tokenizer, whole_text_error
-from backend.parsers.base import ParseResult, ToolCallParser
-
-# vLLM parser name -> our parser for the same format (locating spans, writing calls back).
-NATIVE_FOR_VLLM = {
-    "hermes": "hermes",
-    "qwen3_json": "hermes",
-    "hunyuan_a13b": "hunyuan",
-    "llama3_json": "llama3_json",
-    "llama4_json": "llama3_json",
-    "mistral": "mistral",
-}
+from backend.parsers.base import ParseResult, ToolCallParser, parser_for_vllm
 
 
 def vllm_available() -> bool:
@@ -75,7 +65,7 @@ class VLLMParser(ToolCallParser):
             self._new_vllm_parser()  # fail here, not on every parse, when the tokenizer does not fit
         except Exception as e:  # noqa: BLE001
             raise ValueError(f"vLLM's {vllm_name!r} tool parser cannot be used with this tokenizer: {type(e).__name__}: {e}") from e
-        self.native = native or NATIVE_FOR_VLLM.get(vllm_name)
+        self.native = native or parser_for_vllm(vllm_name)  # locates spans, writes calls back
         if self.native is not None:
             fmt = native_formatter(self.native, self.name)
             self.call_begin, self.call_end = fmt.call_begin, fmt.call_end

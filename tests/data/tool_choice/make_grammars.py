@@ -3,7 +3,9 @@
 Run once against the ORIGINAL code (commit main before issue 13 moved format knowledge onto the
 parsers) with `PYTHONPATH=. python tests/data/tool_choice/make_grammars.py $(git rev-parse HEAD)`;
 the file is a refactoring pin (tests/test_tool_choice.py::test_grammars_match_the_pre_refactoring_output)."""
-import json, subprocess, sys
+import json
+import sys
+
 from backend.tool_choice import build_constraint
 
 TOOLS = [
