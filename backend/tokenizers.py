@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.models import cache_root
-from backend.parsers import guess_parser
+from backend.parsers import DEFAULT_FORMAT, guess_parser
 from backend.trace import TokenizerInfo
 
 # Qwen2's pre-tokenizer regex (digits are split one at a time).
@@ -319,7 +319,7 @@ class TokenizerBundle:
     name: str
     template_name: str
     chat_template: str
-    parser: str = "hermes"
+    parser: str = DEFAULT_FORMAT
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     # a template typed by a user or read from a user's file: rendered by the guarded worker
     # (backend.template_guard) with time/size/memory limits
