@@ -284,11 +284,12 @@ def test_grammars_match_the_pre_refactoring_output():
     ``data/tool_choice/make_grammars.py``): a pin for the refactoring, not a spec."""
     golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
     tools = golden["tools"]
-    assert len(golden["cases"]) >= 40 and {c["parser"] for c in golden["cases"]} >= set(FORMATS)
+    assert len(golden["cases"]) >= 40 and {c["parser"] for c in golden["cases"]} >= {"hermes", "hunyuan", "llama3_json", "mistral"}
     for case in golden["cases"]:
         c = build_constraint(case["choice"], case["parser"], tools if case["tools"] == "all" else tools[:1], max_calls=case["max_calls"])
         assert (c.kind, c.spec, c.description) == (case["kind"], case["spec"], case["description"]), case
     for err in golden["errors"]:
         with pytest.raises(ToolChoiceError) as e:
             build_constraint(err["choice"], err["parser"], tools)
-        assert str(e.value) == err["message"]
+        # the same text while the four formats are all there are; a format module added later joins the list
+        assert str(e.value) == err["message"].replace("hermes, hunyuan, llama3_json, mistral", ", ".join(FORMATS))
