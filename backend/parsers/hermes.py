@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend.parsers._common import as_doc, Collector, Finder, decode_at, dumps, rstrip_end, scan_tagged, skip_ws
+from backend.parsers._common import Collector, Finder, as_doc, decode_at, dumps, rstrip_end, scan_tagged, skip_ws
 from backend.parsers.base import ParseResult, ToolCallParser, register_parser
 from backend.parsers.format import ToolCallFormat
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from backend.parsers._common import as_doc, RESYNC_SEMICOLON, Collector, decode_at, dumps, rstrip_end, skip_ws
+from backend.parsers._common import RESYNC_SEMICOLON, Collector, as_doc, decode_at, dumps, rstrip_end, skip_ws
 from backend.parsers.base import ParseResult, ToolCallParser, register_parser
 from backend.parsers.format import ToolCallFormat
 

@@ -16,9 +16,9 @@ import re
 from typing import Any
 
 from backend.parsers._common import (
-    as_doc,
     Collector,
     Finder,
+    as_doc,
     decode_at,
     dumps,
     parse_call_list,
