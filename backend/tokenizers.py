@@ -28,6 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from backend.errors import UserError
 from backend.models import cache_root
 from backend.parsers import DEFAULT_FORMAT, guess_parser
 from backend.trace import TokenizerInfo
@@ -69,7 +70,7 @@ QWEN_ADDED_TOKENS: list[tuple[str, bool]] = [
 QWEN_FIRST_ADDED_ID = 151643
 
 
-class TokenizerLoadError(ValueError):
+class TokenizerLoadError(UserError):
     """A tokenizer or template could not be loaded; the message says what to do."""
 
 

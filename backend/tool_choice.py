@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from backend.errors import UserError
 from backend.generators.base import Constraint
 from backend.parsers import ToolCallFormat, get_format, get_parser, tool_call_formats
 from backend.tools.dialect import SchemaDialectError, iter_schemas, to_json_schema
@@ -40,8 +41,8 @@ from backend.tools.dialect import SchemaDialectError, iter_schemas, to_json_sche
 AUTO, REQUIRED, NONE = "auto", "required", "none"
 
 
-class ToolChoiceError(ValueError):
-    pass
+class ToolChoiceError(UserError):
+    """A tool_choice that cannot be applied (unknown tool, unsupported format, unreadable schema)."""
 
 
 def normalize_policy(choice: Any) -> tuple[str, ...]:

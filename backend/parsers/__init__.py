@@ -19,6 +19,7 @@ import pkgutil
 
 from backend.parsers.base import (
     DEFAULT_FORMAT,
+    ParserError,
     ParseResult,
     ToolCallParser,
     available_parsers,
@@ -42,6 +43,7 @@ for _m in pkgutil.iter_modules(__path__):
 __all__ = [
     "DEFAULT_FORMAT",
     "ParseResult",
+    "ParserError",
     "ToolCallFormat",
     "ToolCallParser",
     "available_parsers",

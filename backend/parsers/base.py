@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from backend.errors import UserError
 from backend.parsers.format import ToolCallFormat
 from backend.trace import ParseError, ToolCall
 
@@ -24,6 +25,10 @@ _REGISTRY: dict[str, type[ToolCallParser]] = {}
 DEFAULT_FORMAT = "hermes"
 
 P = TypeVar("P", bound="type[ToolCallParser]")
+
+
+class ParserError(UserError):
+    """A parser that cannot be built as asked (unknown name, bad option, missing tokenizer or vLLM)."""
 
 
 @dataclass
@@ -160,16 +165,16 @@ def available_parsers() -> list[str]:
 def get_parser(name: str, tokenizer: Any = None, **options: Any) -> ToolCallParser:
     """A parser by name: ``"hermes"``, ``"hunyuan"``, ``"llama3_json"``, ``"mistral"``,
     ``"transformers"`` (needs ``tokenizer``) or ``"vllm:<vllm parser name>"`` (needs ``tokenizer``
-    and an importable vLLM). Raises ``ValueError`` for an unknown name."""
+    and an importable vLLM). Raises :class:`ParserError` for an unknown name."""
     if not isinstance(name, str) or not name:
-        raise ValueError(f"parser name must be a non-empty string; available: {', '.join(available_parsers())}")
+        raise ParserError(f"parser name must be a non-empty string; available: {', '.join(available_parsers())}")
     if name.startswith("vllm:"):
         from backend.parsers.vllm_adapter import VLLMParser
 
         return VLLMParser(name[len("vllm:") :], tokenizer=tokenizer, **options)
     cls = _REGISTRY.get(name)
     if cls is None:
-        raise ValueError(
+        raise ParserError(
             f"unknown tool-call parser {name!r}; available: {', '.join(available_parsers())}, or vllm:<name> to use vLLM's parser"
         )
     return cls(tokenizer=tokenizer, **options)

@@ -27,7 +27,7 @@ from backend.parsers._common import (
     skip_ws,
     type_name,
 )
-from backend.parsers.base import ParseResult, ToolCallParser, register_parser
+from backend.parsers.base import ParserError, ParseResult, ToolCallParser, register_parser
 from backend.parsers.format import ToolCallFormat
 
 TOOL_CALLS = "[TOOL_CALLS]"
@@ -48,7 +48,7 @@ class MistralParser(ToolCallParser):
     def __init__(self, tokenizer: Any = None, tools: list[dict[str, Any]] | None = None, style: str = "list") -> None:
         super().__init__(tokenizer, tools)
         if style not in ("list", "args"):
-            raise ValueError(f"mistral parser style must be 'list' (v3 [TOOL_CALLS] [...]) or 'args' ([TOOL_CALLS]name[ARGS]{{...}}), not {style!r}")
+            raise ParserError(f"mistral parser style must be 'list' (v3 [TOOL_CALLS] [...]) or 'args' ([TOOL_CALLS]name[ARGS]{{...}}), not {style!r}")
         self.style = style
 
     def _parse(self, text: str) -> ParseResult:
