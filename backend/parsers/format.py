@@ -28,7 +28,7 @@ class ToolCallFormat:
     """One tool-call format. Grammar layout: ``list_open call (sep call)* list_close``, each
     call ``call_open <JSON {"name": ..., args_key: {...}}> call_close``."""
 
-    open_tag: str  # the tag that starts the calls ("" if the format has none)
+    open_tag: str  # the tag that starts the calls ("" if none; may be optional, as Llama's <|python_tag|>)
     close_tag: str = ""  # the tag that ends them ("" if none)
     # grammar layout of a list of calls (as the model writes it)
     list_open: str = ""

@@ -37,8 +37,7 @@ class HermesParser(ToolCallParser):
         response_open="<tool_response>", response_close="</tool_response>",
         turn_open="<|im_start|>", turn_close="<|im_end|>",  # ChatML, as Qwen's and Hermes' templates write turns
     )
-    call_begin = OPEN + "\n"
-    call_end = "\n" + CLOSE
+    call_begin, call_end = call_format.call_open, call_format.call_close
 
     def __init__(self, tokenizer: Any = None, tools: list[dict[str, Any]] | None = None, accept_unclosed: bool = False) -> None:
         super().__init__(tokenizer, tools)
