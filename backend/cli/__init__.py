@@ -15,10 +15,11 @@ import pkgutil
 import sys
 from typing import Any
 
+from backend.errors import UserError
 from backend.generators.routing import ROUTINGS
 
 
-class CLIError(Exception):
+class CLIError(UserError):
     """An error the user can fix; printed as one line, exit status 2."""
 
 
