@@ -133,13 +133,15 @@ class Knob:
                 raise ConfigError(f"{self.label} must be a JSON object")
             return d
         if self.kind in ("int", "float"):
-            if value is None or value == "" or (self.optional and value == 0):
+            if value is None or value == "":
                 return None
             try:
                 v = float(value)
             except (TypeError, ValueError):
                 raise ConfigError(f"{self.label} must be a number, not {str(value)[:40]!r}") from None
-            return int(v) if self.kind == "int" and v == int(v) else v
+            if self.optional and v == 0:
+                return None
+            return int(v) if self.kind == "int" and v.is_integer() else v
         if self.kind == "parser":
             return None if value in (None, "", "auto") else value
         if self.kind == "tool_choice":

@@ -20,8 +20,8 @@ from __future__ import annotations
 import glob
 import json
 import os
-import signal
 import shutil
+import signal
 import socket
 import subprocess
 import sys

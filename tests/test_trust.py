@@ -11,6 +11,7 @@ import os
 import secrets
 
 import pytest
+from playground_support import fresh, run_all, settings
 
 import app as app_module
 from backend.engine import TIME_LIMIT, AgentLoop, LoopConfig
@@ -20,7 +21,6 @@ from backend.trace import Trace
 from backend.trust import LOCAL, RANGES, Mode, TrustPolicy, VisitorInputError, decide_mode, is_loopback
 from ui import inspector, template_lab
 from ui.context import AppContext, ModelOptions, ModelService, UserError, new_session
-from playground_support import fresh, run_all, settings
 
 PUBLIC = TrustPolicy(Mode.PUBLIC, "test")
 

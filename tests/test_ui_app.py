@@ -9,14 +9,14 @@ import os
 
 import pandas as pd
 import pytest
+from playground_support import fresh, run_all, settings
 
 import app as app_module
 import ui
 from backend.export import load_any
-from backend.trace import Trace, load_traces
+from backend.trace import Trace
 from ui import chat, inspector, playground, template_lab, trace_files
 from ui.context import SAMPLE_DIR, AppContext, ModelOptions, ModelService, UserError, load_samples
-from playground_support import fresh, run_all, settings
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +222,7 @@ def test_inspector_outputs_for_each_sample(ctx):
 
 def test_inspector_malformed_call_shows_parse_error(ctx):
     sess = fresh(ctx)
-    label = next(l for l, t in ctx.samples if t.id == "sample-malformed-call")
+    label = next(lb for lb, t in ctx.samples if t.id == "sample-malformed-call")
     out = inspector.show_trace(ctx, sess, label, "auto")
     steps: pd.DataFrame = out[2]
     assert "parse:" in steps.iloc[1]["errors"]

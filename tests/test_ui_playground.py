@@ -11,13 +11,13 @@ import re
 import threading
 
 import pytest
+from playground_support import fresh, run_all, settings
 
 from backend import engine
 from backend.labels import TERMINATION_WORDS, termination_label, trace_termination_label
 from backend.trace import Trace
-from ui import chat, playground, trace_files
-from ui.context import AppContext, UserError, load_samples
-from playground_support import fresh, run_all, settings
+from ui import playground, trace_files
+from ui.context import AppContext, load_samples
 
 
 @pytest.fixture(scope="module")

@@ -279,7 +279,6 @@ class LiveView:
         self.bundle = bundle
         self.base = messages
         self.added: list[dict[str, Any]] = []  # chat messages of finished steps
-        self.n_messages = len(messages)
         self.streaming: list[int] = []
         self.stream_step: int | None = None
         self.state = "pending"
@@ -306,24 +305,26 @@ class LiveView:
             return doing
         return f"{doing} · {self.tokens_so_far} tokens · {self.tokens_per_second(now):.1f} tok/s"
 
-    def on_event(self, ev: Any) -> None:
+    def on_event(self, ev: Any, at: float | None = None) -> None:
+        """Apply one engine event; ``at``: when the engine emitted it (default: now)."""
+        at = time.time() if at is None else at
         self.dirty = True
         if ev.kind == "state":
             self.state = ev.state or self.state
             if ev.state == "generating":
                 self.streaming = []
-                self.gen_started = time.time()
+                self.gen_started = at
         elif ev.kind == "tokens":
             self.streaming.extend(ev.token_ids)
         elif ev.kind == "step" and ev.step is not None:
-            self._step(ev.step, ev.messages)
+            self._step(ev.step, ev.messages, at)
 
-    def _step(self, step: Any, messages: list[dict[str, Any]]) -> None:
+    def _step(self, step: Any, messages: list[dict[str, Any]], at: float) -> None:
         if step.state == "generating":
             self.streaming = []
             self.generated += max(0, step.end - step.start)
             if self.gen_started is not None:
-                self.gen_seconds += time.time() - self.gen_started
+                self.gen_seconds += at - self.gen_started
                 self.gen_started = None
         results = {r.call_id: r for r in step.tool_results if r.call_id}
         for i, msg in zip(step.messages_added, messages):
@@ -431,7 +432,7 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
     # the engine's events, Stop and the run's end all arrive on one queue; the page is re-rendered
     # when something arrived (at most every RENDER_MIN_S) or the status clock is IDLE_S old
     events: asyncio.Queue = asyncio.Queue()
-    task = asyncio.ensure_future(loop.run(messages, on_event=events.put_nowait, cancel=cancel, metadata={"source": "playground"},
+    task = asyncio.ensure_future(loop.run(messages, on_event=lambda ev: events.put_nowait((time.time(), ev)), cancel=cancel, metadata={"source": "playground"},
                                           time_limit_s=ctx.trust.run_timeout_s, conversation_key=session.conversation_id))
     task.add_done_callback(lambda _: events.put_nowait(_DONE))
     stop_watch = asyncio.ensure_future(cancel.wait())
@@ -453,7 +454,7 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
                 if ev is _DONE:
                     done = True
                 elif ev is not _STOP:
-                    view.on_event(ev)
+                    view.on_event(ev[1], at=ev[0])
             if done:
                 break
             now = time.time()

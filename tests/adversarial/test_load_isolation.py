@@ -40,7 +40,7 @@ from typing import Any
 
 import pytest
 
-from backend.trace import Trace, load_traces
+from backend.trace import load_traces
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_DIR = ROOT / "sample_traces"
