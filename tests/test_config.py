@@ -51,8 +51,8 @@ def test_trust_ranges_come_from_the_table():
     from backend.trust import RANGES
 
     with_range = {n for n, k in FIELDS.items() if k.visitor_max is not None}
-    assert with_range == {"response_length", "max_assistant_turns", "max_user_turns", "max_parallel_calls",
-                          "max_tool_response_length", "tool_timeout_s"}
+    # every number a visitor can send is bounded on a public server
+    assert with_range == {n for n, k in FIELDS.items() if k.kind in ("int", "float")} and "response_length" in with_range
     for n in with_range:
         k = FIELDS[n]
         r = RANGES[n]
