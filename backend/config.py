@@ -133,13 +133,8 @@ class Knob:
                 raise ConfigError(f"{self.label} must be a JSON object")
             return d
         if self.kind in ("int", "float"):
-            if value is None or value == "":
-                return None
-            try:
-                v = float(value)
-            except (TypeError, ValueError):
-                raise ConfigError(f"{self.label} must be a number, not {str(value)[:40]!r}") from None
-            if self.optional and v == 0:
+            v = to_number(value, self.label)
+            if v is None or (self.optional and v == 0):
                 return None
             return int(v) if self.kind == "int" and v.is_integer() else v
         if self.kind == "parser":
@@ -159,6 +154,17 @@ class Knob:
         if self.kind == "tool_choice":
             return tool_choice_label(v)
         return v
+
+
+def to_number(value: Any, label: str, error: type[Exception] = ConfigError) -> float | None:
+    """A number typed in a box or on the command line: None when empty, else ``float(value)``,
+    or ``error`` saying that ``label`` must be a number."""
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise error(f"{label} must be a number, not {str(value)[:40]!r}") from None
 
 
 def knob(default: Any = None, *, factory: Any = None, **kw: Any) -> Any:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from backend.config import FIELDS
+from backend.config import FIELDS, to_number
 from backend.errors import UserError
 
 
@@ -92,12 +92,9 @@ class Range:
     zero_means_none: bool = False  # 0 (or empty) = no limit, for the loop's optional limits
 
     def check(self, value: Any, *, default: Any = None) -> Any:
-        if value is None or value == "":
+        v = to_number(value, self.label, VisitorInputError)
+        if v is None:
             return default
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
-            raise VisitorInputError(f"{self.label} must be a number, not {str(value)[:40]!r}") from None
         if math.isnan(v) or math.isinf(v):
             raise VisitorInputError(f"{self.label} must be a finite number")
         if self.integer:
