@@ -455,8 +455,8 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
                     done = True
                 elif ev is not _STOP:
                     view.on_event(ev[1], at=ev[0])
-            if done:
-                break
+            if done and _STOP not in batch:
+                break  # (a Stop that came with the end is still said once, before the final status)
             now = time.time()
             last = now
             # Stop only sets the cancel event; "stopping" is reported here, in this run's own
