@@ -23,7 +23,7 @@ from typing import Any
 import gradio as gr
 
 from backend import lifecycle
-from backend.config import FIELDS, THEN_AUTO, ConfigError, LoopConfig, default_tool_choice, tool_choice_policy
+from backend.config import DEFAULTS, FIELDS, THEN_AUTO, ConfigError, LoopConfig, default_tool_choice, tool_choice_policy
 from backend.labels import OK_CODES, termination_label
 from backend.trace import Trace
 from ui.chat import message_to_chat, pending_message, trace_to_chat
@@ -140,7 +140,7 @@ _TEXT_SETTINGS = ("script", "system", "tools", "code_tools", "template")  # size
 RunSettings = dataclasses.make_dataclass(
     "RunSettings",
     [(n, Any, dataclasses.field(default=d)) for n, d in _OWN_SETTINGS]
-    + [(n, Any, dataclasses.field(default=FIELDS[n].widget_value(LoopConfig().to_dict()[n]))) for n in LOOP_WIDGETS]
+    + [(n, Any, dataclasses.field(default=FIELDS[n].widget_value(DEFAULTS[n]))) for n in LOOP_WIDGETS]
     + [("code_tools", str, dataclasses.field(default=""))],
     namespace={"__module__": __name__, "__doc__": "The settings of one Playground run (what /playground_run takes)."},
 )
