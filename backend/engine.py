@@ -19,18 +19,16 @@ import asyncio
 import copy
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from backend.generators.base import Constraint, Generation, GenerationError, Generator, SamplingParams, conversation
+from backend.config import ConfigError, LoopConfig  # noqa: F401 - ConfigError: re-exported
+from backend.generators.base import Constraint, Generation, GenerationError, Generator, conversation
 from backend.parsers import get_parser
 from backend.rendering import RenderError, decode, empty_render_prefix, render, render_tool_turn
 from backend.tokenizers import TokenizerBundle
-from backend.tool_choice import ToolChoiceError, build_constraint, choice_for_turn, normalize_policy, validate_policy
+from backend.tool_choice import ToolChoiceError, build_constraint, choice_for_turn, validate_policy
 from backend.trace import MessageSpan, Step, ToolCall, ToolResult, Trace, new_trace_id
-
-TRUNCATE_SIDES = ("left", "right", "middle")
-TOOL_ERROR_POLICIES = ("feed_back", "terminate")
 
 # Termination reasons, recorded in Trace.termination_reason
 NO_TOOL_CALLS = "no_tool_calls"
@@ -52,90 +50,18 @@ CANCEL_CLEANUP_S = 30.0
 INLINE_WORK_CHARS = 16_384
 
 
-class ConfigError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    """verl's agent-loop knobs (defaults follow verl's ``multi_turn`` config where it has one)."""
-
-    response_length: int = 4096  # budget for all response tokens (generated + injected)
-    max_assistant_turns: int | None = None
-    max_user_turns: int | None = None  # tool-response turns, as verl counts them
-    max_parallel_calls: int = 1
-    max_tool_response_length: int | None = 256  # characters
-    tool_response_truncate_side: str = "middle"
-    apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    parser: str | None = None  # tool-call format; None: the tokenizer profile's default
-    sampling: dict[str, Any] = field(default_factory=dict)  # SamplingParams fields
-    tool_timeout_s: float = 30.0
-    on_tool_error: str = "feed_back"  # or "terminate"
-    # "auto" | "required" | "none" | a tool name, or one per assistant turn (last repeats),
-    # e.g. ["required", "auto"]; enforced at token level by the backend (backend.tool_choice)
-    tool_choice: Any = "auto"
-
-    def __post_init__(self) -> None:
-        if self.response_length <= 0:
-            raise ConfigError("response_length must be positive")
-        for name in ("max_assistant_turns", "max_user_turns"):
-            v = getattr(self, name)
-            if v is not None and v <= 0:
-                raise ConfigError(f"{name} must be positive or null")
-        if self.max_parallel_calls <= 0:
-            raise ConfigError("max_parallel_calls must be positive")
-        if self.max_tool_response_length is not None and self.max_tool_response_length <= 0:
-            raise ConfigError("max_tool_response_length must be positive or null")
-        if self.tool_response_truncate_side not in TRUNCATE_SIDES:
-            raise ConfigError(f"tool_response_truncate_side must be one of {', '.join(TRUNCATE_SIDES)}")
-        if self.on_tool_error not in TOOL_ERROR_POLICIES:
-            raise ConfigError(f"on_tool_error must be one of {', '.join(TOOL_ERROR_POLICIES)}")
-        if self.tool_timeout_s <= 0:
-            raise ConfigError("tool_timeout_s must be positive")
-        try:
-            SamplingParams.from_dict(self.sampling)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(str(e)) from None
-        try:
-            normalize_policy(self.tool_choice)
-        except ToolChoiceError as e:
-            raise ConfigError(str(e)) from None
-
-    @property
-    def tool_choice_policy(self) -> tuple[str, ...]:
-        return normalize_policy(self.tool_choice)
-
-    @property
-    def sampling_params(self) -> SamplingParams:
-        cached = self.__dict__.get("_sampling_params")
-        if cached is None:
-            cached = SamplingParams.from_dict(self.sampling)
-            object.__setattr__(self, "_sampling_params", cached)  # frozen: cache by hand
-        return cached
-
-    def to_dict(self) -> dict[str, Any]:
-        return copy.deepcopy(asdict(self))
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> LoopConfig:
-        d = dict(d or {})
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ConfigError(f"unknown loop config key(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
-        return cls(**d)
-
-
 @dataclass
 class LoopEvent:
     """Progress of a run, for live views. ``kind``: "step" (a step finished), "tokens" (new
-    generated ids of the current step), "state" (entering a state)."""
+    generated ids of the current step), "state" (entering a state). ``messages``: on "step", the
+    message dicts that step appended (copies; empty for other events)."""
 
     kind: str
     step: Step | None = None
     state: str | None = None
     token_ids: list[int] = field(default_factory=list)
     text: str = ""
+    messages: list[dict[str, Any]] = field(default_factory=list)
 
 
 EventCallback = Callable[[LoopEvent], None]
@@ -216,6 +142,11 @@ class AgentLoop:
         if cb is not None:
             cb(ev)
 
+    def _emit_step(self, cb: EventCallback | None, run: _Run, step: Step) -> None:
+        """A finished step, with copies of the messages it appended."""
+        if cb is not None:
+            cb(LoopEvent("step", step=step, messages=[copy.deepcopy(run.messages[i]) for i in step.messages_added]))
+
     # ---- run --------------------------------------------------------------------------------
     async def run(
         self,
@@ -266,7 +197,7 @@ class AgentLoop:
             started_at=time.time(), info={"reason": run.termination},
         )
         run.steps.append(end)
-        self._emit(on_event, LoopEvent("step", step=end))
+        self._emit_step(on_event, run, end)
         return self._trace(run, trace_id, metadata)
 
     @staticmethod
@@ -331,7 +262,7 @@ class AgentLoop:
             step.duration_s = time.time() - t0
             run.steps.append(step)
             run.termination = RENDER_ERROR
-            self._emit(on_event, LoopEvent("step", step=step))
+            self._emit_step(on_event, run, step)
             return "terminated"
         run.prompt_ids = list(r.token_ids)
         run.message_spans = list(r.message_spans)
@@ -340,7 +271,7 @@ class AgentLoop:
         step.info["spans_exact"] = r.spans_exact
         step.duration_s = time.time() - t0
         run.steps.append(step)
-        self._emit(on_event, LoopEvent("step", step=step))
+        self._emit_step(on_event, run, step)
         return "generating"
 
     async def _generating(self, run: _Run, on_event: EventCallback | None, cancel: asyncio.Event | None) -> str:
@@ -451,7 +382,7 @@ class AgentLoop:
             run.message_spans.append(MessageSpan(message=len(run.messages) - 1, start=step.start, end=step.end))
         step.duration_s = time.time() - t0
         run.steps.append(step)
-        self._emit(on_event, LoopEvent("step", step=step))
+        self._emit_step(on_event, run, step)
 
         # termination, in verl's order
         if cancelled:
@@ -498,7 +429,7 @@ class AgentLoop:
             step.info["not_appended"] = "a tool failed and on_tool_error is 'terminate'"
             run.steps.append(step)
             run.termination = TOOL_ERROR
-            self._emit(on_event, LoopEvent("step", step=step))
+            self._emit_step(on_event, run, step)
             return "terminated"
 
         try:
@@ -512,7 +443,7 @@ class AgentLoop:
             step.duration_s = time.time() - t0
             run.steps.append(step)
             run.termination = RENDER_ERROR
-            self._emit(on_event, LoopEvent("step", step=step))
+            self._emit_step(on_event, run, step)
             return "terminated"
         step.info.update(info)
         step.text = text
@@ -523,7 +454,7 @@ class AgentLoop:
             step.duration_s = time.time() - t0
             run.steps.append(step)
             run.termination = RESPONSE_LENGTH
-            self._emit(on_event, LoopEvent("step", step=step))
+            self._emit_step(on_event, run, step)
             return "terminated"
         first = len(run.messages)
         run.messages.extend(new_messages)
@@ -537,7 +468,7 @@ class AgentLoop:
             run.message_spans.append(MessageSpan(message=i, start=step.start, end=step.end))
         step.duration_s = time.time() - t0
         run.steps.append(step)
-        self._emit(on_event, LoopEvent("step", step=step))
+        self._emit_step(on_event, run, step)
         return "generating"
 
     async def _call_tool(self, call: ToolCall) -> ToolResult:

@@ -29,13 +29,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from backend.errors import UserError
 from backend.trace import Trace
 
 ERROR = "error"
 RETRYABLE = (ERROR, "generation_error")
 
 
-class RolloutError(ValueError):
+class RolloutError(UserError):
     """A problem with the whole batch (unreadable prompts file, bad output path)."""
 
 
