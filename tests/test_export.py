@@ -15,8 +15,19 @@ from backend.export import export_traces, hf_row, verl_row
 from backend.generators.scripted import ScriptedGenerator
 from backend.importers import import_file
 from backend.tokenizers import load_tokenizer
-from backend.trace import (INDEX_COLUMNS, LoadProblem, Trace, TraceFileError, TraceIndex, is_trace_parquet, load_any, load_traces,
-                           read_parquet_traces, write_jsonl, write_parquet)
+from backend.trace import (
+    INDEX_COLUMNS,
+    LoadProblem,
+    Trace,
+    TraceFileError,
+    TraceIndex,
+    is_trace_parquet,
+    load_any,
+    load_traces,
+    read_parquet_traces,
+    write_jsonl,
+    write_parquet,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import")

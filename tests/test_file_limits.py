@@ -20,18 +20,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from backend.trace import load_any, write_parquet
 from backend.importers import import_file
 from backend.parquet_limits import _page_header, _Short, _Unreadable
 from backend.trace import (
     Trace,
     TraceFileError,
     human_bytes,
+    load_any,
     max_file_text_bytes,
     max_file_values,
     max_trace_text_bytes,
     max_trace_tokens,
     write_jsonl,
+    write_parquet,
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -652,8 +652,7 @@ def test_a_repaired_call_is_a_warning_downstream_not_an_error(tmp_path):
     from backend.importers.common import assistant_message
     from backend.tokenizers import load_tokenizer
     from backend.tools import ToolRegistry
-    from backend.trace import write_jsonl
-    from backend.trace import TraceIndex
+    from backend.trace import TraceIndex, write_jsonl
 
     bundle = load_tokenizer("qwen3")
     tools = ToolRegistry.from_schemas([{"type": "function", "function": {"name": "now", "description": "Time.",

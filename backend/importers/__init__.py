@@ -28,8 +28,19 @@ from backend.importers import agents_sdk, openai_chat, sharegpt, verl  # noqa: F
 from backend.importers.base import ImportContext, Importer, get_importer, importers
 from backend.importers.common import Conversation, RecordError, trace_from_conversation
 from backend.tokenizers import TokenizerLoadError
-from backend.trace import (LoadProblem, LoadResult, Trace, TraceFileError, TraceFormatError, iter_records, json_type,
-                           record_tokens_problem, sniff, too_many_tokens, trace_of)
+from backend.trace import (
+    LoadProblem,
+    LoadResult,
+    Trace,
+    TraceFileError,
+    TraceFormatError,
+    iter_records,
+    json_type,
+    record_tokens_problem,
+    sniff,
+    too_many_tokens,
+    trace_of,
+)
 
 FORMATS = ("agents-sdk", "verl", "openai-chat", "sharegpt")
 # auto-detection order: most specific first; plain {messages} rows go to openai-chat last

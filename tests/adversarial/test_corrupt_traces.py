@@ -39,8 +39,19 @@ from typing import Any
 import pytest
 
 import backend.trace.io as trace_mod
-from backend.trace import load_any, write_parquet
-from backend.trace import MAX_JSON_DEPTH, MAX_TOKEN_ID, LoadResult, Trace, TraceFileError, TraceFormatError, TraceIndex, load_traces, write_jsonl
+from backend.trace import (
+    MAX_JSON_DEPTH,
+    MAX_TOKEN_ID,
+    LoadResult,
+    Trace,
+    TraceFileError,
+    TraceFormatError,
+    TraceIndex,
+    load_any,
+    load_traces,
+    write_jsonl,
+    write_parquet,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_DIR = ROOT / "sample_traces"
