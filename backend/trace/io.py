@@ -19,6 +19,7 @@ in :mod:`backend.trace.limits` (re-exported by :mod:`backend.trace`), apart so t
 from __future__ import annotations
 
 import codecs
+import contextlib
 import gc
 import io
 import json
@@ -220,10 +221,24 @@ def iter_traces(src: Source, *, max_line_bytes: int | None = None) -> Iterator[t
         yield n, where, convert(n, rec)
 
 
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cyclic GC paused: reading a file allocates many objects and frees none in cycles, and
+    each collection would walk every trace read so far."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _collect(src: Source, res: LoadResult, unit: str, max_line_bytes: int | None = None) -> LoadResult:
-    for n, _, item in iter_traces(src, max_line_bytes=max_line_bytes):
-        if not res.take(n, item, unit):
-            break
+    with _no_gc():
+        for n, _, item in iter_traces(src, max_line_bytes=max_line_bytes):
+            if not res.take(n, item, unit):
+                break
     return res
 
 
@@ -619,9 +634,7 @@ class TraceIndex:
         k = len(self.files)
         self.files.append(f)
         rows, cap = 0, max_traces_per_file()
-        gc_was = gc.isenabled()
-        gc.disable()  # many short-lived objects, none kept in cycles
-        try:
+        with _no_gc():
             for n, where, item in self._scan(src, validate):
                 if rows >= cap:  # as LoadResult.take: the record after the last trace read says so
                     f.problems.append(not_read(n, src.unit, cap), force=True)
@@ -635,9 +648,6 @@ class TraceIndex:
                     self._row(summary_of_trace(item), k, n, off, length, item)
                 else:
                     self._row(item, k, n, off, length)
-        finally:
-            if gc_was:
-                gc.enable()
 
     @staticmethod
     def _scan(src: Source, validate: bool) -> Iterator[tuple[int, Any, Any]]:
