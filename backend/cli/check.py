@@ -56,8 +56,7 @@ def _bundle_for(trace, args, cache: dict):
 
 def run(args) -> int:
     from backend.diagnostics import Finding, Location, check, summarize
-    from backend.export import load_any
-    from backend.trace import TraceFileError
+    from backend.trace import TraceFileError, load_any
 
     if not os.path.exists(args.traces):
         raise CLIError(f"trace file not found: {args.traces}")

@@ -770,7 +770,7 @@ def make_parquet_bomb(path: Path, n: int = BOMB_IDS) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from backend.export import write_parquet
+    from backend.trace import write_parquet
     from backend.trace import load_traces
 
     small = path.with_suffix(".small.parquet")
