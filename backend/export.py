@@ -2,7 +2,7 @@
 
 * ``jsonl`` — our trace format, one trace per line (:func:`backend.trace.io.write_jsonl`).
 * ``parquet`` — our loss-less Parquet layout (:func:`backend.trace.io.write_parquet`; read back by
-  :func:`backend.trace.io.load_any`).
+  :func:`backend.importers.load_any`).
 * ``hf`` — ``{"id", "messages", "tools"}`` JSONL rows for SFT/chat-template training (tool-call
   arguments as objects, as HF templates expect).
 * ``verl`` — ``{"id", "prompt_ids", "response_ids", "response_mask", ...}`` rows as verl's agent

@@ -147,7 +147,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
 
-    from backend.trace import TraceIndex, load_any
+    from backend.importers import load_any
+    from backend.trace import TraceIndex
 
     tmpdir = None
     if args.keep:

@@ -13,7 +13,7 @@ import pytest
 from backend.engine import AgentLoop, LoopConfig
 from backend.export import export_traces, hf_row, verl_row
 from backend.generators.scripted import ScriptedGenerator
-from backend.importers import import_file
+from backend.importers import import_file, load_any
 from backend.tokenizers import load_tokenizer
 from backend.trace import (
     INDEX_COLUMNS,
@@ -22,7 +22,6 @@ from backend.trace import (
     TraceFileError,
     TraceIndex,
     is_trace_parquet,
-    load_any,
     load_traces,
     read_parquet_traces,
     write_jsonl,

@@ -20,13 +20,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from backend.importers import import_file
+from backend.importers import import_file, load_any
 from backend.parquet_limits import _page_header, _Short, _Unreadable
 from backend.trace import (
     Trace,
     TraceFileError,
     human_bytes,
-    load_any,
     max_file_text_bytes,
     max_file_values,
     max_trace_text_bytes,
@@ -55,7 +54,7 @@ def hwm_kb():
                 return int(line.split()[1])
 
 import pyarrow.compute, pyarrow.parquet  # noqa: F401
-from backend.trace import load_any
+from backend.importers import load_any
 
 bundle = None
 if sys.argv[2] == "import":

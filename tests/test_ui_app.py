@@ -13,7 +13,8 @@ from playground_support import fresh, run_all, settings
 
 import app as app_module
 import ui
-from backend.trace import Trace, load_any
+from backend.importers import load_any
+from backend.trace import Trace
 from ui import chat, inspector, playground, template_lab, trace_files
 from ui.context import SAMPLE_DIR, AppContext, ModelOptions, ModelService, UserError, load_samples
 

@@ -164,7 +164,8 @@ def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | No
     as they are read; a file in which nothing is a trace but whose records are another tool's is
     imported with ``tokenizer``, then indexed."""
     from backend import importers
-    from backend.trace import TraceFileError, load_any
+    from backend.importers import load_any
+    from backend.trace import TraceFileError
 
     if fmt not in FILE_FORMATS:
         raise TraceFileError(f"unknown file format {fmt!r}; choose one of {', '.join(FILE_FORMATS)}")

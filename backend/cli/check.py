@@ -56,7 +56,8 @@ def _bundle_for(trace, args, cache: dict):
 
 def run(args) -> int:
     from backend.diagnostics import Finding, Location, check, summarize
-    from backend.trace import TraceFileError, load_any
+    from backend.importers import load_any
+    from backend.trace import TraceFileError
 
     if not os.path.exists(args.traces):
         raise CLIError(f"trace file not found: {args.traces}")

@@ -22,7 +22,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from backend.export import export_traces
-    from backend.trace import TraceFileError, load_any
+    from backend.importers import load_any
+    from backend.trace import TraceFileError
 
     check_paths(args.traces, args.out, missing="trace file not found", same="--out must not be an input file")
     traces = []

@@ -41,6 +41,7 @@ from backend.trace import (
     too_many_tokens,
     trace_of,
 )
+from backend.trace.io import JSON, PARQUET, check_layout, collect, is_trace_parquet, open_parquet
 
 FORMATS = ("agents-sdk", "verl", "openai-chat", "sharegpt")
 # auto-detection order: most specific first; plain {messages} rows go to openai-chat last
@@ -221,6 +222,47 @@ def import_agents_sdk_run(items: list[Any], tools: Any = None, *, instructions: 
     return trace_from_conversation(conv, ctx.bundle, "agents-sdk")
 
 
+def load_any(path: str, *, import_foreign: bool = False, tokenizer: str = "qwen3", bundle: Any = None) -> LoadResult:
+    """Load a trace file (the UI and the CLI call this): our ``.parquet``, or JSONL / JSON.
+
+    A file in which nothing is a trace but whose first records look like a known foreign format
+    (Agents SDK, verl, OpenAI chat logs, ShareGPT) is imported when ``import_foreign`` is set
+    (an :class:`~backend.importers.ImportResult`, rendered with ``bundle`` if given, else
+    ``tokenizer``); otherwise it is refused with the ``import`` command to use."""
+    src = sniff(path)
+    def imported(fmt: str) -> LoadResult:
+        return import_file(path, fmt, tokenizer=tokenizer, bundle=bundle)
+
+    if src.kind == PARQUET:
+        pf = open_parquet(path)
+        hint = ""
+        if not is_trace_parquet(path):
+            try:
+                fmt = detect(path)
+            except Exception:  # a damaged file: check_layout says what it is not
+                fmt = None
+            if fmt and fmt != "trace":
+                if import_foreign:
+                    return imported(fmt)
+                hint = f"; it looks like {fmt} data: python -m backend import --from {fmt} {path} --out TRACES.jsonl"
+        check_layout(pf, path, hint)
+        return collect(src, LoadResult(), "row")
+    fmt = detect(path)
+    foreign = fmt is not None and fmt != "trace"
+    # detect() looks at the first few readable records only: one damaged trace line (or one
+    # foreign record) among them must not turn a file of traces into "foreign data". Records
+    # that are not traces are refused one by one (no id/format_version), so load, and import or
+    # refuse the file only when nothing in it is a trace.
+    res = collect(src, LoadResult(), "record" if src.kind == JSON else "line")
+    if foreign and not res.traces:
+        if import_foreign:
+            return imported(fmt)
+        res = LoadResult()
+        hint = f"looks like {fmt} data, not a trace; import it: python -m backend import --from {fmt} {path} --out TRACES.jsonl"
+        res.problems.append(LoadProblem(1, hint))
+    return res
+
+
 __all__ = [
     "FORMATS",
     "ImportContext",
@@ -237,5 +279,6 @@ __all__ = [
     "importers",
     "is_trace_record",
     "iter_import",
+    "load_any",
 ]
 

@@ -1,8 +1,8 @@
 """The one trace type and its files.
 
 - :mod:`backend.trace.model`: :class:`Trace` and its parts, and the checks a record passes.
-- :mod:`backend.trace.io`: reading and writing trace files (JSONL, JSON, Parquet), any file
-  (``load_any``), the lazy :class:`TraceIndex`; :mod:`backend.trace.limits`: what a file may cost.
+- :mod:`backend.trace.io`: reading and writing trace files (JSONL, JSON, Parquet) and
+  the lazy :class:`TraceIndex`; :mod:`backend.trace.limits`: what a file may cost.
 
 Everything is re-exported here, so ``from backend.trace import Trace`` is the usual import.
 """
@@ -18,7 +18,6 @@ from backend.trace.io import (  # noqa: F401
     iter_jsonl_records,
     iter_records,
     iter_traces,
-    load_any,
     load_traces,
     parquet_row,
     parquet_schema,

@@ -5,8 +5,9 @@ Parquet), :func:`read_lines` reads JSONL with bounded memory, :func:`iter_record
 record (or the problem that replaced it) with where it is, and :func:`trace_of` /
 :func:`trace_of_row` turn our records into a :class:`Trace` or a :class:`LoadProblem`. On that:
 
-* :func:`load_traces` (our JSON / JSONL), :func:`read_parquet_traces` (our Parquet),
-  :func:`load_any` (any trace file, importing another tool's when asked);
+* :func:`load_traces` (our JSON / JSONL), :func:`read_parquet_traces` (our Parquet);
+  :func:`backend.importers.load_any` builds on them for any trace file (importing another
+  tool's when asked), so this module never imports the importers;
 * :class:`TraceIndex`: one row per trace with its summary and location, each trace opened on
   demand by reading only its bytes (the Trace files tab lists it);
 * the writers: :func:`write_jsonl`, :func:`append_jsonl`, :func:`write_parquet`, :func:`write_lines`.
@@ -234,7 +235,8 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _collect(src: Source, res: LoadResult, unit: str, max_line_bytes: int | None = None) -> LoadResult:
+def collect(src: Source, res: LoadResult, unit: str, max_line_bytes: int | None = None) -> LoadResult:
+    """Every trace of ``src`` into ``res`` (problems listed by ``unit``), up to the per-file limit."""
     with _no_gc():
         for n, _, item in iter_traces(src, max_line_bytes=max_line_bytes):
             if not res.take(n, item, unit):
@@ -252,7 +254,7 @@ def load_traces(path: str, max_bytes: int | None = None, max_line_bytes: int | N
     if not os.path.exists(path):
         raise FileNotFoundError(path)
     src = sniff(path, text_only=True, max_bytes=max_bytes, max_line_bytes=max_line_bytes)
-    return _collect(src, LoadResult(), "record" if src.kind == JSON else "line", max_line_bytes)
+    return collect(src, LoadResult(), "record" if src.kind == JSON else "line", max_line_bytes)
 
 
 # ---- our Parquet layout ----------------------------------------------------------------------------
@@ -332,21 +334,15 @@ def is_trace_parquet(path: str) -> bool:
     return md.get(b"kind") == PARQUET_KIND
 
 
-def _check_layout(pf: Any, path: str) -> None:
-    """Refuse a Parquet file that is not in our layout, with the import command when its rows
-    look like another tool's."""
+def check_layout(pf: Any, path: str, hint: str = "") -> None:
+    """Refuse a Parquet file that is not in our layout (``hint``: what the caller knows of what it
+    holds; :func:`backend.importers.load_any` names the format it detects)."""
     if (pf.schema_arrow.metadata or {}).get(b"kind") == PARQUET_KIND:
         return
     cols = set(pf.schema_arrow.names)
     if {"id", "messages", "steps"} <= cols:
         return  # our columns, written by something else
-    hint = ""
-    try:
-        fmt = _importers().detect(path)
-        if fmt and fmt != "trace":
-            hint = f"; it looks like {fmt} data: python -m backend import --from {fmt} {path} --out TRACES.jsonl"
-    except Exception:
-        pass
+    hint = hint or f"; if it holds another tool's records, import it: python -m backend import {path} --out TRACES.jsonl"
     raise TraceFileError(f"{os.path.basename(path)} is not a trace Parquet file (columns: {', '.join(sorted(cols)[:8])}){hint}")
 
 
@@ -355,55 +351,11 @@ def read_parquet_traces(path: str) -> LoadResult:
     (1-based), the rest load; rows over the limits are reported without being decoded
     (:mod:`backend.parquet_limits`). Another layout raises :class:`TraceFileError` with a hint."""
     src = Source(path, PARQUET)
-    _check_layout(open_parquet(path), path)
-    return _collect(src, LoadResult(), "row")
+    check_layout(open_parquet(path), path)
+    return collect(src, LoadResult(), "row")
 
 
 # ---- any trace file --------------------------------------------------------------------------------
-
-
-def _importers() -> Any:
-    # deferred: backend.importers reads its files through this module
-    from backend import importers
-
-    return importers
-
-
-def load_any(path: str, *, import_foreign: bool = False, tokenizer: str = "qwen3", bundle: Any = None) -> LoadResult:
-    """Load a trace file (the UI and the CLI call this): our ``.parquet``, or JSONL / JSON.
-
-    A file in which nothing is a trace but whose first records look like a known foreign format
-    (Agents SDK, verl, OpenAI chat logs, ShareGPT) is imported when ``import_foreign`` is set
-    (an :class:`~backend.importers.ImportResult`, rendered with ``bundle`` if given, else
-    ``tokenizer``); otherwise it is refused with the ``import`` command to use."""
-    src = sniff(path)
-    importers = _importers()
-
-    def imported(fmt: str) -> LoadResult:
-        return importers.import_file(path, fmt, tokenizer=tokenizer, bundle=bundle)
-
-    if src.kind == PARQUET:
-        pf = open_parquet(path)
-        if not is_trace_parquet(path) and import_foreign:
-            fmt = importers.detect(path)
-            if fmt and fmt != "trace":
-                return imported(fmt)
-        _check_layout(pf, path)  # raises with a hint
-        return _collect(src, LoadResult(), "row")
-    fmt = importers.detect(path)
-    foreign = fmt is not None and fmt != "trace"
-    # detect() looks at the first few readable records only: one damaged trace line (or one
-    # foreign record) among them must not turn a file of traces into "foreign data". Records
-    # that are not traces are refused one by one (no id/format_version), so load, and import or
-    # refuse the file only when nothing in it is a trace.
-    res = _collect(src, LoadResult(), "record" if src.kind == JSON else "line")
-    if foreign and not res.traces:
-        if import_foreign:
-            return imported(fmt)
-        res = LoadResult()
-        hint = f"looks like {fmt} data, not a trace; import it: python -m backend import --from {fmt} {path} --out TRACES.jsonl"
-        res.problems.append(LoadProblem(1, hint))
-    return res
 
 
 # ---- the index ---------------------------------------------------------------------------------------
@@ -529,7 +481,7 @@ def _loads_light(raw: bytes) -> tuple[Any, dict[str, int] | None]:
 def _summary_of_line(lineno: int, raw: bytes) -> dict[str, Any] | LoadProblem:
     """The summary of a JSONL line, parsed lightly; where the light parse is not sure the line is
     a trace, the line is converted in full (:func:`trace_of`), so a refused line has the reason
-    :func:`load_any` gives."""
+    :func:`backend.importers.load_any` gives."""
     try:
         d, counts = _loads_light(raw)
         if isinstance(d, dict) and "id" in d and "format_version" in d:
@@ -560,13 +512,13 @@ class IndexedFile:
 class TraceIndex:
     """One row per trace over a list of files: its summary (:data:`SUMMARY_COLUMNS`) and where it
     is (:data:`INDEX_COLUMNS`), built in one streaming pass; :meth:`open` reads only that trace's
-    bytes (a JSONL line, a Parquet row group) and gives the trace :func:`load_any` gives, or raises
+    bytes (a JSONL line, a Parquet row group) and gives the trace :func:`backend.importers.load_any` gives, or raises
     :class:`TraceFormatError` with the reason it gives (``"line 7: ..."``).
 
     ``build(paths)`` parses JSONL lines lightly (a line the light parse cannot summarise is
     converted in full, for its reason): a line that is JSON of the right shape but not a valid
     trace is found when opened. ``build(paths, validate=True)`` converts every record, so the
-    problems are exactly :func:`load_any`'s, and ``keep=True`` holds the traces (``traces``)."""
+    problems are exactly :func:`backend.importers.load_any`'s, and ``keep=True`` holds the traces (``traces``)."""
 
     def __init__(self) -> None:
         self.files: list[IndexedFile] = []
@@ -578,7 +530,7 @@ class TraceIndex:
     @classmethod
     def build(cls, paths: Iterable[str], *, validate: bool = False, keep: bool = False) -> TraceIndex:
         """The index of our trace files (JSONL, JSON, our Parquet). A file that cannot be read at
-        all raises :class:`TraceFileError`, as :func:`load_any` does."""
+        all raises :class:`TraceFileError`, as :func:`backend.importers.load_any` does."""
         ix = cls()
         if keep:
             ix.traces = []
@@ -625,9 +577,9 @@ class TraceIndex:
     def _add_file(self, path: str, validate: bool) -> None:
         src = sniff(path)
         if src.kind == PARQUET:
-            _check_layout(open_parquet(path), path)
+            check_layout(open_parquet(path), path)
         elif src.kind == JSON:  # the document is in memory already: its traces are held
-            res = _collect(src, LoadResult(), "record")
+            res = collect(src, LoadResult(), "record")
             self._add_memory(res.traces, res.problems, res.lines, path, "line", None)
             return
         f = IndexedFile(path, src.kind, src.unit)

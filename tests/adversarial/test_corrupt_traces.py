@@ -39,6 +39,7 @@ from typing import Any
 import pytest
 
 import backend.trace.io as trace_mod
+from backend.importers import load_any
 from backend.trace import (
     MAX_JSON_DEPTH,
     MAX_TOKEN_ID,
@@ -47,7 +48,6 @@ from backend.trace import (
     TraceFileError,
     TraceFormatError,
     TraceIndex,
-    load_any,
     load_traces,
     write_jsonl,
     write_parquet,
