@@ -206,13 +206,52 @@ def test_failures_become_error_traces_and_do_not_stop_the_batch(tmp_path, qwen3,
     assert tbl.open("p1").termination_reason == "no_tool_calls"  # the newest trace of an id
 
 
-def test_progress_line(tmp_path, qwen3, tools):
-    buf = io.StringIO()
+class _Stream(io.StringIO):
+    def __init__(self, tty):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+def test_progress_bar_on_a_terminal(tmp_path, qwen3, tools):
+    """tqdm redraws in place (carriage returns) with done/total, items/s, tok/s, errors, ETA."""
+    buf = _Stream(tty=True)
     stats = RolloutStats()
     prog = Progress(stats, stream=buf, interval_s=0.0)
     run(run_rollouts(items(3), bundle=qwen3, out_path=str(tmp_path / "t.jsonl"), make_generator=scripted(qwen3), tools=tools, progress=prog, stats=stats))
-    last = buf.getvalue().strip().splitlines()[-1]
-    assert "3/3 items" in last and "items/s" in last and "tok/s" in last and "errors 0" in last
+    text = buf.getvalue()
+    assert "\r" in text and text.endswith("\n")
+    last = text.rstrip("\n").split("\r")[-1]
+    assert "3/3" in last and "item/s" in last and "tok/s" in last and "errors 0" in last and "<00:00" in last  # elapsed<ETA
+    assert text.count("\r") >= 4  # a redraw per item
+
+
+def test_progress_off_a_terminal_is_sparse_plain_lines(tmp_path, qwen3, tools):
+    buf = _Stream(tty=False)
+    stats = RolloutStats()
+    prog = Progress(stats, stream=buf, plain_interval_s=3600)
+    run(run_rollouts(items(5), bundle=qwen3, out_path=str(tmp_path / "t.jsonl"), make_generator=scripted(qwen3, delay=0.001), tools=tools,
+                     progress=prog, stats=stats))
+    text = buf.getvalue()
+    lines = text.splitlines()
+    assert "\r" not in text and "\x1b" not in text and len(lines) == 2  # the start and the end only
+    assert "0/5" in lines[0] and "5/5" in lines[1] and "tok/s" in lines[1] and "errors 0" in lines[1]
+    # no interval: a line at every redraw (tokens streamed, items finished), never redrawn in place
+    buf = _Stream(tty=False)
+    stats = RolloutStats()
+    run(run_rollouts(items(4), bundle=qwen3, out_path=str(tmp_path / "t2.jsonl"), make_generator=scripted(qwen3), tools=tools,
+                     progress=Progress(stats, stream=buf, plain_interval_s=0.0), stats=stats))
+    lines = buf.getvalue().splitlines()
+    assert len(lines) > 6 and all(line.startswith("rollout:") and "/4 [" in line for line in lines) and "4/4" in lines[-1]
+    assert "\r" not in buf.getvalue()
+    # disabled (tqdm's disable): nothing at all
+    buf = _Stream(tty=True)
+    stats = RolloutStats()
+    run(run_rollouts(items(2), bundle=qwen3, out_path=str(tmp_path / "t3.jsonl"), make_generator=scripted(qwen3), tools=tools,
+                     progress=Progress(stats, stream=buf, enabled=False), stats=stats))
+    assert buf.getvalue() == ""
 
 
 def test_bad_arguments(tmp_path, qwen3):
@@ -242,7 +281,8 @@ def test_cli_scripted(tmp_path):
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     assert s["done"] == 6 and s["errors"] == 1 and s["termination"] == {"no_tool_calls": 5, "error": 1}
-    assert "items/s" in r.stderr and "tok/s" in r.stderr  # the progress bar
+    assert "item/s" in r.stderr and "tok/s" in r.stderr and "\r" not in r.stderr  # the progress bar: plain lines off a terminal
+    assert len(r.stderr.splitlines()) == 2 and not r.stdout.count("\n") > 1  # --json alone on stdout
     r = _cli(*args)
     assert json.loads(r.stdout)["skipped"] == 6
     r = _cli("rollout", "--prompts", str(tmp_path / "nope.jsonl"), "--backend", "scripted", "--script", str(script), "--out", str(out))
