@@ -343,6 +343,10 @@ class ShardSink:
                 continue
             journal = self.name(i, "journal.jsonl")
             repair_partial_tail(journal)
+            if os.path.getsize(journal) == 0:  # opened, nothing written yet
+                os.remove(journal)
+                kinds.discard("journal.jsonl")
+                continue
             if "parquet" in kinds:
                 have = _parquet_readable(self.name(i, "parquet"))
                 if have is None:  # a Parquet that did not finish: the journal is the truth
@@ -356,7 +360,9 @@ class ShardSink:
                         convert_journal(journal, self.name(i, "parquet"), keep=have)
                     kinds.discard("journal.jsonl")
                     continue
-            if not (self.fmt == "parquet" and i == last):  # not the shard this run continues
+            if not (self.fmt == "parquet" and i == last and _last_reasons(journal, {}) < self.shard_size):
+                # not the shard this run continues (another format, an earlier shard, or full: the
+                # crash came between its last line and its conversion)
                 convert_journal(journal, self.name(i, "parquet"))
                 kinds.discard("journal.jsonl")
                 kinds.add("parquet")
@@ -375,7 +381,7 @@ class ShardSink:
                 if SHARD_RE.match(fn):
                     os.remove(os.path.join(self.folder, fn))
             return set()
-        found = self.recover()
+        found = {i: kinds for i, kinds in self.recover().items() if kinds}
         last: dict[str, str | None] = {}
         counts: dict[tuple[int, str], int] = {}
         for i, kinds in sorted(found.items()):

@@ -17,11 +17,13 @@ from backend.engine import LoopConfig
 from backend.generators.base import Generation, Generator
 from backend.generators.scripted import ScriptedGenerator
 from backend.rollout import (
+    SHARD_RE,
     Progress,
     RolloutError,
     RolloutItem,
     RolloutStats,
     done_ids,
+    is_shard_dir,
     load_prompts,
     repair_partial_tail,
     run_rollouts,
@@ -360,3 +362,174 @@ def test_cli_rollout_against_the_vllm_server_with_resume(vllm_server, tmp_path):
     s = json.loads(r.stdout)
     assert s["skipped"] == 4 and s["done"] == 1
     assert len(load_traces(str(out)).traces) == 5
+
+
+# ---- shards: a folder of JSONL or Parquet parts, crash-safe ----------------------------------------
+
+
+def shard_files(folder):
+    return sorted(os.listdir(folder))
+
+
+def folder_ids(folder):
+    """Every trace id in the folder's shards (each file loaded by load_any, as the Trace files tab
+    does; none may have a problem), in shard order."""
+    from backend.importers import load_any
+
+    ids = []
+    for fn in shard_files(folder):
+        assert SHARD_RE.match(fn), fn  # no temporary file, nothing else
+        res = load_any(os.path.join(folder, fn))
+        assert not res.problems, (fn, res.problems)
+        ids += [t.id for t in res.traces]
+    return ids
+
+
+def test_jsonl_shards_numbering_and_resume(tmp_path, qwen3, tools):
+    out = tmp_path / "run"
+    st = run(run_rollouts(items(7), bundle=qwen3, out_path=str(out) + "/", make_generator=scripted(qwen3), tools=tools, shard_size=3))
+    assert shard_files(out) == ["part-00000.jsonl", "part-00001.jsonl", "part-00002.jsonl"]
+    assert [len(load_traces(str(out / f)).traces) for f in shard_files(out)] == [3, 3, 1]
+    assert st.files == [str(out / f) for f in shard_files(out)]
+    # resume (an existing folder is a folder without the slash): the last shard, not full, continues
+    with open(out / "part-00002.jsonl", "a") as f:
+        f.write('{"format_version":1,"id":"p7","mess')  # a crash mid-write
+    st = run(run_rollouts(items(11), bundle=qwen3, out_path=str(out), make_generator=scripted(qwen3), tools=tools, shard_size=3))
+    assert st.skipped == 7 and st.done == 4
+    assert shard_files(out) == [f"part-0000{i}.jsonl" for i in range(4)]
+    assert sorted(folder_ids(out)) == sorted(f"p{i}" for i in range(11))
+    assert [len(load_traces(str(out / f)).traces) for f in shard_files(out)] == [3, 3, 3, 2]
+    # --no-resume: the shards are removed, other files kept
+    (out / "notes.txt").write_text("mine")
+    st = run(run_rollouts(items(2), bundle=qwen3, out_path=str(out), make_generator=scripted(qwen3), tools=tools, resume=False))
+    assert sorted(os.listdir(out)) == ["notes.txt", "part-00000.jsonl"] and st.done == 2
+
+
+def test_parquet_shards_are_trace_parquet_readable_everywhere(tmp_path, qwen3, tools):
+    from backend.trace import TraceIndex, is_trace_parquet
+
+    out = tmp_path / "pq"
+    st = run(run_rollouts(items(10), bundle=qwen3, out_path=str(out), make_generator=scripted(qwen3), tools=tools, shard_size=4, fmt="parquet"))
+    assert shard_files(out) == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"] and st.done == 10
+    assert all(is_trace_parquet(str(out / f)) for f in shard_files(out))
+    assert sorted(folder_ids(out)) == sorted(f"p{i}" for i in range(10))
+    idx = TraceIndex.build([str(out / f) for f in shard_files(out)])  # the Trace files tab
+    assert len(idx) == 10 and idx.open("p3").termination_reason == "no_tool_calls"
+    # resume with more items: numbering continues (a finished Parquet shard is never reopened)
+    st = run(run_rollouts(items(13), bundle=qwen3, out_path=str(out), make_generator=scripted(qwen3), tools=tools, shard_size=4, fmt="parquet"))
+    assert st.skipped == 10 and st.done == 3 and shard_files(out)[-1] == "part-00003.parquet"
+    assert sorted(folder_ids(out)) == sorted(f"p{i}" for i in range(13))
+
+
+def test_retry_errors_across_shards(tmp_path, qwen3, tools):
+    out = tmp_path / "r"
+
+    def flaky(item):
+        if item.id in ("p1", "p4"):
+            return ScriptedGenerator(qwen3.tokenizer, [CALL])  # no second turn: generation_error
+        return ScriptedGenerator(qwen3.tokenizer, [CALL, ANSWER])
+
+    st = run(run_rollouts(items(6), bundle=qwen3, out_path=str(out), make_generator=flaky, tools=tools, shard_size=2, fmt="parquet", concurrency=1))
+    assert st.errors == 2
+    st = run(run_rollouts(items(6), bundle=qwen3, out_path=str(out), make_generator=scripted(qwen3), tools=tools, shard_size=2, fmt="parquet"))
+    assert st.done == 0  # without --retry-errors an error trace counts as done
+    st = run(run_rollouts(items(6), bundle=qwen3, out_path=str(out), make_generator=scripted(qwen3), tools=tools, shard_size=2, fmt="parquet",
+                          retry_errors=True))
+    assert st.skipped == 4 and st.done == 2 and st.errors == 0
+    ids = folder_ids(out)
+    assert len(ids) == 8 and ids[-2:] in (["p1", "p4"], ["p4", "p1"])  # the retries follow the old traces
+    st = run(run_rollouts(items(6), bundle=qwen3, out_path=str(out), make_generator=scripted(qwen3), tools=tools, shard_size=2, fmt="parquet",
+                          retry_errors=True))
+    assert st.done == 0
+
+
+def _journal_of(folder, n, traces):
+    from backend.trace import write_jsonl
+
+    write_jsonl(traces, str(folder / f"part-{n:05d}.journal.jsonl"))
+
+
+def _parquet_traces(path):
+    from backend.trace import read_parquet_traces
+
+    return read_parquet_traces(str(path)).traces
+
+
+@pytest.mark.parametrize("state", ["temp-files", "parquet-and-journal", "torn-parquet", "parquet-missing-some", "full-journal",
+                                   "journal-resumed-as-jsonl", "empty-journal", "partial-journal-line"])
+def test_interrupted_conversion_is_resolved_without_loss_or_duplicates(tmp_path, qwen3, tools, state):
+    """Each state a crash can leave in a Parquet shard folder (during or after a conversion, or
+    mid-line in the journal), then a resume: every id exactly once, every file loads."""
+    from backend.trace import write_parquet
+
+    out = tmp_path / "pq"
+    kw = {"bundle": qwen3, "make_generator": scripted(qwen3), "tools": tools, "shard_size": 4, "fmt": "parquet"}
+    run(run_rollouts(items(10), out_path=str(out), **kw))  # part-00000 (4), part-00001 (4), part-00002 (2)
+    last = out / "part-00002.parquet"
+    two = _parquet_traces(last)
+    fmt = "parquet"
+    if state == "temp-files":  # killed while writing the Parquet: the journal is all there is
+        last.rename(out / "part-00002.parquet.tmp")
+        (out / "part-00002.parquet.tmp.tmp").write_bytes(b"PAR1 half a file")
+        _journal_of(out, 2, two)
+    elif state == "parquet-and-journal":  # killed after the rename, before the journal was removed
+        _journal_of(out, 2, two)
+    elif state == "torn-parquet":  # a Parquet that is not whole (no fsync, power loss)
+        _journal_of(out, 2, two)
+        last.write_bytes(last.read_bytes()[:100])
+    elif state == "parquet-missing-some":  # cannot come from our writer; merged anyway
+        write_parquet(two[:1], str(last))
+        _journal_of(out, 2, two)
+    elif state == "full-journal":  # killed between the shard's last line and its conversion
+        p1 = out / "part-00001.parquet"
+        four = _parquet_traces(p1)
+        last.unlink()
+        p1.unlink()
+        _journal_of(out, 1, four)  # the last shard, full
+    elif state == "journal-resumed-as-jsonl":  # a crashed Parquet run, resumed with the JSONL format
+        last.unlink()
+        _journal_of(out, 2, two)
+        fmt = "jsonl"
+    elif state == "empty-journal":  # killed between opening the journal and its first line
+        (out / "part-00003.journal.jsonl").write_bytes(b"")
+    elif state == "partial-journal-line":
+        last.unlink()
+        _journal_of(out, 2, two)
+        with open(out / "part-00002.journal.jsonl", "a") as f:
+            f.write(two[0].to_json()[:50])
+    st = run(run_rollouts(items(12), out_path=str(out), **{**kw, "fmt": fmt}))
+    ids = folder_ids(out)
+    assert sorted(ids) == sorted(f"p{i}" for i in range(12)), ids  # each exactly once
+    assert st.skipped == (8 if state == "full-journal" else 10)
+    files = shard_files(out)
+    assert not any(f.endswith(".journal.jsonl") for f in files)
+    if state == "full-journal":
+        assert files == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    elif state == "journal-resumed-as-jsonl":
+        assert files == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet", "part-00003.jsonl"]
+    elif state in ("temp-files", "torn-parquet", "partial-journal-line"):  # the journal (2 traces) is the open shard: continued
+        assert files == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+        assert len(_parquet_traces(out / "part-00002.parquet")) == 4
+    else:
+        assert files == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet", "part-00003.parquet"]
+
+
+def test_shard_arguments(tmp_path, qwen3):
+    f = tmp_path / "file.jsonl"
+    f.write_text("")
+    kw = {"bundle": qwen3, "make_generator": scripted(qwen3)}
+    with pytest.raises(RolloutError, match="is a file"):
+        run(run_rollouts(items(1), out_path=str(f), shard_size=10, **kw))
+    with pytest.raises(RolloutError, match="does not exist"):
+        run(run_rollouts(items(1), out_path=str(tmp_path / "no" / "run") + "/", **kw))
+    with pytest.raises(RolloutError, match="at least 1"):
+        run(run_rollouts(items(1), out_path=str(tmp_path / "run"), shard_size=0, **kw))
+    with pytest.raises(RolloutError, match="format"):
+        run(run_rollouts(items(1), out_path=str(tmp_path / "run"), fmt="csv", **kw))
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "part-00000.parquet").write_bytes(b"not parquet")
+    with pytest.raises(RolloutError, match="cannot be read"):
+        run(run_rollouts(items(1), out_path=str(bad), **kw))
+    assert is_shard_dir("x/") and is_shard_dir(str(tmp_path)) and is_shard_dir("x", 5) and is_shard_dir("x", fmt="parquet")
+    assert not is_shard_dir("x.jsonl")
