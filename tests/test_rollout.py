@@ -533,3 +533,66 @@ def test_shard_arguments(tmp_path, qwen3):
         run(run_rollouts(items(1), out_path=str(bad), **kw))
     assert is_shard_dir("x/") and is_shard_dir(str(tmp_path)) and is_shard_dir("x", 5) and is_shard_dir("x", fmt="parquet")
     assert not is_shard_dir("x.jsonl")
+
+
+def _finished_on_disk(folder):
+    """Traces on disk in a folder being written (lines of JSONL shards and journals, rows of
+    Parquet shards); files may vanish under us (a conversion)."""
+    import pyarrow.parquet as pq
+
+    n = 0
+    for fn in os.listdir(folder) if os.path.isdir(folder) else []:
+        p = os.path.join(folder, fn)
+        try:
+            if fn.endswith(".parquet"):
+                n += pq.ParquetFile(p).metadata.num_rows
+            elif fn.endswith(".jsonl"):
+                with open(p, "rb") as f:
+                    n += f.read().count(b"\n")
+        except (OSError, ValueError):
+            pass
+    return n
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_sigkill_mid_run_then_resume_has_every_id_exactly_once(tmp_path, fmt):
+    """A real `rollout` subprocess (scripted backend, a token delay so it is mid-run) killed with
+    SIGKILL at several points, resumed each time, then run to the end."""
+    import signal
+    import time
+
+    n_items = 40
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"k{i}", "prompt": f"Weather {i}?"}) + "\n" for i in range(n_items)))
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": CALL, "token_delay_s": 0.004}, ANSWER]))
+    tools_file = tmp_path / "tools.json"
+    tools_file.write_text(json.dumps([WEATHER_SCHEMA]))
+    out = tmp_path / "shards"
+    cmd = [sys.executable, "-m", "backend", "rollout", "--prompts", str(prompts), "--tools", str(tools_file), "--backend", "scripted",
+           "--script", str(script), "--tokenizer", "qwen3", "--concurrency", "3", "--out", str(out) + "/", "--shard-size", "3",
+           "--format", fmt, "--json"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    kills = 0
+    for target in (2, 9, 16, 24):  # kill once this many traces are on disk (each run starts where the last stopped)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while _finished_on_disk(out) < target and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.communicate(timeout=60)
+    assert kills >= 3  # really killed mid-run
+    assert _finished_on_disk(out) < n_items
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["skipped"] + s["done"] == n_items and s["done"] > 0
+    ids = folder_ids(out)
+    assert sorted(ids) == sorted(f"k{i}" for i in range(n_items))  # every id exactly once, every line/row loads
+    files = shard_files(out)
+    assert all(f.endswith("." + fmt) and ".journal." not in f for f in files)
+    assert files == [f"part-{i:05d}.{fmt}" for i in range(len(files))]  # numbering continued, no gaps
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert json.loads(r.stdout)["skipped"] == n_items
