@@ -291,6 +291,17 @@ def test_cli_scripted(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("error:") and "Traceback" not in r.stderr
     r = _cli("rollout", "--prompts", str(prompts), "--backend", "vllm-server", "--out", str(out))
     assert r.returncode == 2 and "--server-url" in r.stderr
+    # shards: --shard-size on an existing file is refused; a folder of Parquet shards, --no-progress
+    r = _cli(*args, "--shard-size", "2")
+    assert r.returncode == 2 and r.stderr.startswith("error:") and "is a file" in r.stderr and "Traceback" not in r.stderr
+    r = _cli(*args[:-3], "--out", str(tmp_path / "pq") + "/", "--format", "parquet", "--shard-size", "4", "--no-progress", "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["done"] == 6 and [os.path.basename(f) for f in s["files"]] == ["part-00000.parquet", "part-00001.parquet"]
+    assert "item/s" not in r.stderr
+    assert sorted(folder_ids(tmp_path / "pq")) == sorted([f"q{i}" for i in range(5)] + ["line-6"])
+    r = _cli(*args[:-3], "--out", str(tmp_path / "pq"), "--format", "parquet", "--shard-size", "0")
+    assert r.returncode == 2 and "--shard-size" in r.stderr
 
 
 # ---- the real CPU vLLM OpenAI server -----------------------------------------------------------
