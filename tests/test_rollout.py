@@ -17,11 +17,13 @@ from backend.engine import LoopConfig
 from backend.generators.base import Generation, Generator
 from backend.generators.scripted import ScriptedGenerator
 from backend.rollout import (
+    SHARD_RE,
     Progress,
     RolloutError,
     RolloutItem,
     RolloutStats,
     done_ids,
+    is_shard_dir,
     load_prompts,
     repair_partial_tail,
     run_rollouts,
@@ -206,13 +208,52 @@ def test_failures_become_error_traces_and_do_not_stop_the_batch(tmp_path, qwen3,
     assert tbl.open("p1").termination_reason == "no_tool_calls"  # the newest trace of an id
 
 
-def test_progress_line(tmp_path, qwen3, tools):
-    buf = io.StringIO()
+class _Stream(io.StringIO):
+    def __init__(self, tty):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+def test_progress_bar_on_a_terminal(tmp_path, qwen3, tools):
+    """tqdm redraws in place (carriage returns) with done/total, items/s, tok/s, errors, ETA."""
+    buf = _Stream(tty=True)
     stats = RolloutStats()
     prog = Progress(stats, stream=buf, interval_s=0.0)
     run(run_rollouts(items(3), bundle=qwen3, out_path=str(tmp_path / "t.jsonl"), make_generator=scripted(qwen3), tools=tools, progress=prog, stats=stats))
-    last = buf.getvalue().strip().splitlines()[-1]
-    assert "3/3 items" in last and "items/s" in last and "tok/s" in last and "errors 0" in last
+    text = buf.getvalue()
+    assert "\r" in text and text.endswith("\n")
+    last = text.rstrip("\n").split("\r")[-1]
+    assert "3/3" in last and "item/s" in last and "tok/s" in last and "errors 0" in last and "<00:00" in last  # elapsed<ETA
+    assert text.count("\r") >= 4  # a redraw per item
+
+
+def test_progress_off_a_terminal_is_sparse_plain_lines(tmp_path, qwen3, tools):
+    buf = _Stream(tty=False)
+    stats = RolloutStats()
+    prog = Progress(stats, stream=buf, plain_interval_s=3600)
+    run(run_rollouts(items(5), bundle=qwen3, out_path=str(tmp_path / "t.jsonl"), make_generator=scripted(qwen3, delay=0.001), tools=tools,
+                     progress=prog, stats=stats))
+    text = buf.getvalue()
+    lines = text.splitlines()
+    assert "\r" not in text and "\x1b" not in text and len(lines) == 2  # the start and the end only
+    assert "0/5" in lines[0] and "5/5" in lines[1] and "tok/s" in lines[1] and "errors 0" in lines[1]
+    # no interval: a line at every redraw (tokens streamed, items finished), never redrawn in place
+    buf = _Stream(tty=False)
+    stats = RolloutStats()
+    run(run_rollouts(items(4), bundle=qwen3, out_path=str(tmp_path / "t2.jsonl"), make_generator=scripted(qwen3), tools=tools,
+                     progress=Progress(stats, stream=buf, plain_interval_s=0.0), stats=stats))
+    lines = buf.getvalue().splitlines()
+    assert len(lines) > 6 and all(line.startswith("rollout:") and "/4 [" in line for line in lines) and "4/4" in lines[-1]
+    assert "\r" not in buf.getvalue()
+    # disabled (tqdm's disable): nothing at all
+    buf = _Stream(tty=True)
+    stats = RolloutStats()
+    run(run_rollouts(items(2), bundle=qwen3, out_path=str(tmp_path / "t3.jsonl"), make_generator=scripted(qwen3), tools=tools,
+                     progress=Progress(stats, stream=buf, enabled=False), stats=stats))
+    assert buf.getvalue() == ""
 
 
 def test_bad_arguments(tmp_path, qwen3):
@@ -242,13 +283,25 @@ def test_cli_scripted(tmp_path):
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     assert s["done"] == 6 and s["errors"] == 1 and s["termination"] == {"no_tool_calls": 5, "error": 1}
-    assert "items/s" in r.stderr and "tok/s" in r.stderr  # the progress bar
+    assert "item/s" in r.stderr and "tok/s" in r.stderr and "\r" not in r.stderr  # the progress bar: plain lines off a terminal
+    assert len(r.stderr.splitlines()) == 2 and not r.stdout.count("\n") > 1  # --json alone on stdout
     r = _cli(*args)
     assert json.loads(r.stdout)["skipped"] == 6
     r = _cli("rollout", "--prompts", str(tmp_path / "nope.jsonl"), "--backend", "scripted", "--script", str(script), "--out", str(out))
     assert r.returncode == 2 and r.stderr.startswith("error:") and "Traceback" not in r.stderr
     r = _cli("rollout", "--prompts", str(prompts), "--backend", "vllm-server", "--out", str(out))
     assert r.returncode == 2 and "--server-url" in r.stderr
+    # shards: --shard-size on an existing file is refused; a folder of Parquet shards, --no-progress
+    r = _cli(*args, "--shard-size", "2")
+    assert r.returncode == 2 and r.stderr.startswith("error:") and "is a file" in r.stderr and "Traceback" not in r.stderr
+    r = _cli(*args[:-3], "--out", str(tmp_path / "pq") + "/", "--format", "parquet", "--shard-size", "4", "--no-progress", "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["done"] == 6 and [os.path.basename(f) for f in s["files"]] == ["part-00000.parquet", "part-00001.parquet"]
+    assert "item/s" not in r.stderr
+    assert sorted(folder_ids(tmp_path / "pq")) == sorted([f"q{i}" for i in range(5)] + ["line-6"])
+    r = _cli(*args[:-3], "--out", str(tmp_path / "pq"), "--format", "parquet", "--shard-size", "0")
+    assert r.returncode == 2 and "--shard-size" in r.stderr
 
 
 # ---- the real CPU vLLM OpenAI server -----------------------------------------------------------
@@ -320,3 +373,237 @@ def test_cli_rollout_against_the_vllm_server_with_resume(vllm_server, tmp_path):
     s = json.loads(r.stdout)
     assert s["skipped"] == 4 and s["done"] == 1
     assert len(load_traces(str(out)).traces) == 5
+
+
+# ---- shards: a folder of JSONL or Parquet parts, crash-safe ----------------------------------------
+
+
+def shard_files(folder):
+    return sorted(os.listdir(folder))
+
+
+def folder_ids(folder):
+    """Every trace id in the folder's shards (each file loaded by load_any, as the Trace files tab
+    does; none may have a problem), in shard order."""
+    from backend.importers import load_any
+
+    ids = []
+    for fn in shard_files(folder):
+        assert SHARD_RE.match(fn), fn  # no temporary file, nothing else
+        res = load_any(os.path.join(folder, fn))
+        assert not res.problems, (fn, res.problems)
+        ids += [t.id for t in res.traces]
+    return ids
+
+
+def test_jsonl_shards_numbering_and_resume(tmp_path, qwen3, tools):
+    out = tmp_path / "run"
+    st = run(run_rollouts(items(7), bundle=qwen3, out_path=str(out) + "/", make_generator=scripted(qwen3), tools=tools, shard_size=3))
+    assert shard_files(out) == ["part-00000.jsonl", "part-00001.jsonl", "part-00002.jsonl"]
+    assert [len(load_traces(str(out / f)).traces) for f in shard_files(out)] == [3, 3, 1]
+    assert st.files == [str(out / f) for f in shard_files(out)]
+    # resume (an existing folder is a folder without the slash): the last shard, not full, continues
+    with open(out / "part-00002.jsonl", "a") as f:
+        f.write('{"format_version":1,"id":"p7","mess')  # a crash mid-write
+    st = run(run_rollouts(items(11), bundle=qwen3, out_path=str(out), make_generator=scripted(qwen3), tools=tools, shard_size=3))
+    assert st.skipped == 7 and st.done == 4
+    assert shard_files(out) == [f"part-0000{i}.jsonl" for i in range(4)]
+    assert sorted(folder_ids(out)) == sorted(f"p{i}" for i in range(11))
+    assert [len(load_traces(str(out / f)).traces) for f in shard_files(out)] == [3, 3, 3, 2]
+    # --no-resume: the shards are removed, other files kept
+    (out / "notes.txt").write_text("mine")
+    st = run(run_rollouts(items(2), bundle=qwen3, out_path=str(out), make_generator=scripted(qwen3), tools=tools, resume=False))
+    assert sorted(os.listdir(out)) == ["notes.txt", "part-00000.jsonl"] and st.done == 2
+
+
+def test_parquet_shards_are_trace_parquet_readable_everywhere(tmp_path, qwen3, tools):
+    from backend.trace import TraceIndex, is_trace_parquet
+
+    out = tmp_path / "pq"
+    st = run(run_rollouts(items(10), bundle=qwen3, out_path=str(out), make_generator=scripted(qwen3), tools=tools, shard_size=4, fmt="parquet"))
+    assert shard_files(out) == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"] and st.done == 10
+    assert all(is_trace_parquet(str(out / f)) for f in shard_files(out))
+    assert sorted(folder_ids(out)) == sorted(f"p{i}" for i in range(10))
+    idx = TraceIndex.build([str(out / f) for f in shard_files(out)])  # the Trace files tab
+    assert len(idx) == 10 and idx.open("p3").termination_reason == "no_tool_calls"
+    # resume with more items: numbering continues (a finished Parquet shard is never reopened)
+    st = run(run_rollouts(items(13), bundle=qwen3, out_path=str(out), make_generator=scripted(qwen3), tools=tools, shard_size=4, fmt="parquet"))
+    assert st.skipped == 10 and st.done == 3 and shard_files(out)[-1] == "part-00003.parquet"
+    assert sorted(folder_ids(out)) == sorted(f"p{i}" for i in range(13))
+
+
+def test_retry_errors_across_shards(tmp_path, qwen3, tools):
+    out = tmp_path / "r"
+
+    def flaky(item):
+        if item.id in ("p1", "p4"):
+            return ScriptedGenerator(qwen3.tokenizer, [CALL])  # no second turn: generation_error
+        return ScriptedGenerator(qwen3.tokenizer, [CALL, ANSWER])
+
+    st = run(run_rollouts(items(6), bundle=qwen3, out_path=str(out), make_generator=flaky, tools=tools, shard_size=2, fmt="parquet", concurrency=1))
+    assert st.errors == 2
+    st = run(run_rollouts(items(6), bundle=qwen3, out_path=str(out), make_generator=scripted(qwen3), tools=tools, shard_size=2, fmt="parquet"))
+    assert st.done == 0  # without --retry-errors an error trace counts as done
+    st = run(run_rollouts(items(6), bundle=qwen3, out_path=str(out), make_generator=scripted(qwen3), tools=tools, shard_size=2, fmt="parquet",
+                          retry_errors=True))
+    assert st.skipped == 4 and st.done == 2 and st.errors == 0
+    ids = folder_ids(out)
+    assert len(ids) == 8 and ids[-2:] in (["p1", "p4"], ["p4", "p1"])  # the retries follow the old traces
+    st = run(run_rollouts(items(6), bundle=qwen3, out_path=str(out), make_generator=scripted(qwen3), tools=tools, shard_size=2, fmt="parquet",
+                          retry_errors=True))
+    assert st.done == 0
+
+
+def _journal_of(folder, n, traces):
+    from backend.trace import write_jsonl
+
+    write_jsonl(traces, str(folder / f"part-{n:05d}.journal.jsonl"))
+
+
+def _parquet_traces(path):
+    from backend.trace import read_parquet_traces
+
+    return read_parquet_traces(str(path)).traces
+
+
+@pytest.mark.parametrize("state", ["temp-files", "parquet-and-journal", "torn-parquet", "parquet-missing-some", "full-journal",
+                                   "journal-resumed-as-jsonl", "empty-journal", "partial-journal-line"])
+def test_interrupted_conversion_is_resolved_without_loss_or_duplicates(tmp_path, qwen3, tools, state):
+    """Each state a crash can leave in a Parquet shard folder (during or after a conversion, or
+    mid-line in the journal), then a resume: every id exactly once, every file loads."""
+    from backend.trace import write_parquet
+
+    out = tmp_path / "pq"
+    kw = {"bundle": qwen3, "make_generator": scripted(qwen3), "tools": tools, "shard_size": 4, "fmt": "parquet"}
+    run(run_rollouts(items(10), out_path=str(out), **kw))  # part-00000 (4), part-00001 (4), part-00002 (2)
+    last = out / "part-00002.parquet"
+    two = _parquet_traces(last)
+    fmt = "parquet"
+    if state == "temp-files":  # killed while writing the Parquet: the journal is all there is
+        last.rename(out / "part-00002.parquet.tmp")
+        (out / "part-00002.parquet.tmp.tmp").write_bytes(b"PAR1 half a file")
+        _journal_of(out, 2, two)
+    elif state == "parquet-and-journal":  # killed after the rename, before the journal was removed
+        _journal_of(out, 2, two)
+    elif state == "torn-parquet":  # a Parquet that is not whole (no fsync, power loss)
+        _journal_of(out, 2, two)
+        last.write_bytes(last.read_bytes()[:100])
+    elif state == "parquet-missing-some":  # cannot come from our writer; merged anyway
+        write_parquet(two[:1], str(last))
+        _journal_of(out, 2, two)
+    elif state == "full-journal":  # killed between the shard's last line and its conversion
+        p1 = out / "part-00001.parquet"
+        four = _parquet_traces(p1)
+        last.unlink()
+        p1.unlink()
+        _journal_of(out, 1, four)  # the last shard, full
+    elif state == "journal-resumed-as-jsonl":  # a crashed Parquet run, resumed with the JSONL format
+        last.unlink()
+        _journal_of(out, 2, two)
+        fmt = "jsonl"
+    elif state == "empty-journal":  # killed between opening the journal and its first line
+        (out / "part-00003.journal.jsonl").write_bytes(b"")
+    elif state == "partial-journal-line":
+        last.unlink()
+        _journal_of(out, 2, two)
+        with open(out / "part-00002.journal.jsonl", "a") as f:
+            f.write(two[0].to_json()[:50])
+    st = run(run_rollouts(items(12), out_path=str(out), **{**kw, "fmt": fmt}))
+    ids = folder_ids(out)
+    assert sorted(ids) == sorted(f"p{i}" for i in range(12)), ids  # each exactly once
+    assert st.skipped == (8 if state == "full-journal" else 10)
+    files = shard_files(out)
+    assert not any(f.endswith(".journal.jsonl") for f in files)
+    if state == "full-journal":
+        assert files == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    elif state == "journal-resumed-as-jsonl":
+        assert files == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet", "part-00003.jsonl"]
+    elif state in ("temp-files", "torn-parquet", "partial-journal-line"):  # the journal (2 traces) is the open shard: continued
+        assert files == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+        assert len(_parquet_traces(out / "part-00002.parquet")) == 4
+    else:
+        assert files == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet", "part-00003.parquet"]
+
+
+def test_shard_arguments(tmp_path, qwen3):
+    f = tmp_path / "file.jsonl"
+    f.write_text("")
+    kw = {"bundle": qwen3, "make_generator": scripted(qwen3)}
+    with pytest.raises(RolloutError, match="is a file"):
+        run(run_rollouts(items(1), out_path=str(f), shard_size=10, **kw))
+    with pytest.raises(RolloutError, match="does not exist"):
+        run(run_rollouts(items(1), out_path=str(tmp_path / "no" / "run") + "/", **kw))
+    with pytest.raises(RolloutError, match="at least 1"):
+        run(run_rollouts(items(1), out_path=str(tmp_path / "run"), shard_size=0, **kw))
+    with pytest.raises(RolloutError, match="format"):
+        run(run_rollouts(items(1), out_path=str(tmp_path / "run"), fmt="csv", **kw))
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "part-00000.parquet").write_bytes(b"not parquet")
+    with pytest.raises(RolloutError, match="cannot be read"):
+        run(run_rollouts(items(1), out_path=str(bad), **kw))
+    assert is_shard_dir("x/") and is_shard_dir(str(tmp_path)) and is_shard_dir("x", 5) and is_shard_dir("x", fmt="parquet")
+    assert not is_shard_dir("x.jsonl")
+
+
+def _finished_on_disk(folder):
+    """Traces on disk in a folder being written (lines of JSONL shards and journals, rows of
+    Parquet shards); files may vanish under us (a conversion)."""
+    import pyarrow.parquet as pq
+
+    n = 0
+    for fn in os.listdir(folder) if os.path.isdir(folder) else []:
+        p = os.path.join(folder, fn)
+        try:
+            if fn.endswith(".parquet"):
+                n += pq.ParquetFile(p).metadata.num_rows
+            elif fn.endswith(".jsonl"):
+                with open(p, "rb") as f:
+                    n += f.read().count(b"\n")
+        except (OSError, ValueError):
+            pass
+    return n
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_sigkill_mid_run_then_resume_has_every_id_exactly_once(tmp_path, fmt):
+    """A real `rollout` subprocess (scripted backend, a token delay so it is mid-run) killed with
+    SIGKILL at several points, resumed each time, then run to the end."""
+    import signal
+    import time
+
+    n_items = 40
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"k{i}", "prompt": f"Weather {i}?"}) + "\n" for i in range(n_items)))
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": CALL, "token_delay_s": 0.004}, ANSWER]))
+    tools_file = tmp_path / "tools.json"
+    tools_file.write_text(json.dumps([WEATHER_SCHEMA]))
+    out = tmp_path / "shards"
+    cmd = [sys.executable, "-m", "backend", "rollout", "--prompts", str(prompts), "--tools", str(tools_file), "--backend", "scripted",
+           "--script", str(script), "--tokenizer", "qwen3", "--concurrency", "3", "--out", str(out) + "/", "--shard-size", "3",
+           "--format", fmt, "--json"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    kills = 0
+    for target in (2, 9, 16, 24):  # kill once this many traces are on disk (each run starts where the last stopped)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while _finished_on_disk(out) < target and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.communicate(timeout=60)
+    assert kills >= 3  # really killed mid-run
+    assert _finished_on_disk(out) < n_items
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["skipped"] + s["done"] == n_items and s["done"] > 0
+    ids = folder_ids(out)
+    assert sorted(ids) == sorted(f"k{i}" for i in range(n_items))  # every id exactly once, every line/row loads
+    files = shard_files(out)
+    assert all(f.endswith("." + fmt) and ".journal." not in f for f in files)
+    assert files == [f"part-{i:05d}.{fmt}" for i in range(len(files))]  # numbering continued, no gaps
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert json.loads(r.stdout)["skipped"] == n_items

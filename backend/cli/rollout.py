@@ -6,6 +6,7 @@ import asyncio
 import os
 
 from backend.cli import CLIError, add_model_args, apply_tool_choice, emit, engine_options, loop_config, print_notes
+from backend.rollout import DEFAULT_SHARD_SIZE
 
 
 def register(sub) -> None:
@@ -24,8 +25,14 @@ def register(sub) -> None:
     p.add_argument("--template", help="override the chat template (trl name, .jinja file, or Jinja text)")
     p.add_argument("--concurrency", type=int, default=8, help="agent loops in flight (default 8)")
     p.add_argument("--samples", type=int, default=1, help="rollouts per prompt (ids ID#0, ID#1, ...)")
-    p.add_argument("--out", required=True, help="trace JSONL to append to")
-    p.add_argument("--no-resume", action="store_true", help="start over: truncate --out instead of skipping ids already in it")
+    p.add_argument("--out", required=True, help="a trace JSONL file to append to, or a FOLDER of shards (a path ending with /, an "
+                        "existing folder, or with --shard-size / --format parquet): part-00000.jsonl, part-00001.jsonl, ...")
+    p.add_argument("--shard-size", type=int, default=None, help=f"traces per shard (default {DEFAULT_SHARD_SIZE}); makes --out a folder")
+    p.add_argument("--format", dest="out_format", choices=["jsonl", "parquet"], default="jsonl",
+                   help="shard format: jsonl (default) or parquet (our trace Parquet layout; each shard is journaled as "
+                        "part-NNNNN.journal.jsonl and converted atomically when full and at the end)")
+    p.add_argument("--no-resume", action="store_true", help="start over: truncate --out (a folder: remove its part-* shards) "
+                        "instead of skipping ids already in it")
     p.add_argument("--retry-errors", action="store_true", help="on resume, run again items whose trace ended in error/generation_error")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
@@ -40,6 +47,8 @@ def run(args) -> int:
 
     if args.concurrency < 1:
         raise CLIError("--concurrency must be at least 1")
+    if args.shard_size is not None and args.shard_size < 1:
+        raise CLIError("--shard-size must be at least 1")
     try:
         items = load_prompts(args.prompts, samples=args.samples)
     except RolloutError as e:
@@ -89,7 +98,7 @@ def run(args) -> int:
             return await run_rollouts(
                 items, bundle=bundle, out_path=args.out, generator=generator, make_generator=make_generator, tools=tools,
                 config=cfg, concurrency=args.concurrency, resume=not args.no_resume, retry_errors=args.retry_errors,
-                progress=progress, stats=stats,
+                progress=progress, stats=stats, shard_size=args.shard_size, fmt=args.out_format,
             )
         finally:
             if generator is not None:
@@ -101,6 +110,7 @@ def run(args) -> int:
         raise CLIError(str(e)) from None
     d = st.to_dict()
     d["out"] = args.out
+    d["files"] = st.files
     text = (
         f"{d['done']} item(s) written to {args.out} ({d['skipped']} already there), {d['errors']} error(s); "
         f"{d['items_per_s']} items/s, {d['tokens_per_s']} generated tok/s in {d['elapsed_s']} s; "
