@@ -129,13 +129,15 @@ class LoopConfig:
 @dataclass
 class LoopEvent:
     """Progress of a run, for live views. ``kind``: "step" (a step finished), "tokens" (new
-    generated ids of the current step), "state" (entering a state)."""
+    generated ids of the current step), "state" (entering a state). ``messages``: on "step", the
+    message dicts that step appended (copies; empty for other events)."""
 
     kind: str
     step: Step | None = None
     state: str | None = None
     token_ids: list[int] = field(default_factory=list)
     text: str = ""
+    messages: list[dict[str, Any]] = field(default_factory=list)
 
 
 EventCallback = Callable[[LoopEvent], None]
@@ -216,6 +218,11 @@ class AgentLoop:
         if cb is not None:
             cb(ev)
 
+    def _emit_step(self, cb: EventCallback | None, run: _Run, step: Step) -> None:
+        """A finished step, with copies of the messages it appended."""
+        if cb is not None:
+            cb(LoopEvent("step", step=step, messages=[copy.deepcopy(run.messages[i]) for i in step.messages_added]))
+
     # ---- run --------------------------------------------------------------------------------
     async def run(
         self,
@@ -266,7 +273,7 @@ class AgentLoop:
             started_at=time.time(), info={"reason": run.termination},
         )
         run.steps.append(end)
-        self._emit(on_event, LoopEvent("step", step=end))
+        self._emit_step(on_event, run, end)
         return self._trace(run, trace_id, metadata)
 
     @staticmethod
@@ -331,7 +338,7 @@ class AgentLoop:
             step.duration_s = time.time() - t0
             run.steps.append(step)
             run.termination = RENDER_ERROR
-            self._emit(on_event, LoopEvent("step", step=step))
+            self._emit_step(on_event, run, step)
             return "terminated"
         run.prompt_ids = list(r.token_ids)
         run.message_spans = list(r.message_spans)
@@ -340,7 +347,7 @@ class AgentLoop:
         step.info["spans_exact"] = r.spans_exact
         step.duration_s = time.time() - t0
         run.steps.append(step)
-        self._emit(on_event, LoopEvent("step", step=step))
+        self._emit_step(on_event, run, step)
         return "generating"
 
     async def _generating(self, run: _Run, on_event: EventCallback | None, cancel: asyncio.Event | None) -> str:
@@ -451,7 +458,7 @@ class AgentLoop:
             run.message_spans.append(MessageSpan(message=len(run.messages) - 1, start=step.start, end=step.end))
         step.duration_s = time.time() - t0
         run.steps.append(step)
-        self._emit(on_event, LoopEvent("step", step=step))
+        self._emit_step(on_event, run, step)
 
         # termination, in verl's order
         if cancelled:
@@ -498,7 +505,7 @@ class AgentLoop:
             step.info["not_appended"] = "a tool failed and on_tool_error is 'terminate'"
             run.steps.append(step)
             run.termination = TOOL_ERROR
-            self._emit(on_event, LoopEvent("step", step=step))
+            self._emit_step(on_event, run, step)
             return "terminated"
 
         try:
@@ -512,7 +519,7 @@ class AgentLoop:
             step.duration_s = time.time() - t0
             run.steps.append(step)
             run.termination = RENDER_ERROR
-            self._emit(on_event, LoopEvent("step", step=step))
+            self._emit_step(on_event, run, step)
             return "terminated"
         step.info.update(info)
         step.text = text
@@ -523,7 +530,7 @@ class AgentLoop:
             step.duration_s = time.time() - t0
             run.steps.append(step)
             run.termination = RESPONSE_LENGTH
-            self._emit(on_event, LoopEvent("step", step=step))
+            self._emit_step(on_event, run, step)
             return "terminated"
         first = len(run.messages)
         run.messages.extend(new_messages)
@@ -537,7 +544,7 @@ class AgentLoop:
             run.message_spans.append(MessageSpan(message=i, start=step.start, end=step.end))
         step.duration_s = time.time() - t0
         run.steps.append(step)
-        self._emit(on_event, LoopEvent("step", step=step))
+        self._emit_step(on_event, run, step)
         return "generating"
 
     async def _call_tool(self, call: ToolCall) -> ToolResult:

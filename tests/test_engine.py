@@ -293,6 +293,21 @@ def test_events_stream_steps_in_order(qwen3):
     assert [e.state for e in events if e.kind == "state"] == ["pending", "generating", "processing_tools", "generating"]
 
 
+def test_step_events_carry_the_messages_each_step_appended(qwen3):
+    events = []
+    gen = ScriptedGenerator(qwen3.tokenizer, [CALL_SEATTLE, ANSWER])
+    loop = AgentLoop(gen, qwen3, tools=ToolRegistry.from_functions([get_current_temperature]))
+    t = asyncio.run(loop.run(SEATTLE, on_event=events.append))
+    steps = [e for e in events if e.kind == "step"]
+    assert [e.messages for e in steps] == [[t.messages[i] for i in s.messages_added] for s in t.steps]
+    assert [[m["role"] for m in e.messages] for e in steps] == [["user"], ["assistant"], ["tool"], ["assistant"], []]
+    assert steps[1].messages[0]["tool_calls"][0]["function"]["name"] == "get_current_temperature"
+    assert steps[3].messages[0]["content"] == ANSWER
+    assert all(e.messages == [] for e in events if e.kind != "step")
+    steps[3].messages[0]["content"] = "changed"  # copies: the trace is not touched
+    assert t.messages[-1]["content"] == ANSWER
+
+
 def test_trace_round_trip_is_lossless(qwen3, tmp_path):
     from backend.trace import load_traces, write_jsonl
 
