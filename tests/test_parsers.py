@@ -649,7 +649,7 @@ def test_a_repaired_call_is_a_warning_downstream_not_an_error(tmp_path):
     from backend.diagnostics import check
     from backend.engine import AgentLoop
     from backend.generators.scripted import ScriptedGenerator
-    from backend.importers.common import assistant_message
+    from backend.trace.messages import parse_assistant_text as assistant_message
     from backend.tokenizers import load_tokenizer
     from backend.tools import ToolRegistry
     from backend.trace import write_jsonl

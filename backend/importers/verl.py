@@ -31,6 +31,7 @@ from backend.importers.common import (
     tools_from_text,
     trace_from_ids,
 )
+from backend.trace.messages import parse_assistant_text
 
 _ID_KEYS = ("prompt_ids", "response_ids")
 _META_KEYS = ("num_turns", "reward_score", "score", "metrics", "extra_fields", "step", "uid", "data_source", "acc")
@@ -53,13 +54,11 @@ def _ints(v: Any, name: str) -> list[int]:
 
 def _response_segments(text: str, parser: Any, eos: str | None) -> list[dict[str, Any]]:
     """Assistant turns and tool messages out of a decoded multi-turn response."""
-    from backend.importers.common import assistant_message
-
     msgs: list[dict[str, Any]] = []
     pos = 0
     n_calls = 0
     for m in _TOOL_TURN.finditer(text):
-        a, _ = assistant_message(text[pos : m.start()], parser, eos)
+        a, _ = parse_assistant_text(text[pos : m.start()], parser, eos)
         for c in a.get("tool_calls", []):
             n_calls += 1
             c["id"] = f"call_{n_calls}"
@@ -72,7 +71,7 @@ def _response_segments(text: str, parser: Any, eos: str | None) -> list[dict[str
                 tm["tool_call_id"] = calls[i]["id"]
             msgs.append(tm)
         pos = m.end()
-    a, _ = assistant_message(text[pos:], parser, eos)
+    a, _ = parse_assistant_text(text[pos:], parser, eos)
     for c in a.get("tool_calls", []):
         n_calls += 1
         c["id"] = f"call_{n_calls}"
