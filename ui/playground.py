@@ -382,8 +382,8 @@ class LiveView:
             for r in step.tool_results:
                 self.added += message_to_chat({"role": "tool", "name": r.name, "content": r.content}, self.n_messages, result=r)
                 self.n_messages += 1
-            if step.info.get("not_appended"):
-                self.added.append({"role": "assistant", "content": html.escape(str(step.info["not_appended"])),
+            if step.info.not_appended:
+                self.added.append({"role": "assistant", "content": html.escape(str(step.info.not_appended)),
                                    "metadata": {"title": "Tool turn not appended", "status": "done"}})
 
     def chat(self) -> list[dict[str, Any]]:

@@ -36,6 +36,7 @@ def run(args) -> int:
     from backend.generators.scripted import ScriptedGenerator, load_script
     from backend.tokenizers import load_tokenizer
     from backend.trace import write_jsonl
+    from backend.trace.builder import mask_runs
 
     cfg_dict = read_json_file(args.config, "config") if args.config else {}
     if not isinstance(cfg_dict, dict):
@@ -75,13 +76,7 @@ def run(args) -> int:
 
     trace = asyncio.run(go())
     write_jsonl([trace], args.out)
-    mask = trace.response_mask
-    runs: list[list[int]] = []
-    for m in mask:
-        if runs and runs[-1][0] == m:
-            runs[-1][1] += 1
-        else:
-            runs.append([m, 1])
+    runs = [list(r) for r in mask_runs(trace.response_mask)]
     summary = {
         "out": args.out,
         "id": trace.id,
