@@ -79,7 +79,7 @@ def test_parse_result_to_dict_shape():
     d = parse("hermes", text).to_dict()
     assert set(d) == {"content", "reasoning", "tool_calls", "errors"}
     assert d["tool_calls"] == [{"name": "f", "arguments": {"x": 1}, "span": [3, 64]}]
-    assert d["errors"] == [{"message": 'tool call "name" must be a string, got number', "span": [65, 101], "severity": "error"}]
+    assert d["errors"] == [{"message": 'tool call "name" must be a string, got a number', "span": [65, 101], "severity": "error"}]
     json.dumps(d)
 
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.trace import ToolCall, ToolResult
+from backend.trace import ToolCall, ToolResult, json_type
 from backend.tools._runtime import TRUNCATE_SIDES, truncate_tool_response, validate_truncate_side
 from backend.tools.dialect import SchemaDialectError, TypeMapping, to_json_schema
 from backend.tools.dialect import summarize as summarize_mappings
@@ -472,23 +472,11 @@ def _arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
         except (ValueError, RecursionError):
             return {}, "the arguments are not valid JSON"
     if not isinstance(raw, dict):
-        return {}, f"the arguments must be a JSON object, got {_json_type(raw)}"
+        return {}, f"the arguments must be a JSON object, got {json_type(raw)}"
     bad = [k for k in raw if not isinstance(k, str)]
     if bad:
         return {}, "argument names must be strings"
     return raw, None
-
-
-def _json_type(v: Any) -> str:
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, (int, float)):
-        return "a number"
-    if isinstance(v, list):
-        return "an array"
-    if isinstance(v, str):
-        return "a string"
-    return type(v).__name__
 
 
 def _no_tools_message(label: str, skipped: list[dict[str, str]]) -> str:
