@@ -19,7 +19,7 @@ from backend.generators.scripted import ScriptedGenerator
 from backend.tokenizers import load_tokenizer
 from backend.tools import ToolRegistry
 from backend.trace import MessageSpan, Step, Trace, TraceFormatError, load_traces, write_jsonl
-from backend.trace.builder import TraceBuildError, TraceBuilder, mask_runs
+from backend.trace.builder import TraceBuilder, TraceBuildError, mask_runs
 from backend.trace.messages import decode_arguments, json_type
 from backend.trace.model import FindingCode, StepInfo, StepState, TerminationReason
 

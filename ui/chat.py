@@ -18,7 +18,6 @@ from backend.labels import termination_label
 from backend.trace import Step, ToolResult, Trace
 from backend.trace.model import StepState as S
 
-
 # A Markdown link or image, inline (``[a](javascript:...)``) or as a reference definition
 # (``[a]: data:...``), whose target has a scheme other than http(s)/mailto. The chatbot's
 # sanitiser removes such a href, and the target text with it; these are shown literally instead.

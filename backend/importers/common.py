@@ -437,6 +437,23 @@ def tool_responses_in(text: str) -> list[str] | None:
     return found or None
 
 
+def system_or_tool_block(role: str, body: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None] | None:
+    """``(messages, tools)`` of a decoded system block (a ``<tools>`` block in it read into tools)
+    or of a user block that holds only ``<tool_response>`` blocks (tool messages); None for any
+    other block."""
+    if role == "system":
+        tools = tools_from_text(body)
+        if tools is None:
+            return [{"role": "system", "content": body}], None
+        head = body.split("# Tools", 1)[0].rstrip("\n")
+        return ([{"role": "system", "content": head}] if head else []), tools
+    if role == "user":
+        trs = tool_responses_in(body)
+        if trs is not None and not _TOOL_RESPONSE.sub("", body).strip():
+            return [{"role": "tool", "content": c} for c in trs], None
+    return None
+
+
 def messages_from_chatml(text: str, parser: Any, eos: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """Messages (and tools from a ``<tools>`` system block) out of ChatML text. Empty if the text
     is not ChatML."""
@@ -444,21 +461,12 @@ def messages_from_chatml(text: str, parser: Any, eos: str | None) -> tuple[list[
     tools = None
     for m in _CHATML_BLOCK.finditer(text):
         role, body = m.group(1), m.group(2)
-        if role == "system":
-            t = tools_from_text(body)
-            if t is not None:
-                tools = t
-                head = body.split("# Tools", 1)[0].rstrip("\n")
-                if head:
-                    messages.append({"role": "system", "content": head})
-                continue
-            messages.append({"role": "system", "content": body})
+        block = system_or_tool_block(role, body)
+        if block is not None:
+            messages.extend(block[0])
+            tools = block[1] or tools
         elif role == "user":
-            trs = tool_responses_in(body)
-            if trs is not None and not _TOOL_RESPONSE.sub("", body).strip():
-                messages.extend({"role": "tool", "content": c} for c in trs)
-            else:
-                messages.append({"role": "user", "content": body})
+            messages.append({"role": "user", "content": body})
         elif role == "assistant":
             if not body and m.end() == len(text):
                 continue  # the generation prompt

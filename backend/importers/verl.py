@@ -27,8 +27,8 @@ from backend.importers.common import (
     RecordError,
     messages_from_chatml,
     record_id,
+    system_or_tool_block,
     tool_responses_in,
-    tools_from_text,
     trace_from_ids,
 )
 from backend.trace.messages import parse_assistant_text
@@ -92,20 +92,12 @@ def _prompt_messages(text: str, parser: Any, eos: str | None) -> tuple[list[dict
         for role, body in zip(parts[1::2], parts[2::2]):
             if role == "assistant" and not body.strip():
                 continue  # the generation prompt
-            if role == "system":
-                t = tools_from_text(body)
-                if t is not None:
-                    tools = t
-                    head = body.split("# Tools", 1)[0].rstrip("\n")
-                    if head:
-                        msgs.append({"role": "system", "content": head})
-                    continue
-            if role == "user":
-                trs = tool_responses_in(body)
-                if trs is not None and not re.sub(r"<tool_response>.*?</tool_response>", "", body, flags=re.S).strip():
-                    msgs.extend({"role": "tool", "content": c} for c in trs)
-                    continue
-            msgs.append({"role": role, "content": body})
+            block = system_or_tool_block(role, body)
+            if block is not None:
+                msgs.extend(block[0])
+                tools = block[1] or tools
+            else:
+                msgs.append({"role": role, "content": body})
         if msgs:
             return msgs, tools, "role_lines"
     return [{"role": "user", "content": text}], None, "whole_text"

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend.trace.model import (MAX_TOKEN_ID, MessageSpan, Step, StepInfo, StepState, TerminationReason, Trace,
-                                 TraceFormatError)
+from backend.trace.model import MAX_TOKEN_ID, MessageSpan, Step, StepInfo, StepState, TerminationReason, Trace, TraceFormatError
 
 
 class TraceBuildError(TraceFormatError):
