@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from backend.trace import LoadProblem, LoadResult, Trace, TraceFileError, TraceFormatError, load_traces, write_jsonl
+from backend.trace import LoadProblem, LoadResult, StepState, Trace, TraceFileError, TraceFormatError, load_traces, write_jsonl
 
 EXPORT_FORMATS = ("jsonl", "parquet", "hf", "verl")
 PARQUET_KIND = b"agent-loop-inspector/trace"
@@ -215,9 +215,9 @@ def verl_row(t: Trace) -> dict[str, Any]:
     have_lp = True
     for s in t.steps:
         if s.end > s.start and s.start >= len(t.prompt_ids):
-            if s.state == "generating" and s.logprobs is not None and len(s.logprobs) == s.end - s.start:
+            if s.state == StepState.GENERATING and s.logprobs is not None and len(s.logprobs) == s.end - s.start:
                 lps.extend(s.logprobs)
-            elif s.state == "generating":
+            elif s.state == StepState.GENERATING:
                 have_lp = False
             else:
                 lps.extend([0.0] * (s.end - s.start))

@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from backend.trace import Trace
+from backend.trace.model import TerminationReason
 
-ERROR = "error"
-RETRYABLE = (ERROR, "generation_error")
+ERROR = TerminationReason.ERROR
+RETRYABLE = (ERROR, TerminationReason.GENERATION_ERROR)
 
 
 class RolloutError(ValueError):

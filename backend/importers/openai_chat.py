@@ -31,8 +31,9 @@ from backend.importers.common import (
 )
 from backend.trace import ParseError
 from backend.trace.messages import decode_arguments
+from backend.trace.model import TerminationReason
 
-FINISH_TO_TERMINATION = {"length": "response_length", "content_filter": "content_filter"}
+FINISH_TO_TERMINATION = {"length": TerminationReason.RESPONSE_LENGTH, "content_filter": TerminationReason.CONTENT_FILTER}
 
 
 def normalize_messages(raw: Any, where: str = "messages") -> tuple[list[dict[str, Any]], dict[int, list[ParseError]]]:

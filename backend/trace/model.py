@@ -412,7 +412,7 @@ class Trace(_Model):
     @property
     def num_turns(self) -> int:
         """Assistant turns generated (or present, for imported traces)."""
-        gen = sum(1 for s in self.steps if s.state == "generating")
+        gen = sum(1 for s in self.steps if s.state == StepState.GENERATING)
         if gen:
             return gen
         return sum(1 for m in self.messages if m.get("role") == "assistant")
