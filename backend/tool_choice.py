@@ -1,7 +1,7 @@
 """``tool_choice`` (auto / required / none / a tool's name) as a token-level constraint.
 
 ``required`` and a named tool become an EBNF grammar: the active tool-call format's tags around
-a JSON body whose schema is ``{"name": <tool>, "arguments": <the tool's parameters>}``, then
+(its declaration, :class:`backend.parsers.ToolCallFormat`, lays them out) a JSON body whose schema is ``{"name": <tool>, "arguments": <the tool's parameters>}``, then
 nothing but EOS. The JSON part is produced by xgrammar's JSON-schema converter (a vLLM
 dependency), so vLLM's structured outputs and the transformers backend (xgrammar logits
 processor) enforce the same grammar; the scripted backend checks its script by the schema's
@@ -33,35 +33,16 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from backend.errors import UserError
 from backend.generators.base import Constraint
+from backend.parsers import ToolCallFormat, get_format, get_parser, tool_call_formats
 from backend.tools.dialect import SchemaDialectError, iter_schemas, to_json_schema
 
 AUTO, REQUIRED, NONE = "auto", "required", "none"
 
 
-class ToolChoiceError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class CallFormat:
-    """How one parser format writes a list of calls."""
-
-    open: str  # before the first call
-    close: str  # after the last call
-    call_open: str  # around each call body
-    call_close: str
-    sep: str  # between calls
-    args_key: str = "arguments"
-    forbid: str = ""  # what `none` bans
-
-
-FORMATS: dict[str, CallFormat] = {
-    "hermes": CallFormat("", "", "<tool_call>\n", "\n</tool_call>", "\n", forbid="<tool_call>"),
-    "hunyuan": CallFormat("<tool_calls>[", "]</tool_calls>", "", "", ", ", forbid="<tool_calls>"),
-    "llama3_json": CallFormat("", "", "", "", "; ", args_key="parameters", forbid='{"name"'),
-    "mistral": CallFormat("[TOOL_CALLS] [", "]", "", "", ", ", forbid="[TOOL_CALLS]"),  # as Mistral v0.3 writes it
-}
+class ToolChoiceError(UserError):
+    """A tool_choice that cannot be applied (unknown tool, unsupported format, unreadable schema)."""
 
 
 def normalize_policy(choice: Any) -> tuple[str, ...]:
@@ -115,10 +96,6 @@ def validate_policy(policy: tuple[str, ...], tool_names: list[str]) -> None:
             raise ToolChoiceError(f"tool_choice names tool {c!r}, which is not defined (tools: {', '.join(tool_names) or 'none'})")
 
 
-def _lit(s: str) -> str:
-    return json.dumps(s)  # JSON string escapes are valid EBNF string escapes
-
-
 def json_parameters(tool: dict[str, Any]) -> dict[str, Any]:
     """A tool's parameters as JSON Schema (dialect type names mapped; see
     :mod:`backend.tools.dialect`); ToolChoiceError naming the field for what cannot be read."""
@@ -155,46 +132,18 @@ def grammar_parameters(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _body_schema(tools: list[dict[str, Any]], args_key: str) -> dict[str, Any]:
-    variants = []
-    for t in tools:
-        fn = t.get("function", t)
-        params = grammar_parameters(json_parameters(t))
-        variants.append(
-            {
-                "type": "object",
-                "properties": {"name": {"const": fn["name"]}, args_key: params},
-                "required": ["name", args_key],
-                "additionalProperties": False,
-            }
-        )
-    return variants[0] if len(variants) == 1 else {"anyOf": variants}
-
-
-# Up to this many calls the grammar spells the bound out; beyond it, any number
-MAX_SPELLED_CALLS = 16
-
-
-def call_grammar(fmt: CallFormat, tools: list[dict[str, Any]], *, multiple: bool, max_calls: int | None = None) -> str:
+def call_grammar(fmt: ToolCallFormat, tools: list[dict[str, Any]], *, multiple: bool, max_calls: int | None = None) -> str:
     """EBNF accepting one (or, with ``multiple``, one or more; at most ``max_calls`` when given)
-    calls to ``tools``."""
+    calls to ``tools``: the format's rules around xgrammar's rules for one call's JSON body."""
     import xgrammar as xgr
 
-    schema = _body_schema(tools, fmt.args_key)
+    schema = fmt.call_schema([(t.get("function", t)["name"], grammar_parameters(json_parameters(t))) for t in tools])
     try:
         body = str(xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False, separators=(", ", ": ")))
     except Exception as e:  # xgrammar rejects some schemas (unsupported keywords)
         raise ToolChoiceError(f"cannot build a grammar for these tool schemas: {e}") from e
     body = re.sub(r"(?m)^root ::=", "tool_body ::=", body)
-    call = f"tool_call ::= {_lit(fmt.call_open) if fmt.call_open else ''} tool_body {_lit(fmt.call_close) if fmt.call_close else ''}"
-    more = ""
-    if multiple and max_calls is not None and max_calls <= MAX_SPELLED_CALLS:
-        for _ in range(max_calls - 1):  # nested optionals: 1..max_calls calls
-            more = f"({_lit(fmt.sep)} tool_call {more})?".replace(" )", ")")
-    elif multiple:
-        more = f"({_lit(fmt.sep)} tool_call)*"
-    root = "root ::= " + " ".join(x for x in [_lit(fmt.open) if fmt.open else "", "tool_call", more, _lit(fmt.close) if fmt.close else ""] if x)
-    return "\n".join([root, call, body])
+    return "\n".join([*fmt.grammar_rules("tool_body", multiple=multiple, max_calls=max_calls), body])
 
 
 def build_constraint(choice: str, parser_name: str, tools: list[dict[str, Any]], *, max_calls: int | None = None) -> Constraint | None:
@@ -203,9 +152,10 @@ def build_constraint(choice: str, parser_name: str, tools: list[dict[str, Any]],
     that may write another call instead of EOS would fill the turn's token budget with them)."""
     if choice == AUTO:
         return None
-    fmt = FORMATS.get(parser_name.split(":", 1)[-1])
+    fmt = get_format(parser_name)
     if fmt is None:
-        raise ToolChoiceError(f"tool_choice {choice!r} is not supported for the {parser_name!r} format (supported: {', '.join(FORMATS)})")
+        supported = ", ".join(tool_call_formats())
+        raise ToolChoiceError(f"tool_choice {choice!r} is not supported for the {parser_name!r} format (supported: {supported})")
     if choice == NONE:
         return Constraint(kind="forbid", spec=[fmt.forbid], description="tool_choice=none: no tool call")
     fmt_name = parser_name.split(":", 1)[-1]
@@ -242,8 +192,6 @@ class GivenTurnCheck:
         """Why ``text`` (the turn without its EOS) breaks the constraint; None if it obeys."""
         from jsonschema import SchemaError
         from jsonschema.validators import validator_for
-
-        from backend.parsers import get_parser
 
         parsed = get_parser(self.parser).parse(text)
         errors = [e for e in parsed.errors if e.severity == "error"]  # a warning's call was read

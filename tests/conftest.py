@@ -76,7 +76,7 @@ def vllm_server(request, tiny_model_dir):
     file whose tail is printed if any test failed (or if it does not start)."""
     import vllm  # noqa: F401 - fail loudly (not skip) when vLLM is missing
 
-    from backend.generators.vllm_server import LocalVLLMServer
+    from vllm_servers import LocalVLLMServer
 
     server = LocalVLLMServer(
         tiny_model_dir,

@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from backend.generators.base import Constraint, GenerationError, SamplingParams
-from backend.generators.vllm_server import VLLMServerGenerator, free_port
+from backend.generators.vllm_server import VLLMServerGenerator
+from vllm_servers import free_port
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
 from backend.engine import AgentLoop, ConfigError, LoopConfig
 from backend.generators.scripted import ScriptedGenerator
-from backend.parsers import get_parser
+from backend.parsers import get_parser, tool_call_formats
 from backend.tokenizers import load_tokenizer
-from backend.tool_choice import FORMATS, ToolChoiceError, build_constraint, check_ids, choice_for_turn, normalize_policy
+from backend.tool_choice import ToolChoiceError, build_constraint, check_ids, choice_for_turn, normalize_policy
 from backend.tools import ToolRegistry
 
 TOOLS = [
@@ -24,6 +25,8 @@ TOOLS = [
      "mock": {"value": 3}},
 ]
 SCHEMAS = [{k: v for k, v in t.items() if k != "mock"} for t in TOOLS]
+FORMATS = tool_call_formats()
+GOLDEN = Path(__file__).parent / "data" / "tool_choice" / "grammars.json"
 
 
 @pytest.fixture(scope="module")
@@ -269,3 +272,24 @@ def test_a_given_turn_under_a_named_choice_and_without_eos():
     assert t.termination_reason == "generation_error" and "does not end with EOS" in t.steps[1].error
     none = build_constraint("none", "hermes", [])
     assert check_given(none, tok, ids(tok, good)) and check_given(none, tok, ids(tok, "Fine.")) is None
+
+
+# ---- refactoring pin ---------------------------------------------------------------------------
+
+
+def test_grammars_match_the_pre_refactoring_output():
+    """The constraints every format builds are the same strings as before issue 13 moved the
+    format tables from tool_choice onto the parsers' declarations. ``data/tool_choice/grammars.json``
+    is a golden file written by the ORIGINAL code (at the commit it names, with
+    ``data/tool_choice/make_grammars.py``): a pin for the refactoring, not a spec."""
+    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    tools = golden["tools"]
+    assert len(golden["cases"]) >= 40 and {c["parser"] for c in golden["cases"]} >= {"hermes", "hunyuan", "llama3_json", "mistral"}
+    for case in golden["cases"]:
+        c = build_constraint(case["choice"], case["parser"], tools if case["tools"] == "all" else tools[:1], max_calls=case["max_calls"])
+        assert (c.kind, c.spec, c.description) == (case["kind"], case["spec"], case["description"]), case
+    for err in golden["errors"]:
+        with pytest.raises(ToolChoiceError) as e:
+            build_constraint(err["choice"], err["parser"], tools)
+        # the same text while the four formats are all there are; a format module added later joins the list
+        assert str(e.value) == err["message"].replace("hermes, hunyuan, llama3_json, mistral", ", ".join(FORMATS))

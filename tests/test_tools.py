@@ -675,17 +675,17 @@ async def test_python_source_sandboxed():
     r = await reg.execute(call("hypot", a="x", b=4))
     assert r.error == "invalid_arguments"  # validated here, before any process starts
     # loading the same code again is served from the discovery cache: no second child process
-    from backend.tools import registry as registry_mod
+    from backend.tools import sandboxed_tool
 
     def no_child(*a, **k):
         raise AssertionError("discovery ran again")
 
-    orig = registry_mod._discover
-    registry_mod._discover = no_child
+    orig = sandboxed_tool.run_discovery
+    sandboxed_tool.run_discovery = no_child
     try:
         again = ToolRegistry.from_python_source(SOURCE)
     finally:
-        registry_mod._discover = orig
+        sandboxed_tool.run_discovery = orig
     assert again.schemas == reg.schemas
 
 
@@ -1063,3 +1063,50 @@ def test_check_validates_catalogue_typed_arguments():
     t = asyncio.run(loop.run(MESSAGES))
     found = [f for f in check(t) if f.code == "invalid_arguments"]
     assert len(found) == 1 and "base: 'ten' is not of type 'number'" in found[0].message
+
+
+# ---- the package's structure -----------------------------------------------------------------
+
+
+async def test_a_new_tool_kind_is_one_subclass_of_tool():
+    """A kind implements ``_invoke``; validation, error wrapping, truncation and the ToolResult
+    come from Tool and the registry."""
+    from backend.tools.base import Tool
+    from backend.tools.outcome import Outcome
+
+    class Upper(Tool):
+        kind = "upper"
+
+        async def _invoke(self, arguments, options):
+            if arguments["text"] == "boom":
+                raise RuntimeError("the kind has a bug")
+            return Outcome(content=arguments["text"].upper())
+
+    schema = {"name": "upper", "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}
+    reg = ToolRegistry([Upper(schema)])
+    r = await reg.execute(call("upper", text="hi"))
+    assert (r.ok, r.content, r.tool_kind) == (True, "HI", "upper")
+    r = await reg.execute(call("upper", text=3))
+    assert r.error == "invalid_arguments" and "text (string, required)" in r.content
+    r = await reg.execute(call("upper", text="x" * 50), max_response_length=10, truncate_side="left")
+    assert r.truncated and r.content == "X" * 10 + "...(truncated)" and r.original_length == 50
+    r = await reg.execute(call("upper", text="boom"))
+    assert r.error == "exception" and "RuntimeError: the kind has a bug" in r.content
+
+
+def test_each_tool_kind_lives_in_its_own_module_and_loaders_need_no_registry():
+    import backend.tools as tools
+    from backend.errors import UserError
+    from backend.tools import loaders
+
+    kinds = {cls.kind: cls.__module__ for cls in (tools.FunctionTool, tools.MockTool, tools.VerlTool, tools.SandboxedTool)}
+    assert kinds == {"function": "backend.tools.function_tool", "mock": "backend.tools.mock_tool",
+                     "verl": "backend.tools.verl_tool", "sandboxed": "backend.tools.sandboxed_tool"}
+    got = loaders.tools_from_schemas([{"name": "a", "mock": "x"}, {"name": "b"}], source="t.json")
+    assert [(t.kind, t.name, t.source) for t in got] == [("mock", "a", "t.json: tools[0]"), ("mock", "b", "t.json: tools[1]")]
+    with pytest.raises(ToolLoadError, match="two tools are named 'a'"):
+        ToolRegistry(got + loaders.tools_from_schemas([{"name": "a"}]))
+    from backend.tools.mock import MockError
+
+    for err in (ToolLoadError, tools.SchemaDialectError, MockError):
+        assert issubclass(err, UserError) and issubclass(err, ValueError)

@@ -1,4 +1,4 @@
-"""The one small interface every model backend implements.
+"""The one small interface every model backend implements, and the template it runs in.
 
 The engine hands a backend token ids and gets token ids back (EOS included when the model
 stopped on it), exactly as verl's server manager does: no text round-trip, so nothing is
@@ -7,13 +7,16 @@ re-tokenized between turns.
 
 from __future__ import annotations
 
-import abc
-from collections.abc import Callable, Iterator
 import contextlib
 import contextvars
 import dataclasses
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from backend.errors import UserError
+from backend.generators.constraints import Constraint, active_constraint, normalize_constraint
 
 # Called with the ids generated since the previous call (a delta), as they arrive.
 TokenCallback = Callable[[list[int]], None]
@@ -67,25 +70,6 @@ class SamplingParams:
         return d
 
 
-@dataclass(frozen=True)
-class Constraint:
-    """A decoding constraint for one generated turn (tool_choice; see backend.tool_choice).
-
-    ``kind``: "none" (no constraint), "regex", "json_schema", "grammar" (EBNF/lark), or
-    "structural_tag". ``spec`` is the regex / schema / grammar text the backend enforces.
-    ``given_check``: how a turn the model did NOT generate under this constraint (a script, an
-    import) is checked against it (``backend.tool_choice.check_given``); None: by ``spec``.
-    """
-
-    kind: str = "none"
-    spec: Any = None
-    description: str = ""
-    given_check: Any = field(default=None, compare=False, repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "spec": self.spec, "description": self.description}
-
-
 @dataclass
 class Generation:
     token_ids: list[int]
@@ -94,16 +78,72 @@ class Generation:
     info: dict[str, Any] = field(default_factory=dict)  # backend details (server url, timings, ...)
 
 
-class GenerationError(RuntimeError):
-    """A backend failed in a way the user should read (unreachable server, OOM, ...)."""
+class GenerationError(UserError, RuntimeError):
+    """A backend failed in a way the user should read (unreachable server, OOM, ...).
+
+    Also a RuntimeError, as it always was."""
 
 
-class Generator(abc.ABC):
-    """Async token-in/token-out text generation."""
+def first_line(e: BaseException) -> str:
+    """The first line of ``str(e)``, or the exception's class name when it has no message."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+class Stopwatch:
+    """Time to the first token and total time of one request (``time.perf_counter``)."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.ttft_s: float | None = None
+
+    def tokens_arrived(self) -> None:
+        if self.ttft_s is None:
+            self.ttft_s = time.perf_counter() - self.t0
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+@dataclass
+class Request:
+    """One :meth:`Generator.generate` call as the template hands it to a backend's hook."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    constraint: Constraint | None  # None when the call constrains nothing
+    structured: tuple[str, Any] | None  # the constraint as (field, spec): normalize_constraint
+    on_tokens: TokenCallback | None = None
+    callback_error: BaseException | None = None  # what on_tokens raised, if it did
+
+    def emit(self, delta: list[int]) -> None:
+        """Hand ``delta`` to the caller's ``on_tokens`` (when there is one). What it raises is the
+        caller's own exception: the template lets it through as it is."""
+        if self.on_tokens is None:
+            return
+        try:
+            self.on_tokens(delta)
+        except BaseException as e:
+            self.callback_error = e
+            raise
+
+
+class Generator:
+    """Async token-in/token-out text generation.
+
+    :meth:`generate` is the one template every backend shares; a backend implements
+    :meth:`_generate` (the request itself) and nothing around it.
+    """
 
     name: str = "generator"
+    label: str = "generator"  # how error messages name the backend
+    # A model decodes under a constraint: the template reads the constraint before the hook
+    # runs and records ``backend`` and ``constraint`` in the Generation's info. A replay of
+    # given text (``scripted``) checks the text against the constraint itself, and its info is
+    # left as the hook made it.
+    decodes: bool = True
 
-    @abc.abstractmethod
     async def generate(
         self,
         prompt_ids: list[int],
@@ -114,9 +154,46 @@ class Generator(abc.ABC):
     ) -> Generation:
         """Generate a continuation of ``prompt_ids``.
 
-        Must honour ``params.max_tokens``; must abort the underlying request when the calling
-        task is cancelled (re-raise ``asyncio.CancelledError`` after aborting).
+        * ``params.max_tokens <= 0``: an empty ``"length"`` generation; the backend is not asked.
+        * A constraint that cannot be read: :class:`GenerationError` before anything runs.
+        * A failure of the backend: :class:`GenerationError` (its own, or one that wraps the
+          exception); NotImplementedError (a feature the backend lacks) and what ``on_tokens``
+          raises propagate as they are.
+        * Cancelling the calling task aborts the request; ``CancelledError`` is re-raised.
         """
+        if params.max_tokens is not None and params.max_tokens <= 0:
+            return Generation([], "length", [] if params.logprobs is not None else None, {"backend": self.name})
+        active = active_constraint(constraint)
+        structured = None
+        if self.decodes and active is not None:
+            try:
+                structured = normalize_constraint(active)
+            except ValueError as e:
+                raise GenerationError(f"invalid {active.kind} constraint: {e}") from e
+        request = Request(prompt_ids, params, active, structured, on_tokens)
+        try:
+            gen = await self._generate(request)
+        except (GenerationError, NotImplementedError):
+            raise
+        except Exception as e:
+            if e is request.callback_error:
+                raise
+            raise self._failure(e) from e
+        if self.decodes:
+            gen.info = {"backend": self.name, **gen.info}
+            if active is not None:
+                gen.info["constraint"] = active.kind
+        return gen
+
+    async def _generate(self, request: Request) -> Generation:
+        """The backend's request: honour ``request.params`` (``max_tokens`` included), enforce
+        ``request.structured``, hand deltas to ``request.emit`` as they arrive, and abort the
+        underlying request when the calling task is cancelled (then re-raise)."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither _generate nor generate")
+
+    def _failure(self, e: Exception) -> GenerationError:
+        """The GenerationError that reports ``e``, an exception the backend raised."""
+        return GenerationError(f"{self.label} generation failed ({type(e).__name__}): {first_line(e)}")
 
     def describe(self) -> dict[str, Any]:
         """What to record in the trace's metadata about this backend."""
@@ -124,3 +201,18 @@ class Generator(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (engine, HTTP sessions)."""
+
+
+__all__ = [
+    "Constraint",
+    "Generation",
+    "GenerationError",
+    "Generator",
+    "Request",
+    "SamplingParams",
+    "Stopwatch",
+    "TokenCallback",
+    "conversation",
+    "conversation_key",
+    "first_line",
+]

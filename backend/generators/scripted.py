@@ -13,11 +13,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from backend.generators.base import Constraint, Generation, GenerationError, Generator, SamplingParams, TokenCallback
+from backend.errors import UserError
+from backend.generators.base import Generation, GenerationError, Generator, Request
 
 
-class ScriptError(ValueError):
-    pass
+class ScriptError(UserError):
+    """A script that cannot be replayed; the message says which entry and why."""
 
 
 def load_script(path: str) -> list[Any]:
@@ -78,6 +79,8 @@ def _check_entry(i: int, e: Any, max_token_delay_s: float | None = None) -> None
 
 class ScriptedGenerator(Generator):
     name = "scripted"
+    label = "scripted"
+    decodes = False  # it replays given text, checked against the constraint here
 
     def __init__(self, tokenizer: Any, script: list[Any], *, token_delay_s: float = 0.0):
         for i, e in enumerate(script):
@@ -97,21 +100,15 @@ class ScriptedGenerator(Generator):
             ids.append(self.eos_id)
         return ids
 
-    async def generate(
-        self,
-        prompt_ids: list[int],
-        params: SamplingParams,
-        *,
-        on_tokens: TokenCallback | None = None,
-        constraint: Constraint | None = None,
-    ) -> Generation:
+    async def _generate(self, request: Request) -> Generation:
+        params, constraint = request.params, request.constraint
         turn = self.calls
         if turn >= len(self.script):
             raise GenerationError(f"the script has {len(self.script)} entries; turn {turn + 1} has none")
         self.calls += 1
         entry = self.script[turn]
         ids = self._ids(entry)
-        if constraint is not None and constraint.kind != "none":
+        if constraint is not None:
             # a real backend would have been forced to obey; a script that does not is a bad
             # script. A script is given text: checked by what the schema accepts (any key order,
             # JSON whitespace, unlisted keys the schema allows), not by the generation grammar.
@@ -125,12 +122,11 @@ class ScriptedGenerator(Generator):
             ids = ids[: params.max_tokens]
             finish = "length"
         delay = entry.get("token_delay_s", self.token_delay_s) if isinstance(entry, dict) else self.token_delay_s
-        if on_tokens is not None or delay:
+        if request.on_tokens is not None or delay:
             for t in ids:
                 if delay:
                     await asyncio.sleep(delay)
-                if on_tokens is not None:
-                    on_tokens([t])
+                request.emit([t])
         return Generation(token_ids=ids, finish_reason=finish, info={"script_turn": turn})
 
     def describe(self) -> dict[str, Any]:

@@ -14,14 +14,7 @@ import threading
 import time
 from typing import Any
 
-from backend.generators.base import (
-    Constraint,
-    Generation,
-    GenerationError,
-    Generator,
-    SamplingParams,
-    TokenCallback,
-)
+from backend.generators.base import Generation, GenerationError, Generator, Request, SamplingParams, first_line
 
 
 def _resolve_device(device: str) -> str:
@@ -122,6 +115,7 @@ class TransformersGenerator(Generator):
     """A Hugging Face causal LM (local folder or hub id), generated with ``model.generate``."""
 
     name = "transformers"
+    label = "transformers"
 
     def __init__(self, model_or_path: str, *, device: str = "auto", dtype: Any = "auto") -> None:
         self.model_name = model_or_path
@@ -151,8 +145,7 @@ class TransformersGenerator(Generator):
                 tok = AutoTokenizer.from_pretrained(self.model_name)
                 model = AutoModelForCausalLM.from_pretrained(self.model_name, dtype=dtype)
             except Exception as e:  # OSError / ValueError / hub errors
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise GenerationError(f"cannot load model {self.model_name!r} with transformers: {first}") from e
+                raise GenerationError(f"cannot load model {self.model_name!r} with transformers: {first_line(e)}") from e
             model.to(device)
             model.eval()
             self.tokenizer, self.model, self.device = tok, model, device
@@ -193,24 +186,24 @@ class TransformersGenerator(Generator):
 
     # ---- constraints --------------------------------------------------------------------------
 
-    def _logits_processor(self, constraint: Constraint | None) -> Any:
-        if constraint is None or constraint.kind in ("none", "", None):
+    def _logits_processor(self, kind: str | None, structured: tuple[str, Any] | None) -> Any:
+        """An xgrammar logits processor for ``structured`` (``(field, spec)``, see
+        :func:`~backend.generators.constraints.normalize_constraint`); None for no constraint."""
+        if structured is None:
             return None
         try:
             import xgrammar as xgr
         except ImportError as e:
             raise NotImplementedError(
-                f"constraint {constraint.kind!r} with the transformers backend needs xgrammar (pip install xgrammar)"
+                f"constraint {kind!r} with the transformers backend needs xgrammar (pip install xgrammar)"
             ) from e
         if self._grammar_compiler is None:
             vocab = int(getattr(self.model.config, "vocab_size", 0) or len(self.tokenizer))
             info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=vocab, stop_token_ids=self.eos_token_ids() or None)
             self._grammar_compiler = xgr.GrammarCompiler(info)
         comp = self._grammar_compiler
-        from backend.generators.vllm_server import normalize_constraint
-
+        field, spec = structured
         try:
-            field, spec = normalize_constraint(constraint)  # type: ignore[misc]
             if field == "regex":
                 compiled = comp.compile_regex(spec)
             elif field == "json":
@@ -220,7 +213,7 @@ class TransformersGenerator(Generator):
             else:
                 compiled = comp.compile_structural_tag(spec)
         except Exception as e:
-            raise GenerationError(f"invalid {constraint.kind} constraint: {e}") from e
+            raise GenerationError(f"invalid {kind} constraint: {e}") from e
         return XGrammarLogitsProcessor(compiled)
 
     # ---- generation ---------------------------------------------------------------------------
@@ -229,7 +222,7 @@ class TransformersGenerator(Generator):
         self,
         prompt_ids: list[int],
         params: SamplingParams,
-        constraint: Constraint | None,
+        request: Request,
         relay: _Relay,
         cancel: threading.Event,
     ) -> dict[str, Any]:
@@ -258,7 +251,7 @@ class TransformersGenerator(Generator):
                 stop_strings=list(params.stop) or None,
             )
             processors = LogitsProcessorList()
-            lp = self._logits_processor(constraint)
+            lp = self._logits_processor(request.constraint and request.constraint.kind, request.structured)
             if lp is not None:
                 processors.append(lp)
             if params.seed is not None:
@@ -287,54 +280,34 @@ class TransformersGenerator(Generator):
                     logprobs.append(float(torch.log_softmax(step[0].float(), dim=-1)[tid]))
             return {"ids": ids, "logprobs": logprobs, "elapsed_s": elapsed, "eos": eos, "cancelled": cancel.is_set()}
 
-    async def generate(
-        self,
-        prompt_ids: list[int],
-        params: SamplingParams,
-        *,
-        on_tokens: TokenCallback | None = None,
-        constraint: Constraint | None = None,
-    ) -> Generation:
-        if params.max_tokens is not None and params.max_tokens <= 0:
-            return Generation([], "length", [] if params.logprobs is not None else None, {"backend": self.name})
+    async def _generate(self, request: Request) -> Generation:
+        params = request.params
         await self.start()
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         cancel = threading.Event()
         relay = _Relay(loop, queue)
-        fut = loop.run_in_executor(None, self._run, list(prompt_ids), params, constraint, relay, cancel)
-        delivered = 0
+        fut = loop.run_in_executor(None, self._run, list(request.prompt_ids), params, request, relay, cancel)
         try:
             while True:
                 getter = asyncio.ensure_future(queue.get())
                 done, _ = await asyncio.wait({getter, fut}, return_when=asyncio.FIRST_COMPLETED)
                 if getter in done:
-                    delta = getter.result()
-                    delivered += len(delta)
-                    if on_tokens is not None:
-                        on_tokens(delta)
+                    request.emit(getter.result())
                     continue
                 getter.cancel()
                 break
             res = fut.result()  # raises the worker's exception
             # deltas queued before the worker finished
             while not queue.empty():
-                delta = queue.get_nowait()
-                delivered += len(delta)
-                if on_tokens is not None:
-                    on_tokens(delta)
-        except BaseException as e:
+                request.emit(queue.get_nowait())
+        except BaseException:
             cancel.set()
             if not fut.done():
                 try:
                     await asyncio.shield(fut)
                 except BaseException:
                     pass
-            if isinstance(e, (asyncio.CancelledError, GenerationError, NotImplementedError)):
-                raise
-            if isinstance(e, Exception) and fut.done() and fut.exception() is e:
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise GenerationError(f"transformers generation failed ({type(e).__name__}): {first}") from e
             raise
         ids = res["ids"]
         if res.get("cancelled"):
@@ -345,7 +318,4 @@ class TransformersGenerator(Generator):
             finish = "length"
         else:
             finish = "stop"  # a stop string
-        info = {"backend": self.name, "elapsed_s": res.get("elapsed_s")}
-        if constraint is not None and constraint.kind != "none":
-            info["constraint"] = constraint.kind
-        return Generation(ids, finish, res.get("logprobs"), info)
+        return Generation(ids, finish, res.get("logprobs"), {"elapsed_s": res.get("elapsed_s")})

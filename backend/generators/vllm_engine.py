@@ -6,23 +6,17 @@ the loop that happened to start it. Deltas are relayed to the caller's loop and 
 called there, in the calling task.
 
 CPU hosts (vLLM's CPU build, no CUDA): ``dtype="auto"`` becomes ``float32`` on x86 CPUs without
-native bf16 (see :func:`cpu_auto_dtype`); unless already set, the process environment gets
-``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB),
-``TORCHINDUCTOR_CACHE_DIR`` (a persistent dir in our cache) and ``VLLM_RPC_BASE_PATH`` + ``TMPDIR``
-(a private temp dir, removed on close, so vLLM's IPC sockets don't litter /tmp); and
-``enforce_eager`` defaults to True. Nothing is changed on GPU hosts: the same code runs with the
-official ``vllm`` package.
+native bf16, the process environment gets vLLM's CPU settings (both:
+:mod:`backend.generators.vllm_cpu`) and ``enforce_eager`` defaults to True. Nothing is changed
+on GPU hosts: the same code runs with the official ``vllm`` package.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures
 import itertools
 import os
-import shutil
-import tempfile
 import threading
 import time
 import uuid
@@ -30,82 +24,9 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from backend.generators.base import (
-    Constraint,
-    Generation,
-    GenerationError,
-    Generator,
-    SamplingParams,
-    TokenCallback,
-)
-
-_ENV_SET_BY_US: dict[str, str] = {}
-_ENV_LOCK = threading.Lock()
-_RPC_DIR: str | None = None
-
-
-def _on_cpu() -> bool:
-    try:
-        from vllm.platforms import current_platform
-
-        return bool(current_platform.is_cpu())
-    except Exception:  # pragma: no cover - fall back to torch
-        import torch
-
-        return not torch.cuda.is_available()
-
-
-def cpu_auto_dtype() -> str | None:
-    """What ``dtype="auto"`` should mean on this CPU: ``float32`` on x86 CPUs without native
-    bf16 (no AVX512-BF16/AMX), where vLLM's bf16 kernels are emulated and several times slower
-    (SmolLM2-135M, 2-core AVX2, batch 32: 16 tok/s bf16 vs 75 tok/s float32); None otherwise."""
-    try:
-        import platform
-
-        import torch
-
-        if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
-            return None
-        native = torch.cpu._is_avx512_bf16_supported() or (
-            hasattr(torch.cpu, "_is_amx_tile_supported") and torch.cpu._is_amx_tile_supported()
-        )
-        return None if native else "float32"
-    except Exception:  # pragma: no cover - private torch API moved
-        return None
-
-
-def _cleanup_rpc_dir() -> None:
-    if _RPC_DIR and os.path.isdir(_RPC_DIR):
-        shutil.rmtree(_RPC_DIR, ignore_errors=True)
-
-
-def configure_cpu_env() -> dict[str, str]:
-    """Set vLLM's CPU environment variables that are not already set; returns what was set.
-
-    Idempotent; does nothing on GPU hosts."""
-    global _RPC_DIR
-    with _ENV_LOCK:
-        if _ENV_SET_BY_US or not _on_cpu():
-            return dict(_ENV_SET_BY_US)
-        from backend.models import cache_root
-
-        wanted: dict[str, str] = {
-            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-            "VLLM_CPU_KVCACHE_SPACE": "1",
-            "TORCHINDUCTOR_CACHE_DIR": str(cache_root() / "torchinductor"),
-        }
-        if "VLLM_RPC_BASE_PATH" not in os.environ or "TMPDIR" not in os.environ:
-            # Short path: unix socket paths are limited to ~107 bytes.
-            _RPC_DIR = tempfile.mkdtemp(prefix="ali-vllm-")
-            atexit.register(_cleanup_rpc_dir)
-            wanted["VLLM_RPC_BASE_PATH"] = _RPC_DIR
-            wanted["TMPDIR"] = _RPC_DIR
-        for k, v in wanted.items():
-            if k not in os.environ:
-                os.environ[k] = v
-                _ENV_SET_BY_US[k] = v
-        return dict(_ENV_SET_BY_US)
-
+from backend.generators.base import Constraint, Generation, GenerationError, Generator, Request, SamplingParams, Stopwatch
+from backend.generators.constraints import structured_outputs
+from backend.generators.vllm_cpu import configure_cpu_env, cpu_auto_dtype, on_cpu
 
 def to_vllm_sampling_params(params: SamplingParams, constraint: Constraint | None = None, **extra: Any):
     """Our sampling parameters (+ constraint) as ``vllm.SamplingParams`` (DELTA streaming)."""
@@ -137,14 +58,12 @@ def to_vllm_sampling_params(params: SamplingParams, constraint: Constraint | Non
 
 def structured_outputs_params(constraint: Constraint | None):
     """A :class:`Constraint` as ``vllm.sampling_params.StructuredOutputsParams`` (None: none)."""
-    from backend.generators.vllm_server import normalize_constraint
-
-    norm = normalize_constraint(constraint)
-    if norm is None:
+    so = structured_outputs(constraint)
+    if so is None:
         return None
     from vllm.sampling_params import StructuredOutputsParams
 
-    return StructuredOutputsParams(**{norm[0]: norm[1]})
+    return StructuredOutputsParams(**so)
 
 
 def sampled_logprobs(token_ids: list[int], logprobs: Any) -> list[float]:
@@ -193,6 +112,7 @@ class VLLMEngineGenerator(Generator):
     """
 
     name = "vllm"
+    label = "vLLM"
     _ids = itertools.count()
 
     def __init__(
@@ -232,7 +152,7 @@ class VLLMEngineGenerator(Generator):
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        cpu = _on_cpu()
+        cpu = on_cpu()
         self._device = "cpu" if cpu else "gpu"
         if cpu:
             self.env_set = configure_cpu_env()
@@ -384,8 +304,7 @@ class VLLMEngineGenerator(Generator):
         finish_reason = None
         stop_reason = None
         num_cached = None
-        t0 = time.perf_counter()
-        ttft = None
+        clock = Stopwatch()
         try:
             async for out in self.engine.generate(TokensPrompt(prompt_token_ids=list(prompt_ids)), vparams, request_id):
                 if num_cached is None:
@@ -395,8 +314,7 @@ class VLLMEngineGenerator(Generator):
                 c = out.outputs[0]
                 delta = list(c.token_ids)
                 if delta:
-                    if ttft is None:
-                        ttft = time.perf_counter() - t0
+                    clock.tokens_arrived()
                     ids.extend(delta)
                     if vparams.logprobs is not None:
                         logprobs.extend(sampled_logprobs(delta, c.logprobs))
@@ -409,8 +327,8 @@ class VLLMEngineGenerator(Generator):
                     "finish_reason": finish_reason or "abort",
                     "stop_reason": stop_reason,
                     "logprobs": logprobs if vparams.logprobs is not None else None,
-                    "ttft_s": ttft,
-                    "elapsed_s": time.perf_counter() - t0,
+                    "ttft_s": clock.ttft_s,
+                    "elapsed_s": clock.elapsed_s,
                     "num_cached_tokens": num_cached,
                 }
             )
@@ -422,19 +340,10 @@ class VLLMEngineGenerator(Generator):
     async def _abort(self, request_id: str) -> None:
         await self.engine.abort(request_id)
 
-    async def generate(
-        self,
-        prompt_ids: list[int],
-        params: SamplingParams,
-        *,
-        on_tokens: TokenCallback | None = None,
-        constraint: Constraint | None = None,
-    ) -> Generation:
-        if params.max_tokens is not None and params.max_tokens <= 0:
-            return Generation([], "length", [] if params.logprobs is not None else None, {"backend": self.name})
+    async def _generate(self, request: Request) -> Generation:
         await self.start()
         try:
-            vparams = to_vllm_sampling_params(params, constraint)
+            vparams = to_vllm_sampling_params(request.params, request.constraint)
         except ValueError as e:
             raise GenerationError(f"invalid request for vLLM: {e}") from e
         loop = asyncio.get_running_loop()
@@ -448,27 +357,23 @@ class VLLMEngineGenerator(Generator):
 
         request_id = f"{self._prefix}{uuid.uuid4().hex[:12]}"
         assert self._thread is not None
-        fut = self._thread.submit(self._produce(request_id, list(prompt_ids), vparams, push))
+        fut = self._thread.submit(self._produce(request_id, list(request.prompt_ids), vparams, push))
         try:
             while True:
                 item = await queue.get()
                 if isinstance(item, list):
-                    if on_tokens is not None:
-                        on_tokens(item)
+                    request.emit(item)
                     continue
                 if isinstance(item, BaseException):
-                    raise self._wrap_error(item)
+                    raise item
                 info = {
-                    "backend": self.name,
                     "request_id": request_id,
                     "stop_reason": item["stop_reason"],
                     "ttft_s": item["ttft_s"],
                     "elapsed_s": item["elapsed_s"],
                     "num_cached_tokens": item["num_cached_tokens"],
                 }
-                if constraint is not None and constraint.kind != "none":
-                    info["constraint"] = constraint.kind
-                return Generation(item["ids"], _finish(item["finish_reason"]), item["logprobs"], info)
+                return Generation(item["ids"], item["finish_reason"], item["logprobs"], info)
         except BaseException:
             # Cancelled, on_tokens raised, or the engine failed: make sure the request is gone
             # from the engine before the exception leaves (abort is idempotent).
@@ -480,15 +385,7 @@ class VLLMEngineGenerator(Generator):
                 pass
             raise
 
-    def _wrap_error(self, e: BaseException) -> BaseException:
-        if isinstance(e, GenerationError):
-            return e
+    def _failure(self, e: Exception) -> GenerationError:
+        # vLLM wraps what went wrong in an EngineGenerateError: report the cause
         cause = e.__cause__ if type(e).__name__ == "EngineGenerateError" and e.__cause__ else e
-        msg = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
-        err = GenerationError(f"vLLM generation failed ({type(cause).__name__}): {msg}")
-        err.__cause__ = e
-        return err
-
-
-def _finish(reason: str) -> str:
-    return reason if reason in ("stop", "length", "abort") else reason
+        return super()._failure(cause)  # type: ignore[arg-type]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import time
 from typing import Any
 
 from backend.generators.base import (
@@ -28,106 +27,13 @@ from backend.generators.base import (
     Generation,
     GenerationError,
     Generator,
+    Request,
     SamplingParams,
-    TokenCallback,
+    Stopwatch,
     conversation_key,
 )
+from backend.generators.constraints import structured_outputs
 from backend.generators.routing import DEFAULT_ROUTING, LRU, HashRing, check_routing
-
-CONSTRAINT_FIELDS = {"regex": "regex", "json_schema": "json", "grammar": "grammar", "structural_tag": "structural_tag"}
-CONSTRAINT_KINDS = ("none", "regex", "json_schema", "grammar", "structural_tag", "forbid")
-
-
-def _class_char(c: str) -> str:
-    if c in "\\]^-[":
-        return "\\" + c
-    return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(c, c)
-
-
-def forbid_grammar(strings: list[str] | tuple[str, ...]) -> str:
-    """EBNF (xgrammar/GBNF dialect) for any text that contains none of ``strings``.
-
-    Built from the Aho-Corasick automaton of the strings: one rule per live state, every rule
-    optional (text may end anywhere, so EOS is always allowed)."""
-    pats = [s for s in dict.fromkeys(strings) if s]
-    if not pats:
-        raise ValueError("a forbid constraint needs at least one non-empty string")
-    goto: list[dict[str, int]] = [{}]
-    final = [False]
-    for p in pats:
-        q = 0
-        for ch in p:
-            if ch not in goto[q]:
-                goto.append({})
-                final.append(False)
-                goto[q][ch] = len(goto) - 1
-            q = goto[q][ch]
-        final[q] = True
-    fail = [0] * len(goto)
-    order = list(goto[0].values())
-    i = 0
-    while i < len(order):
-        q = order[i]
-        i += 1
-        for ch, r in goto[q].items():
-            order.append(r)
-            f = fail[q]
-            while f and ch not in goto[f]:
-                f = fail[f]
-            nxt = goto[f].get(ch, 0)
-            fail[r] = nxt if nxt != r else 0
-            final[r] = final[r] or final[fail[r]]
-
-    def step(q: int, ch: str) -> int:
-        while q and ch not in goto[q]:
-            q = fail[q]
-        return goto[q].get(ch, 0)
-
-    def name(q: int) -> str:
-        return "root" if q == 0 else f"s{q}"
-
-    sigma = sorted({ch for p in pats for ch in p})
-    other = "[^" + "".join(_class_char(c) for c in sigma) + "]"
-    rules = []
-    for q in range(len(goto)):
-        if final[q]:
-            continue
-        alts = [f"{json.dumps(ch)} {name(step(q, ch))}" for ch in sigma if not final[step(q, ch)]]
-        alts.append(f"{other} root")
-        rules.append(f"{name(q)} ::= ({' | '.join(alts)})?")
-    return "\n".join(rules)
-
-
-def normalize_constraint(constraint: Constraint | None) -> tuple[str, Any] | None:
-    """A :class:`Constraint` in vLLM's ``structured_outputs`` vocabulary: ``(field, spec)`` with
-    field ``regex`` / ``json`` / ``grammar`` / ``structural_tag``; None for no constraint.
-
-    ``forbid`` (spec: strings the text must not contain; backend.tool_choice's ``none``) becomes
-    an EBNF grammar (:func:`forbid_grammar`)."""
-    if constraint is None or constraint.kind in ("none", "", None):
-        return None
-    kind, spec = constraint.kind, constraint.spec
-    if spec is None:
-        raise ValueError(f"constraint {kind!r} has no spec")
-    if kind == "forbid":
-        return "grammar", forbid_grammar([spec] if isinstance(spec, str) else list(spec))
-    field = CONSTRAINT_FIELDS.get(kind)
-    if field is None:
-        raise ValueError(f"unknown constraint kind {kind!r}; expected one of {', '.join(CONSTRAINT_KINDS)}")
-    if field == "structural_tag" and not isinstance(spec, str):
-        spec = json.dumps(spec)
-    if field == "json" and not isinstance(spec, (dict, str)):
-        spec = json.loads(json.dumps(spec))
-    if field in ("regex", "grammar"):
-        spec = str(spec)
-    return field, spec
-
-
-def structured_outputs_payload(constraint: Constraint | None) -> dict[str, Any] | None:
-    """A :class:`Constraint` as the server's ``structured_outputs`` object (None: none)."""
-    norm = normalize_constraint(constraint)
-    return None if norm is None else {norm[0]: norm[1]}
-
 
 def completion_payload(
     model: str, prompt_ids: list[int], params: SamplingParams, constraint: Constraint | None = None, *, stream: bool = True
@@ -151,7 +57,7 @@ def completion_payload(
         body["stop"] = list(params.stop)
     if params.logprobs is not None:
         body["logprobs"] = params.logprobs
-    so = structured_outputs_payload(constraint)
+    so = structured_outputs(constraint)
     if so is not None:
         body["structured_outputs"] = so
     return body
@@ -173,6 +79,7 @@ class VLLMServerGenerator(Generator):
     destinations are remembered (least recently used forgotten first)."""
 
     name = "vllm-server"
+    label = "vLLM server"
 
     def __init__(
         self,
@@ -293,20 +200,7 @@ class VLLMServerGenerator(Generator):
 
     # ---- generation ---------------------------------------------------------------------------
 
-    async def generate(
-        self,
-        prompt_ids: list[int],
-        params: SamplingParams,
-        *,
-        on_tokens: TokenCallback | None = None,
-        constraint: Constraint | None = None,
-    ) -> Generation:
-        if params.max_tokens is not None and params.max_tokens <= 0:
-            return Generation([], "length", [] if params.logprobs is not None else None, {"backend": self.name})
-        try:
-            structured_outputs_payload(constraint)
-        except ValueError as e:
-            raise GenerationError(f"invalid request for vLLM: {e}") from e
+    async def _generate(self, request: Request) -> Generation:
         key = conversation_key.get() if self.routing == "sticky" else None
         route = self.route(key) if key is not None else None
         tried: set[str] = set()
@@ -322,7 +216,7 @@ class VLLMServerGenerator(Generator):
             tried.add(url)
             self.outstanding[url] += 1
             try:
-                gen = await self._generate_once(url, prompt_ids, params, on_tokens, constraint)
+                gen = await self._generate_once(url, request)
             except _Retryable as e:
                 last = e
                 failed.setdefault(url, e.reason)
@@ -347,24 +241,17 @@ class VLLMServerGenerator(Generator):
             f"is `python -m vllm.entrypoints.openai.api_server` running there?)"
         )
 
-    async def _generate_once(
-        self,
-        url: str,
-        prompt_ids: list[int],
-        params: SamplingParams,
-        on_tokens: TokenCallback | None,
-        constraint: Constraint | None,
-    ) -> Generation:
+    async def _generate_once(self, url: str, request: Request) -> Generation:
         import httpx
 
+        params = request.params
         model = await self._model_for(url)
-        body = completion_payload(model, prompt_ids, params, constraint, stream=True)
+        body = completion_payload(model, request.prompt_ids, params, request.constraint, stream=True)
         ids: list[int] = []
         logprobs: list[float] = []
         finish_reason: str | None = None
         stop_reason: Any = None
-        t0 = time.perf_counter()
-        ttft = None
+        clock = Stopwatch()
         try:
             async with self._client().stream("POST", f"{url}/v1/completions", json=body) as resp:
                 if resp.status_code != 200:
@@ -386,14 +273,12 @@ class VLLMServerGenerator(Generator):
                     for choice in chunk.get("choices") or []:
                         delta = list(choice.get("token_ids") or [])
                         if delta:
-                            if ttft is None:
-                                ttft = time.perf_counter() - t0
+                            clock.tokens_arrived()
                             ids.extend(delta)
                             if params.logprobs is not None:
                                 lp = (choice.get("logprobs") or {}).get("token_logprobs") or []
                                 logprobs.extend(float("nan") if v is None else float(v) for v in lp)
-                            if on_tokens is not None:
-                                on_tokens(delta)
+                            request.emit(delta)
                         if choice.get("finish_reason") is not None:
                             finish_reason = choice["finish_reason"]
                             stop_reason = choice.get("stop_reason")
@@ -404,16 +289,8 @@ class VLLMServerGenerator(Generator):
                 raise _Retryable(url, _reason(e)) from e
             raise GenerationError(f"lost the vLLM server at {url} after {len(ids)} tokens: {_reason(e)}") from e
         self.served[url] = self.served.get(url, 0) + 1
-        info = {
-            "backend": self.name,
-            "server_url": url,
-            "model": model,
-            "stop_reason": stop_reason,
-            "ttft_s": ttft,
-            "elapsed_s": time.perf_counter() - t0,
-        }
-        if constraint is not None and constraint.kind != "none":
-            info["constraint"] = constraint.kind
+        info = {"server_url": url, "model": model, "stop_reason": stop_reason, "ttft_s": clock.ttft_s,
+                "elapsed_s": clock.elapsed_s}
         return Generation(ids, finish_reason or "abort", logprobs if params.logprobs is not None else None, info)
 
     def describe(self) -> dict[str, Any]:
@@ -447,151 +324,3 @@ def _error_text(text: str) -> str:
             return str(err.get("message") or err)[:500]
         return str(err)[:500]
     return str(obj)[:500]
-
-
-# ---- a local server process (tests, benchmarks, "serve the default model") ---------------------
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-class LocalVLLMServer:
-    """``python -m vllm.entrypoints.openai.api_server`` as a child process.
-
-    ``start()`` waits for ``/health``; ``stop()`` terminates it by PID (then kills it). The log
-    goes to ``log_path`` (a temp file by default); :meth:`log_tail` reads its end. On CPU the
-    child gets the same environment defaults as the in-process engine (see
-    ``backend.generators.vllm_engine.configure_cpu_env``), ``--enforce-eager`` and, on x86 CPUs
-    without native bf16, ``--dtype float32`` (unless ``extra_args`` say otherwise).
-    """
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        host: str = "127.0.0.1",
-        port: int | None = None,
-        extra_args: list[str] | tuple[str, ...] = (),
-        log_path: str | None = None,
-        env: dict[str, str] | None = None,
-    ) -> None:
-        self.model = model
-        self.host = host
-        self.port = port or free_port(host)
-        self.extra_args = list(extra_args)
-        self.log_path = log_path
-        self.env = dict(env or {})
-        self.proc: Any = None
-        self.start_seconds: float | None = None
-        self._log_file: Any = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def command(self) -> list[str]:
-        import sys
-
-        from backend.generators.vllm_engine import _on_cpu, cpu_auto_dtype
-
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
-               "--host", self.host, "--port", str(self.port)]
-        if _on_cpu():
-            if "--enforce-eager" not in self.extra_args:
-                cmd.append("--enforce-eager")
-            auto = cpu_auto_dtype()
-            if auto and "--dtype" not in self.extra_args:
-                cmd += ["--dtype", auto]
-        return cmd + self.extra_args
-
-    def start(self, timeout_s: float = 300) -> LocalVLLMServer:
-        import os
-        import subprocess
-        import tempfile
-        import urllib.request
-
-        from backend.generators.vllm_engine import _on_cpu, configure_cpu_env
-
-        if _on_cpu():
-            configure_cpu_env()
-        env = dict(os.environ)
-        env.update(self.env)
-        if self.log_path is None:
-            fd, self.log_path = tempfile.mkstemp(prefix="ali-vllm-server-", suffix=".log")
-            os.close(fd)
-        self._log_file = open(self.log_path, "ab")
-        t0 = time.perf_counter()
-        self.proc = subprocess.Popen(
-            self.command(), stdout=self._log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.proc.poll() is not None:
-                self._close_log()
-                raise GenerationError(
-                    f"vLLM server exited with code {self.proc.returncode} while starting; log tail:\n{self.log_tail()}"
-                )
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise GenerationError(f"vLLM server not healthy after {timeout_s:.0f} s; log tail:\n{self.log_tail()}")
-            time.sleep(0.5)
-        self.start_seconds = time.perf_counter() - t0
-        return self
-
-    def log_tail(self, n: int = 60) -> str:
-        if not self.log_path:
-            return ""
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, 2)
-                f.seek(max(0, f.tell() - 64_000))
-                lines = f.read().decode("utf-8", "replace").splitlines()
-        except OSError:
-            return ""
-        return "\n".join(lines[-n:])
-
-    def _close_log(self) -> None:
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-
-    def stop(self, timeout_s: float = 30) -> None:
-        """Terminate the server (its process group: vLLM's engine core is a child) by PID."""
-        import os
-        import signal
-        import subprocess
-
-        proc = self.proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                proc.terminate()
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    proc.kill()
-                proc.wait(timeout=10)
-        self._close_log()
-
-    def __enter__(self) -> LocalVLLMServer:
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.errors import UserError
+from backend.parsers import get_format
 from backend.trace import MessageSpan, ParseError, ToolCall, ToolResult, Trace
 from backend.trace.builder import TraceBuilder, mask_runs
 from backend.trace.messages import parse_assistant_text
@@ -395,8 +396,9 @@ def _message_only_steps(b: TraceBuilder, conv: Conversation) -> None:
 
 # ---- given token ids ----------------------------------------------------------------------------
 
-_CHATML_BLOCK = re.compile(r"<\|im_start\|>([A-Za-z_]+)\n(.*?)(?:<\|im_end\|>|(?=<\|im_start\|>)|\Z)", re.S)
-_TOOL_RESPONSE = re.compile(r"<tool_response>\n?(.*?)\n?</tool_response>", re.S)
+_HERMES = get_format("hermes")  # ChatML turns with <tool_response> blocks (Qwen, Hermes)
+_CHATML_BLOCK = _HERMES.turns_regex()
+_TOOL_RESPONSE = _HERMES.responses_regex()
 _TOOLS_BLOCK = re.compile(r"<tools>\n?(.*?)\n?</tools>", re.S)
 
 

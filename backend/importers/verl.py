@@ -31,16 +31,16 @@ from backend.importers.common import (
     tool_responses_in,
     trace_from_ids,
 )
+from backend.parsers import get_format
 from backend.trace.messages import parse_assistant_text
 
 _ID_KEYS = ("prompt_ids", "response_ids")
 _META_KEYS = ("num_turns", "reward_score", "score", "metrics", "extra_fields", "step", "uid", "data_source", "acc")
 
 # a tool turn in a decoded multi-turn response, with or without the special tokens kept
-_TOOL_TURN = re.compile(
-    r"(?:<\|im_end\|>)?\n?(?:<\|im_start\|>)?user\n((?:\s*<tool_response>.*?</tool_response>)+)\s*(?:<\|im_end\|>)?\n?(?:<\|im_start\|>)?assistant\n",
-    re.S,
-)
+_HERMES = get_format("hermes")
+_S, _E, _RO, _RC = (re.escape(t) for t in (_HERMES.turn_open, _HERMES.turn_close, _HERMES.response_open, _HERMES.response_close))
+_TOOL_TURN = re.compile(rf"(?:{_E})?\n?(?:{_S})?user\n((?:\s*{_RO}.*?{_RC})+)\s*(?:{_E})?\n?(?:{_S})?assistant\n", re.S)
 _ROLE_LINE = re.compile(r"(?:^|\n)(system|user|assistant)\n")
 
 
@@ -80,7 +80,7 @@ def _response_segments(text: str, parser: Any, eos: str | None) -> list[dict[str
 
 
 def _prompt_messages(text: str, parser: Any, eos: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, str]:
-    if "<|im_start|>" in text:
+    if _HERMES.turn_open in text:
         msgs, tools = messages_from_chatml(text, parser, eos)
         if msgs:
             return msgs, tools, "chatml"

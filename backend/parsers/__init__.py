@@ -7,20 +7,54 @@
 
 Native formats: ``hermes``, ``hunyuan``, ``llama3_json``, ``mistral``. Adapters: ``transformers``
 (``tokenizer.parse_response``) and ``vllm:<name>`` (vLLM's own parser, when vLLM is installed).
+
+Each native parser declares its format (:class:`~backend.parsers.format.ToolCallFormat`);
+``tool_choice``, the template sniffer (:func:`guess_parser`), the vLLM adapter and the importers
+read the declarations. Every public module of this package is imported here, so a new format is
+one new module that registers its parser.
 """
 
-from backend.parsers.base import ParseResult, ToolCallParser, available_parsers, get_parser, register_parser
+import importlib
+import pkgutil
+
+from backend.parsers.base import (
+    DEFAULT_FORMAT,
+    ParserError,
+    ParseResult,
+    ToolCallParser,
+    available_parsers,
+    get_format,
+    get_parser,
+    guess_format,
+    guess_parser,
+    parser_for_vllm,
+    register_parser,
+    tool_call_formats,
+    unregister_parser,
+)
+from backend.parsers.format import ToolCallFormat
+from backend.parsers.vllm_adapter import vllm_available, vllm_parser_names
 
 # Importing the modules registers their parsers.
-from backend.parsers import hermes, hunyuan, llama3_json, mistral, transformers_adapter  # noqa: E402,F401  isort: skip
-from backend.parsers.vllm_adapter import vllm_available, vllm_parser_names  # noqa: E402
+for _m in pkgutil.iter_modules(__path__):
+    if not _m.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_m.name}")
 
 __all__ = [
+    "DEFAULT_FORMAT",
     "ParseResult",
+    "ParserError",
+    "ToolCallFormat",
     "ToolCallParser",
     "available_parsers",
+    "get_format",
     "get_parser",
+    "guess_format",
+    "guess_parser",
+    "parser_for_vllm",
     "register_parser",
+    "tool_call_formats",
+    "unregister_parser",
     "vllm_available",
     "vllm_parser_names",
 ]

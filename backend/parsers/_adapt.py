@@ -10,20 +10,6 @@ from backend.parsers.base import ParseResult, ToolCallParser, get_parser
 from backend.trace import ParseError, ToolCall
 
 
-def guess_native(text: str | None) -> str | None:
-    """Our parser for the format whose tags appear in ``text`` (a model output or a chat template)."""
-    t = text or ""
-    if "<tool_calls>" in t:
-        return "hunyuan"
-    if "[TOOL_CALLS]" in t:
-        return "mistral"
-    if "<tool_call>" in t:
-        return "hermes"
-    if "<|python_tag|>" in t or '"parameters"' in t:
-        return "llama3_json"
-    return None
-
-
 def unwrap_tokenizer(tok: Any) -> tuple[Any, str | None]:
     """Accept a tokenizer or a bundle with ``.tokenizer`` and ``.chat_template`` (such as
     :class:`backend.tokenizers.TokenizerBundle`); return ``(tokenizer, chat_template)``."""

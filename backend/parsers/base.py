@@ -15,11 +15,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from backend.errors import UserError
+from backend.parsers.format import ToolCallFormat
 from backend.trace import ParseError, ToolCall
 
 _REGISTRY: dict[str, type[ToolCallParser]] = {}
 
+# What a chat template that no format recognises is read with.
+DEFAULT_FORMAT = "hermes"
+
 P = TypeVar("P", bound="type[ToolCallParser]")
+
+
+class ParserError(UserError):
+    """A parser that cannot be built as asked (unknown name, bad option, missing tokenizer or vLLM)."""
 
 
 @dataclass
@@ -54,6 +63,7 @@ class ToolCallParser(abc.ABC):
     """
 
     name: str = ""
+    call_format: ToolCallFormat | None = None  # the format this parser reads (None for the adapters)
     call_begin: str = ""  # text that opens a tool call in this format ("" if there is none)
     call_end: str = ""  # text that closes a tool call in this format ("" if there is none)
 
@@ -105,6 +115,48 @@ def register_parser(name: str) -> Callable[[P], P]:
     return deco
 
 
+def unregister_parser(name: str) -> None:
+    """Remove a registered parser (a plugin or a test that registered one)."""
+    _REGISTRY.pop(name, None)
+
+
+def tool_call_formats() -> dict[str, ToolCallFormat]:
+    """Every registered parser's declared format, by parser name (sorted)."""
+    return {n: c.call_format for n, c in sorted(_REGISTRY.items()) if c.call_format is not None}
+
+
+def get_format(name: str) -> ToolCallFormat | None:
+    """The declared format of parser ``name`` (``vllm:<name>`` reads as ``name``), or None."""
+    cls = _REGISTRY.get(name.split(":", 1)[-1])
+    return cls.call_format if cls is not None else None
+
+
+def guess_format(text: str | None) -> str | None:
+    """The parser whose format's markers appear in ``text`` (a chat template, a response schema
+    or a model output), or None. Markers are tried longest first (a generic word such as
+    ``ipython`` yields to a tag), ties by parser name."""
+    t = text or ""
+    markers = sorted(((m, n) for n, f in tool_call_formats().items() for m in f.template_markers if m),
+                     key=lambda mn: (-len(mn[0]), mn[1]))
+    for marker, name in markers:
+        if marker in t:
+            return name
+    return None
+
+
+def guess_parser(template_text: str | None) -> str:
+    """The parser for a chat template: the format it is recognised as, else :data:`DEFAULT_FORMAT`."""
+    return guess_format(template_text) or DEFAULT_FORMAT
+
+
+def parser_for_vllm(vllm_name: str) -> str | None:
+    """Our parser for the format vLLM's tool parser ``vllm_name`` reads, or None."""
+    for n, f in tool_call_formats().items():
+        if vllm_name in f.vllm_names:
+            return n
+    return None
+
+
 def available_parsers() -> list[str]:
     """Registered parser names. ``vllm:<name>`` adapters are not listed (see :func:`vllm_parser_names`)."""
     return sorted(_REGISTRY)
@@ -113,16 +165,16 @@ def available_parsers() -> list[str]:
 def get_parser(name: str, tokenizer: Any = None, **options: Any) -> ToolCallParser:
     """A parser by name: ``"hermes"``, ``"hunyuan"``, ``"llama3_json"``, ``"mistral"``,
     ``"transformers"`` (needs ``tokenizer``) or ``"vllm:<vllm parser name>"`` (needs ``tokenizer``
-    and an importable vLLM). Raises ``ValueError`` for an unknown name."""
+    and an importable vLLM). Raises :class:`ParserError` for an unknown name."""
     if not isinstance(name, str) or not name:
-        raise ValueError(f"parser name must be a non-empty string; available: {', '.join(available_parsers())}")
+        raise ParserError(f"parser name must be a non-empty string; available: {', '.join(available_parsers())}")
     if name.startswith("vllm:"):
         from backend.parsers.vllm_adapter import VLLMParser
 
         return VLLMParser(name[len("vllm:") :], tokenizer=tokenizer, **options)
     cls = _REGISTRY.get(name)
     if cls is None:
-        raise ValueError(
+        raise ParserError(
             f"unknown tool-call parser {name!r}; available: {', '.join(available_parsers())}, or vllm:<name> to use vLLM's parser"
         )
     return cls(tokenizer=tokenizer, **options)

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend.parsers._common import as_doc, Collector, Finder, decode_at, dumps, rstrip_end, scan_tagged, skip_ws
+from backend.parsers._common import Collector, Finder, as_doc, decode_at, dumps, rstrip_end, scan_tagged, skip_ws
 from backend.parsers.base import ParseResult, ToolCallParser, register_parser
+from backend.parsers.format import ToolCallFormat
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
@@ -30,8 +31,13 @@ CLOSE = "</tool_call>"
 
 @register_parser("hermes")
 class HermesParser(ToolCallParser):
-    call_begin = OPEN + "\n"
-    call_end = "\n" + CLOSE
+    call_format = ToolCallFormat(
+        OPEN, CLOSE, call_open=OPEN + "\n", call_close="\n" + CLOSE, sep="\n",
+        vllm_names=("hermes", "qwen3_json"),
+        response_open="<tool_response>", response_close="</tool_response>",
+        turn_open="<|im_start|>", turn_close="<|im_end|>",  # ChatML, as Qwen's and Hermes' templates write turns
+    )
+    call_begin, call_end = call_format.call_open, call_format.call_close
 
     def __init__(self, tokenizer: Any = None, tools: list[dict[str, Any]] | None = None, accept_unclosed: bool = False) -> None:
         super().__init__(tokenizer, tools)

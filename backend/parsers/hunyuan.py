@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend.parsers._common import as_doc, Collector, Finder, decode_at, dumps, parse_call_list, rstrip_end, scan_tagged, skip_ws, type_name
+from backend.parsers._common import Collector, Finder, as_doc, decode_at, dumps, parse_call_list, rstrip_end, scan_tagged, skip_ws, type_name
 from backend.parsers.base import ParseResult, ToolCallParser, register_parser
+from backend.parsers.format import ToolCallFormat
 
 OPEN = "<tool_calls>"
 CLOSE = "</tool_calls>"
@@ -27,6 +28,7 @@ CLOSE = "</tool_calls>"
 
 @register_parser("hunyuan")
 class HunyuanParser(ToolCallParser):
+    call_format = ToolCallFormat(OPEN, CLOSE, list_open=OPEN + "[", list_close="]" + CLOSE, sep=", ", vllm_names=("hunyuan_a13b",))
     call_begin = OPEN
     call_end = CLOSE
 

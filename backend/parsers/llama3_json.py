@@ -20,8 +20,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from backend.parsers._common import as_doc, RESYNC_SEMICOLON, Collector, decode_at, dumps, rstrip_end, skip_ws
+from backend.parsers._common import RESYNC_SEMICOLON, Collector, as_doc, decode_at, dumps, rstrip_end, skip_ws
 from backend.parsers.base import ParseResult, ToolCallParser, register_parser
+from backend.parsers.format import ToolCallFormat
 
 PYTHON_TAG = "<|python_tag|>"
 _CALL_LIKE = re.compile(r'"(?:name|parameters|arguments)"\s*:')
@@ -30,6 +31,12 @@ _ARG_KEYS = ("parameters", "arguments")
 
 @register_parser("llama3_json")
 class Llama3JsonParser(ToolCallParser):
+    # the tag is optional, so tool_choice=none bans a call object's start; Llama 3 templates
+    # are recognised by the tag or their "ipython" (tool) role
+    call_format = ToolCallFormat(
+        PYTHON_TAG, sep="; ", args_key="parameters", forbid_text='{"name"', markers=(PYTHON_TAG, "ipython"),
+        vllm_names=("llama3_json", "llama4_json"),
+    )
     call_begin = ""
     call_end = ""
 

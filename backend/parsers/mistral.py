@@ -16,9 +16,9 @@ import re
 from typing import Any
 
 from backend.parsers._common import (
-    as_doc,
     Collector,
     Finder,
+    as_doc,
     decode_at,
     dumps,
     parse_call_list,
@@ -27,7 +27,8 @@ from backend.parsers._common import (
     skip_ws,
     type_name,
 )
-from backend.parsers.base import ParseResult, ToolCallParser, register_parser
+from backend.parsers.base import ParserError, ParseResult, ToolCallParser, register_parser
+from backend.parsers.format import ToolCallFormat
 
 TOOL_CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
@@ -39,13 +40,15 @@ _ID = re.compile(r"[^\[\]{}\"\s]{0,256}")
 
 @register_parser("mistral")
 class MistralParser(ToolCallParser):
+    # the grammar writes the list style, as Mistral v0.3 does
+    call_format = ToolCallFormat(TOOL_CALLS, list_open=TOOL_CALLS + " [", list_close="]", sep=", ", vllm_names=("mistral",))
     call_begin = TOOL_CALLS
     call_end = ""
 
     def __init__(self, tokenizer: Any = None, tools: list[dict[str, Any]] | None = None, style: str = "list") -> None:
         super().__init__(tokenizer, tools)
         if style not in ("list", "args"):
-            raise ValueError(f"mistral parser style must be 'list' (v3 [TOOL_CALLS] [...]) or 'args' ([TOOL_CALLS]name[ARGS]{{...}}), not {style!r}")
+            raise ParserError(f"mistral parser style must be 'list' (v3 [TOOL_CALLS] [...]) or 'args' ([TOOL_CALLS]name[ARGS]{{...}}), not {style!r}")
         self.style = style
 
     def _parse(self, text: str) -> ParseResult:

@@ -4,7 +4,7 @@
 tokenizer's ``response_template``, or the one trl's ``add_response_schema`` knows for the chat
 template (``chat_template=``, a bundle's template, or the tokenizer's own), or, for a tokenizer
 with no chat template but ``<tool_call>`` in its vocabulary, trl's Qwen3 one; it raises
-``ValueError`` when none is found. The tokenizer is not modified. ``prefix`` is the prompt text that came before
+:class:`~backend.parsers.base.ParserError` (a ``ValueError``) when none is found. The tokenizer is not modified. ``prefix`` is the prompt text that came before
 the generation (default ``""``; pass ``"<think>\\n"`` when the template opened a think block).
 
 Any exception raised while parsing becomes one error spanning the whole text (the content is then
@@ -16,8 +16,8 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from backend.parsers._adapt import build_result, guess_native, native_formatter, unwrap_tokenizer, whole_text_error
-from backend.parsers.base import ParseResult, ToolCallParser, register_parser
+from backend.parsers._adapt import build_result, native_formatter, unwrap_tokenizer, whole_text_error
+from backend.parsers.base import ParserError, ParseResult, ToolCallParser, guess_format, register_parser
 
 
 def schema_for_template(chat_template: str | None) -> Any:
@@ -60,10 +60,10 @@ class TransformersParser(ToolCallParser):
         native: str | None = None,
     ) -> None:
         if tokenizer is None:
-            raise ValueError("the 'transformers' parser needs a tokenizer: get_parser('transformers', tokenizer=...)")
+            raise ParserError("the 'transformers' parser needs a tokenizer: get_parser('transformers', tokenizer=...)")
         tok, bundle_template = unwrap_tokenizer(tokenizer)
         if not hasattr(tok, "parse_response"):
-            raise ValueError("the 'transformers' parser needs a transformers >= 5 tokenizer (no parse_response on "
+            raise ParserError("the 'transformers' parser needs a transformers >= 5 tokenizer (no parse_response on "
                              f"{type(tok).__name__})")
         super().__init__(tok, tools)
         template = chat_template or bundle_template or getattr(tok, "chat_template", None)
@@ -74,13 +74,13 @@ class TransformersParser(ToolCallParser):
             self.schema = _qwen_family_schema(tok)
             template = "<tool_call>" if self.schema is not None else None
         if self.schema is None:
-            raise ValueError(
+            raise ParserError(
                 "the 'transformers' parser needs a response template: this tokenizer has none and trl's "
                 "add_response_schema does not know its chat template; pass schema=... (see transformers' "
                 "chat response parsing docs) or use a native parser"
             )
         self.prefix = prefix
-        self.native = native or guess_native(template if isinstance(template, str) else None) or guess_native(str(self.schema))
+        self.native = native or guess_format(template if isinstance(template, str) else None) or guess_format(str(self.schema))
         if self.native is not None:
             fmt = native_formatter(self.native, "transformers")
             self.call_begin, self.call_end = fmt.call_begin, fmt.call_end
@@ -105,7 +105,7 @@ class TransformersParser(ToolCallParser):
         content = out.get("content")
         if not isinstance(content, str):
             content = "" if content is None else str(content)
-        native = self.native or guess_native(text)
+        native = self.native or guess_format(text)
         return build_result(text, calls, content, reasoning if isinstance(reasoning, str) else None, native, "transformers")
 
     def format_calls(self, calls: list[dict[str, Any]]) -> str:

@@ -14,17 +14,7 @@ import importlib.util
 from typing import Any
 
 from backend.parsers._adapt import build_result, native_formatter, unwrap_tokenizer, whole_text_error
-from backend.parsers.base import ParseResult, ToolCallParser
-
-# vLLM parser name -> our parser for the same format (locating spans, writing calls back).
-NATIVE_FOR_VLLM = {
-    "hermes": "hermes",
-    "qwen3_json": "hermes",
-    "hunyuan_a13b": "hunyuan",
-    "llama3_json": "llama3_json",
-    "llama4_json": "llama3_json",
-    "mistral": "mistral",
-}
+from backend.parsers.base import ParserError, ParseResult, ToolCallParser, parser_for_vllm
 
 
 def vllm_available() -> bool:
@@ -48,21 +38,21 @@ def vllm_parser_names() -> list[str]:
 class VLLMParser(ToolCallParser):
     def __init__(self, vllm_name: str, tokenizer: Any = None, tools: list[dict[str, Any]] | None = None, native: str | None = None) -> None:
         if not vllm_available():
-            raise ValueError(f"vLLM is not installed, so parser 'vllm:{vllm_name}' is not available (pip install vllm); "
+            raise ParserError(f"vLLM is not installed, so parser 'vllm:{vllm_name}' is not available (pip install vllm); "
                              "the native parsers (hermes, hunyuan, llama3_json, mistral) need nothing extra")
         if tokenizer is None:
-            raise ValueError(f"parser 'vllm:{vllm_name}' needs a tokenizer: get_parser('vllm:{vllm_name}', tokenizer=...)")
+            raise ParserError(f"parser 'vllm:{vllm_name}' needs a tokenizer: get_parser('vllm:{vllm_name}', tokenizer=...)")
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.tool_parsers import ToolParserManager
 
         try:
             self._cls = ToolParserManager.get_tool_parser(vllm_name)
         except KeyError:
-            raise ValueError(
+            raise ParserError(
                 f"vLLM has no tool parser {vllm_name!r}; vLLM's parsers: {', '.join(ToolParserManager.list_registered())}"
             ) from None
         except Exception as e:  # a lazily registered parser whose module fails to import
-            raise ValueError(f"vLLM's tool parser {vllm_name!r} could not be loaded: {type(e).__name__}: {e}") from e
+            raise ParserError(f"vLLM's tool parser {vllm_name!r} could not be loaded: {type(e).__name__}: {e}") from e
         super().__init__(tokenizer, tools)
         self.name = f"vllm:{vllm_name}"
         self.vllm_name = vllm_name
@@ -70,12 +60,12 @@ class VLLMParser(ToolCallParser):
         try:
             self._request = ChatCompletionRequest(model="agent-loop-inspector", messages=[], tools=tools or None)
         except Exception as e:  # pydantic validation of the tools
-            raise ValueError(f"tools are not valid OpenAI tool definitions for vLLM: {e}") from e
+            raise ParserError(f"tools are not valid OpenAI tool definitions for vLLM: {e}") from e
         try:
             self._new_vllm_parser()  # fail here, not on every parse, when the tokenizer does not fit
         except Exception as e:  # noqa: BLE001
-            raise ValueError(f"vLLM's {vllm_name!r} tool parser cannot be used with this tokenizer: {type(e).__name__}: {e}") from e
-        self.native = native or NATIVE_FOR_VLLM.get(vllm_name)
+            raise ParserError(f"vLLM's {vllm_name!r} tool parser cannot be used with this tokenizer: {type(e).__name__}: {e}") from e
+        self.native = native or parser_for_vllm(vllm_name)  # locates spans, writes calls back
         if self.native is not None:
             fmt = native_formatter(self.native, self.name)
             self.call_begin, self.call_end = fmt.call_begin, fmt.call_end

@@ -36,6 +36,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from backend.errors import UserError
+
 JSON_TYPES = ("string", "number", "integer", "boolean", "array", "object", "null")
 
 # lower-cased name -> JSON Schema type (None: any value)
@@ -60,7 +62,7 @@ _MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSch
 MAX_DEPTH = 100
 
 
-class SchemaDialectError(ValueError):
+class SchemaDialectError(UserError):
     """A parameter schema with a type name that cannot be read as JSON Schema."""
 
     def __init__(self, path: str, message: str):

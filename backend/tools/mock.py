@@ -34,11 +34,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from backend.errors import UserError
+
 _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 
 
-class MockError(ValueError):
+class MockError(UserError):
     """A mock spec that cannot be used (raised at load time)."""
 
 

@@ -16,7 +16,8 @@ import inspect
 import typing
 from typing import Any
 
-from backend.tools.core import ToolLoadError, schema_from_function
+from backend.tools.base import ToolLoadError
+from backend.tools.function_tool import schema_from_function
 
 _BUILTINS = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "tuple": tuple, "dict": dict}
 _LITERAL_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "NoneType": type(None)}
