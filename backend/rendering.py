@@ -246,7 +246,7 @@ def render_tool_turn(
     (some insist on a user turn), fall back to rendering them after a minimal user/assistant
     exchange and taking the text that follows it; ``info.method`` says which was used.
     """
-    info = StepInfo()
+    info = StepInfo.empty()
     if system_prefix is None:
         system_prefix = empty_render_prefix(bundle, chat_template_kwargs)
     try:

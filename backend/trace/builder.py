@@ -58,6 +58,8 @@ class TraceBuilder:
     # ---- tokens ---------------------------------------------------------------------------------
     def _check_ids(self, ids: list[Any], name: str, offset: int) -> None:
         top = self.vocab_size - 1 if self.vocab_size else MAX_TOKEN_ID
+        if not ids or (set(map(type, ids)) == {int} and min(ids) >= 0 and max(ids) <= top):
+            return  # all good (the common case, checked at C speed); else find the first bad one
         for j, t in enumerate(ids):
             if type(t) is not int:
                 raise TraceBuildError(f"{name}[{offset + j}] is {t!r}, not an integer token id")

@@ -248,30 +248,55 @@ class StepInfo(_Model):
     # imported processing_tools step: the roles of its messages when not only tool output
     roles: list[str] | None = None
 
-    _order: list[str] = PrivateAttr(default_factory=list)
+    _order: list[str] = PrivateAttr(default_factory=list)  # the keys set, in order
 
     @model_validator(mode="wrap")
     @classmethod
     def _remember_order(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> StepInfo:
         info = handler(data)
-        if isinstance(data, dict):
-            info._order = list(data)
+        if type(data) is dict:
+            info.__pydantic_private__["_order"] = list(data)
         return info
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
-        if not name.startswith("_") and name not in self._order:
-            self._order.append(name)
+        order = self.__pydantic_private__["_order"]
+        if name not in order and not name.startswith("_"):
+            order.append(name)
+
+    @classmethod
+    def empty(cls) -> StepInfo:
+        """No key set (every step's default), built without validation: a step is made per
+        turn, and validating nothing cost more than the rest of the step."""
+        info = cls.__new__(cls)
+        object.__setattr__(info, "__dict__", dict.fromkeys(cls.model_fields))
+        object.__setattr__(info, "__pydantic_fields_set__", set())
+        object.__setattr__(info, "__pydantic_extra__", {})
+        object.__setattr__(info, "__pydantic_private__", {"_order": []})
+        return info
+
+    def __copy__(self) -> StepInfo:  # model_copy(): a copy with its own key order
+        info = super().__copy__()
+        info.__pydantic_private__["_order"] = list(self.__pydantic_private__["_order"])
+        return info
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> StepInfo:
+        info = super().model_copy(deep=deep)
+        for k, v in (update or {}).items():
+            setattr(info, k, v)
+        return info
 
     def keys(self) -> list[str]:
         """The keys that were set, in the order they were set."""
-        present = (self.model_fields_set & self.__class__.model_fields.keys()) | set(self.__pydantic_extra__ or ())
-        return [k for k in self._order if k in present] + sorted(present.difference(self._order))
+        return list(self.__pydantic_private__["_order"])
 
     def update(self, other: StepInfo | dict[str, Any]) -> None:
         """Set every key of ``other`` (a generator's info dict, another StepInfo)."""
-        items = other.to_dict() if isinstance(other, StepInfo) else other
-        for k, v in items.items():
+        if isinstance(other, StepInfo):
+            for k in other.__pydantic_private__["_order"]:
+                setattr(self, k, getattr(other, k))
+            return
+        for k, v in other.items():
             setattr(self, k, _known_reason(v) if k == "reason" else v)
 
     def to_dict(self) -> dict[str, Any]:
@@ -280,7 +305,7 @@ class StepInfo(_Model):
     @model_serializer(mode="wrap")
     def _as_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         d = handler(self)
-        return {k: d[k] for k in self.keys()}
+        return {k: d[k] for k in self.__pydantic_private__["_order"]}
 
     def __eq__(self, other: Any) -> bool:  # as the dict it was: same keys and values, any order
         if isinstance(other, StepInfo):
@@ -316,7 +341,7 @@ class Step(_Model):
     started_at: JsonFloat | None = None  # unix seconds
     duration_s: JsonFloat = 0.0
     error: str | None = None
-    info: StepInfo = Field(default_factory=StepInfo)
+    info: StepInfo = Field(default_factory=StepInfo.empty)
 
     @field_validator("mask", mode="before")
     @classmethod
