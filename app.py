@@ -16,6 +16,7 @@ import os
 import sys
 from typing import Any
 
+from backend.errors import UserError
 from backend.generators.routing import ROUTINGS
 
 BACKENDS = ("vllm", "vllm-server", "transformers", "scripted")
@@ -23,8 +24,8 @@ TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off", "")
 
 
-class EnvDefaultError(ValueError):
-    pass
+class EnvDefaultError(UserError):
+    """An ALI_* variable whose value the flag it sets does not accept."""
 
 
 def _from_env(env: str, kind: str, fallback: Any, environ: dict[str, str]) -> Any:

@@ -19,21 +19,19 @@ import asyncio
 import copy
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from backend.generators.base import Constraint, Generation, GenerationError, Generator, SamplingParams, conversation
+from backend.config import ConfigError, LoopConfig  # noqa: F401 - ConfigError: re-exported
+from backend.generators.base import Constraint, Generation, GenerationError, Generator, conversation
 from backend.parsers import get_parser
 from backend.rendering import RenderError, decode, empty_render_prefix, render, render_tool_turn
 from backend.tokenizers import TokenizerBundle
-from backend.tool_choice import ToolChoiceError, build_constraint, choice_for_turn, normalize_policy, validate_policy
+from backend.tool_choice import ToolChoiceError, build_constraint, choice_for_turn, validate_policy
 from backend.trace import Step, ToolCall, ToolResult, Trace, new_trace_id
 from backend.trace.builder import TraceBuilder
 from backend.trace.messages import assistant_message, strip_suffix
 from backend.trace.model import StepState, TerminationReason
-
-TRUNCATE_SIDES = ("left", "right", "middle")
-TOOL_ERROR_POLICIES = ("feed_back", "terminate")
 
 R = TerminationReason  # recorded in Trace.termination_reason
 S = StepState
@@ -44,80 +42,6 @@ CANCEL_CLEANUP_S = 30.0
 
 # Tokenizer work on inputs smaller than this runs on the event loop (see AgentLoop._off_loop).
 INLINE_WORK_CHARS = 16_384
-
-
-class ConfigError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    """verl's agent-loop knobs (defaults follow verl's ``multi_turn`` config where it has one)."""
-
-    response_length: int = 4096  # budget for all response tokens (generated + injected)
-    max_assistant_turns: int | None = None
-    max_user_turns: int | None = None  # tool-response turns, as verl counts them
-    max_parallel_calls: int = 1
-    max_tool_response_length: int | None = 256  # characters
-    tool_response_truncate_side: str = "middle"
-    apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    parser: str | None = None  # tool-call format; None: the tokenizer profile's default
-    sampling: dict[str, Any] = field(default_factory=dict)  # SamplingParams fields
-    tool_timeout_s: float = 30.0
-    on_tool_error: str = "feed_back"  # or "terminate"
-    # "auto" | "required" | "none" | a tool name, or one per assistant turn (last repeats),
-    # e.g. ["required", "auto"]; enforced at token level by the backend (backend.tool_choice)
-    tool_choice: Any = "auto"
-
-    def __post_init__(self) -> None:
-        if self.response_length <= 0:
-            raise ConfigError("response_length must be positive")
-        for name in ("max_assistant_turns", "max_user_turns"):
-            v = getattr(self, name)
-            if v is not None and v <= 0:
-                raise ConfigError(f"{name} must be positive or null")
-        if self.max_parallel_calls <= 0:
-            raise ConfigError("max_parallel_calls must be positive")
-        if self.max_tool_response_length is not None and self.max_tool_response_length <= 0:
-            raise ConfigError("max_tool_response_length must be positive or null")
-        if self.tool_response_truncate_side not in TRUNCATE_SIDES:
-            raise ConfigError(f"tool_response_truncate_side must be one of {', '.join(TRUNCATE_SIDES)}")
-        if self.on_tool_error not in TOOL_ERROR_POLICIES:
-            raise ConfigError(f"on_tool_error must be one of {', '.join(TOOL_ERROR_POLICIES)}")
-        if self.tool_timeout_s <= 0:
-            raise ConfigError("tool_timeout_s must be positive")
-        try:
-            SamplingParams.from_dict(self.sampling)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(str(e)) from None
-        try:
-            normalize_policy(self.tool_choice)
-        except ToolChoiceError as e:
-            raise ConfigError(str(e)) from None
-
-    @property
-    def tool_choice_policy(self) -> tuple[str, ...]:
-        return normalize_policy(self.tool_choice)
-
-    @property
-    def sampling_params(self) -> SamplingParams:
-        cached = self.__dict__.get("_sampling_params")
-        if cached is None:
-            cached = SamplingParams.from_dict(self.sampling)
-            object.__setattr__(self, "_sampling_params", cached)  # frozen: cache by hand
-        return cached
-
-    def to_dict(self) -> dict[str, Any]:
-        return copy.deepcopy(asdict(self))
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> LoopConfig:
-        d = dict(d or {})
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ConfigError(f"unknown loop config key(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}")
-        return cls(**d)
 
 
 @dataclass

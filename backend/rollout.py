@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from backend.errors import UserError
 from backend.trace import Trace
 from backend.trace.model import TerminationReason
 
@@ -36,7 +37,7 @@ ERROR = TerminationReason.ERROR
 RETRYABLE = (ERROR, TerminationReason.GENERATION_ERROR)
 
 
-class RolloutError(ValueError):
+class RolloutError(UserError):
     """A problem with the whole batch (unreadable prompts file, bad output path)."""
 
 

@@ -28,13 +28,16 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from backend.config import FIELDS, to_number
+from backend.errors import UserError
+
 
 class Mode(str, Enum):
     PUBLIC = "public"
     LOCAL = "local"
 
 
-class VisitorInputError(ValueError):
+class VisitorInputError(UserError):
     """Visitor input this server does not accept; the message says what it accepts instead and
     never reveals anything about the server (whether a path exists, what a file holds)."""
 
@@ -89,12 +92,9 @@ class Range:
     zero_means_none: bool = False  # 0 (or empty) = no limit, for the loop's optional limits
 
     def check(self, value: Any, *, default: Any = None) -> Any:
-        if value is None or value == "":
+        v = to_number(value, self.label, VisitorInputError)
+        if v is None:
             return default
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
-            raise VisitorInputError(f"{self.label} must be a number, not {str(value)[:40]!r}") from None
         if math.isnan(v) or math.isinf(v):
             raise VisitorInputError(f"{self.label} must be a finite number")
         if self.integer:
@@ -112,19 +112,16 @@ class Range:
 
 
 # The ranges the Playground offers. One table: the widgets are built from it and every value
-# reaching /playground_run is checked against it (the API bypasses the widgets).
+# reaching /playground_run is checked against it (the API bypasses the widgets). The loop
+# settings' ranges come from their LoopConfig fields (backend.config.FIELDS).
 RANGES: dict[str, Range] = {
     "token_delay": Range("delay per token (s)", 0.0, 0.5),
     "temperature": Range("temperature", 0.0, 2.0),
     "top_p": Range("top_p", 0.05, 1.0),
     "max_tokens": Range("max_tokens per turn", 1, 8192, integer=True),
     "seed": Range("seed", 0, 2**31 - 1, integer=True),
-    "response_length": Range("response_length", 1, 32768, integer=True),
-    "max_assistant_turns": Range("max_assistant_turns", 1, 100, integer=True, zero_means_none=True),
-    "max_user_turns": Range("max_user_turns", 1, 100, integer=True, zero_means_none=True),
-    "max_parallel_calls": Range("max_parallel_calls", 1, 16, integer=True),
-    "max_tool_response_length": Range("max_tool_response_length", 1, 100_000, integer=True, zero_means_none=True),
-    "tool_timeout": Range("tool_timeout_s", 0.1, 60.0),
+    **{name: Range(name, k.visitor_min, k.visitor_max, integer=k.kind == "int", zero_means_none=k.optional)
+       for name, k in FIELDS.items() if k.visitor_max is not None},
 }
 
 # Text a visitor may send in one field (messages, tools, a script, code, a template)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from test_browser import CHROMIUM, App, app_url, browser  # noqa: F401 - fixtures, used by name
 
 pytestmark = [

@@ -649,10 +649,10 @@ def test_a_repaired_call_is_a_warning_downstream_not_an_error(tmp_path):
     from backend.diagnostics import check
     from backend.engine import AgentLoop
     from backend.generators.scripted import ScriptedGenerator
-    from backend.trace.messages import parse_assistant_text as assistant_message
     from backend.tokenizers import load_tokenizer
     from backend.tools import ToolRegistry
     from backend.trace import write_jsonl
+    from backend.trace.messages import parse_assistant_text as assistant_message
     from backend.trace_table import build_table
 
     bundle = load_tokenizer("qwen3")

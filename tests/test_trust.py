@@ -11,6 +11,7 @@ import os
 import secrets
 
 import pytest
+from playground_support import fresh, run_all, settings
 
 import app as app_module
 from backend.engine import TIME_LIMIT, AgentLoop, LoopConfig
@@ -20,7 +21,6 @@ from backend.trace import Trace
 from backend.trust import LOCAL, RANGES, Mode, TrustPolicy, VisitorInputError, decide_mode, is_loopback
 from ui import inspector, template_lab
 from ui.context import AppContext, ModelOptions, ModelService, UserError, new_session
-from playground_support import fresh, run_all, settings
 
 PUBLIC = TrustPolicy(Mode.PUBLIC, "test")
 
@@ -197,7 +197,7 @@ def test_tokenizer_cache_is_bounded():
     (dict(max_tokens=10**9), "max_tokens per turn must be between"),
     (dict(response_length=10**9), "response_length must be between"),
     (dict(max_parallel_calls=10**6), "max_parallel_calls must be between"),
-    (dict(tool_timeout=1e9), "tool_timeout_s must be between"),
+    (dict(tool_timeout_s=1e9), "tool_timeout_s must be between"),
     (dict(max_assistant_turns=10**6), "max_assistant_turns must be between"),
     (dict(temperature=float("nan")), "finite"),
     (dict(system="x" * 3_000_000), "characters; this server accepts at most"),
@@ -214,7 +214,7 @@ def test_widgets_offer_the_ranges_the_server_checks():
     demo = ui.build_app(_ctx(PUBLIC))
     by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
     for elem, key in [("pg-max-tokens", "max_tokens"), ("pg-response-length", "response_length"), ("pg-delay", "token_delay"),
-                      ("pg-parallel", "max_parallel_calls"), ("pg-tool-timeout", "tool_timeout")]:
+                      ("pg-parallel", "max_parallel_calls"), ("pg-tool-timeout", "tool_timeout_s")]:
         assert by_id[elem].maximum == RANGES[key].hi, elem
     assert by_id["pg-tokenizer"].allow_custom_value is False and by_id["labA-tok"].allow_custom_value is False
 

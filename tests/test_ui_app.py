@@ -9,14 +9,14 @@ import os
 
 import pandas as pd
 import pytest
+from playground_support import fresh, run_all, settings
 
 import app as app_module
 import ui
 from backend.export import load_any
-from backend.trace import Trace, load_traces
+from backend.trace import Trace
 from ui import chat, inspector, playground, template_lab, trace_files
 from ui.context import SAMPLE_DIR, AppContext, ModelOptions, ModelService, UserError, load_samples
-from playground_support import fresh, run_all, settings
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ async def test_playground_multi_turn_continues_the_script(ctx):
     [
         (dict(script="[not json"), "script: invalid JSON"),
         (dict(tools="{}"), "tools: a JSON list"),
-        (dict(template_kwargs="[1]"), "chat_template_kwargs must be a JSON object"),
+        (dict(apply_chat_template_kwargs="[1]"), "chat_template_kwargs must be a JSON object"),
         (dict(response_length=-5), "response_length must be between 1 and"),
         (dict(tokenizer="no/such-tokenizer-here"), "tokenizer"),
     ],
@@ -198,9 +198,8 @@ async def test_send_handler_shows_errors_not_tracebacks(ctx):
     """The event handler itself (what Gradio calls) turns failures into a status line."""
     demo = ui.build_app(AppContext(model=ModelService(ModelOptions(backend="vllm-server", server_urls=[])), samples=ctx.samples))
     fn = next(d.fn for d in demo.fns.values() if getattr(d.fn, "__name__", "") == "on_send")
-    names = [f for f in playground.RunSettings.__dataclass_fields__ if f != "code_tools"]
-    vals = {**playground.RunSettings().__dict__, "backend": "vllm-server", "script": "[]", "tools": "[]"}
-    outs = [o async for o in fn(fresh(ctx), "hi", *[vals[n] for n in names])]
+    vals = {"backend": "vllm-server", "script": "[]", "tools": "[]"}
+    outs = [o async for o in fn(fresh(ctx), "hi", vals)]
     status = outs[-1][2]
     assert 'data-status="err"' in status and "could not load the model" in status and "Traceback" not in status
 
@@ -223,7 +222,7 @@ def test_inspector_outputs_for_each_sample(ctx):
 
 def test_inspector_malformed_call_shows_parse_error(ctx):
     sess = fresh(ctx)
-    label = next(l for l, t in ctx.samples if t.id == "sample-malformed-call")
+    label = next(lb for lb, t in ctx.samples if t.id == "sample-malformed-call")
     out = inspector.show_trace(ctx, sess, label, "auto")
     steps: pd.DataFrame = out[2]
     assert "parse:" in steps.iloc[1]["errors"]

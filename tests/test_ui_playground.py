@@ -11,13 +11,13 @@ import re
 import threading
 
 import pytest
+from playground_support import fresh, run_all, settings
 
 from backend import engine
 from backend.labels import TERMINATION_WORDS, termination_label, trace_termination_label
 from backend.trace import Trace
-from ui import chat, playground, trace_files
-from ui.context import AppContext, UserError, load_samples
-from playground_support import fresh, run_all, settings
+from ui import playground, trace_files
+from ui.context import AppContext, load_samples
 
 
 @pytest.fixture(scope="module")
@@ -195,15 +195,14 @@ async def test_send_clears_the_message_box_once_the_run_starts_and_keeps_what_is
 
     demo = ui.build_app(ctx)
     fn = next(d.fn for d in demo.fns.values() if getattr(d.fn, "__name__", "") == "on_send")
-    names = [f for f in playground.RunSettings.__dataclass_fields__ if f != "code_tools"]
     vals = {**settings().__dict__}
-    outs = [o async for o in fn(fresh(ctx), "What's the weather in Seattle?", *[vals[n] for n in names])]
+    outs = [o async for o in fn(fresh(ctx), "What's the weather in Seattle?", vals)]
     boxes = [o[3] for o in outs]
     assert boxes[0] == ""  # cleared with the first update of an accepted run
     assert all(b == {"__type__": "update"} for b in boxes[1:]), boxes  # then left to the user
     # a message refused before the run starts stays in the box
     bad = {**vals, "tools": "{"}
-    outs = [o async for o in fn(fresh(ctx), "keep me", *[bad[n] for n in names])]
+    outs = [o async for o in fn(fresh(ctx), "keep me", bad)]
     assert 'data-status="err"' in outs[-1][2] and all(o[3] in ({"__type__": "update"}, "keep me") for o in outs)
 
 

@@ -21,15 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from backend.config import default_tool_choice, runs_embedded_model
+from backend.errors import UserError  # the UI modules import it from here too
 from backend.trace import Trace
-from backend.trust import LOCAL, TrustPolicy, VisitorInputError
+from backend.trust import LOCAL, TrustPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DIR = ROOT / "sample_traces"
-
-
-class UserError(ValueError):
-    """A problem the user can fix; shown in the UI as a one-line message."""
 
 
 def trace_file_name(trace: Trace, ext: str = "jsonl") -> str:
@@ -43,7 +41,7 @@ def short_error(e: BaseException) -> str:
     """One readable line for an exception (never a traceback)."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
     name = type(e).__name__
-    if isinstance(e, (UserError, VisitorInputError)) or name.endswith(("LoadError", "FormatError", "FileError", "ConfigError", "ScriptError")):
+    if isinstance(e, UserError):
         return msg or name
     # an unexpected error: its text may name the server's folders (a library's path in an
     # ImportError, a cache folder); a visitor sees only the last part of each path
@@ -329,15 +327,13 @@ class AppContext:
     def embedded_model(self) -> bool:
         """Whether the model backend runs the embedded default model (no --model)."""
         o = self.model.options
-        return bool(self.model.available and o is not None and not o.model and o.backend != "vllm-server")
+        return o is not None and runs_embedded_model(o.backend, o.model)
 
     @property
     def default_tool_choice(self) -> str:
         """The playground's tool_choice: a forced call on the first turn for the embedded default
         model, which never calls a tool on its own (backend.tool_choice.default_policy)."""
-        from ui.playground import TOOL_CHOICE_DEFAULT_EMBEDDED
-
-        return TOOL_CHOICE_DEFAULT_EMBEDDED if self.embedded_model else "auto"
+        return default_tool_choice(embedded_model=self.embedded_model)
 
     @property
     def default_backend_choice(self) -> str:

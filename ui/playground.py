@@ -23,6 +23,7 @@ from typing import Any
 import gradio as gr
 
 from backend import lifecycle
+from backend.config import DEFAULTS, FIELDS, THEN_AUTO, ConfigError, LoopConfig, default_tool_choice, tool_choice_policy
 from backend.labels import OK_CODES, termination_label
 from backend.trace import Trace
 from ui.chat import message_to_chat, pending_message, trace_to_chat
@@ -57,12 +58,10 @@ EXAMPLE_CODE_TOOLS = '''def get_current_temperature(city: str):
     """
     return {"temperature": 72, "city": city}
 '''
-TRUNCATE_SIDES = ["middle", "left", "right"]
-# tool_choice presets; any tool name, or a comma-separated list (one per assistant turn, the last
-# repeats), is accepted too. "X, then auto" forces X on the first turn only: a forced choice that
-# repeats (required, a tool's name) makes every turn a call, so the run can end only on a limit.
-THEN_AUTO = ", then auto"
-TOOL_CHOICE_DEFAULT_EMBEDDED = "required" + THEN_AUTO
+# tool_choice presets (backend.config); any tool name, or a comma-separated list (one per assistant
+# turn, the last repeats), is accepted too. The embedded model's default ("required, then auto")
+# forces a call on the first turn only.
+TOOL_CHOICE_DEFAULT_EMBEDDED = default_tool_choice(embedded_model=True)
 TOOL_CHOICES = ["auto", "required", "none", TOOL_CHOICE_DEFAULT_EMBEDDED]
 
 
@@ -88,6 +87,11 @@ def _tool_names(tools_json: str | None) -> list[str] | None:
     return out
 
 
+# The loop settings the Playground shows a widget for: every LoopConfig field but those it sets
+# from widgets of its own (sampling: temperature, top_p, max_tokens, seed)
+LOOP_WIDGETS = [name for name, k in FIELDS.items() if k.widget]
+
+
 @dataclass
 class PlaygroundUI:
     backend: gr.Radio
@@ -96,7 +100,6 @@ class PlaygroundUI:
     token_delay: gr.Slider
     tokenizer: gr.Dropdown
     template: gr.Textbox
-    parser: gr.Dropdown
     system: gr.Textbox
     tools: gr.Code
     code_tools: gr.Code | None
@@ -104,16 +107,7 @@ class PlaygroundUI:
     top_p: gr.Slider
     max_tokens: gr.Number
     seed: gr.Number
-    response_length: gr.Number
-    max_assistant_turns: gr.Number
-    max_user_turns: gr.Number
-    max_parallel_calls: gr.Number
-    max_tool_response_length: gr.Number
-    truncate_side: gr.Dropdown
-    tool_timeout: gr.Number
-    on_tool_error: gr.Radio
-    template_kwargs: gr.Textbox
-    tool_choice: gr.Dropdown
+    loop: dict[str, Any]  # LoopConfig field name → its widget (built from backend.config.FIELDS)
     chat: gr.Chatbot
     message: gr.Textbox
     send: gr.Button
@@ -121,82 +115,66 @@ class PlaygroundUI:
     reset: gr.Button
     save: gr.DownloadButton
     status: gr.HTML
+    settings_json: gr.JSON  # /playground_run's one settings object (the API's input; hidden)
+    run_api: gr.Button  # hidden: carries /playground_run
     tool_choice_note: gr.HTML | None = None  # says when a tool_choice forces a call on every turn
 
+    @property
+    def tool_choice(self) -> gr.Dropdown:
+        return self.loop["tool_choice"]
+
     def settings(self) -> list[Any]:
-        comps = [self.backend, self.script, self.token_delay, self.tokenizer, self.template, self.parser, self.system, self.tools,
-                 self.temperature, self.top_p, self.max_tokens, self.seed, self.response_length, self.max_assistant_turns,
-                 self.max_user_turns, self.max_parallel_calls, self.max_tool_response_length, self.truncate_side, self.tool_timeout,
-                 self.on_tool_error, self.template_kwargs, self.tool_choice]
-        if self.code_tools is not None:
-            comps.append(self.code_tools)
-        return comps
+        """The widgets of every :class:`RunSettings` field, in its order."""
+        return [self.loop[n] if n in self.loop else getattr(self, n) for n in setting_names(self.code_tools is not None)]
 
 
-@dataclass
-class RunSettings:
-    backend: str = "scripted"
-    script: str = ""
-    token_delay: float = 0.0
-    tokenizer: str = "qwen3"
-    template: str = ""
-    parser: str = "auto"
-    system: str = ""
-    tools: str = "[]"
-    temperature: float = 0.7
-    top_p: float = 1.0
-    max_tokens: int = 512
-    seed: int | None = None
-    response_length: int = 4096
-    max_assistant_turns: int | None = None
-    max_user_turns: int | None = None
-    max_parallel_calls: int = 1
-    max_tool_response_length: int | None = 256
-    truncate_side: str = "middle"
-    tool_timeout: float = 30.0
-    on_tool_error: str = "feed_back"
-    template_kwargs: str = "{}"
-    tool_choice: str = "auto"
-    code_tools: str = ""
+# The Playground's own settings (before the LoopConfig ones): name, default
+_OWN_SETTINGS: list[tuple[str, Any]] = [
+    ("backend", "scripted"), ("script", ""), ("token_delay", 0.0), ("tokenizer", "qwen3"), ("template", ""), ("system", ""),
+    ("tools", "[]"), ("temperature", 0.7), ("top_p", 1.0), ("max_tokens", 512), ("seed", None),
+]
+_TEXT_SETTINGS = ("script", "system", "tools", "code_tools", "template")  # size-checked like the message
+
+# One run's settings: the Playground's own, then one per LoopConfig widget (named and defaulted as
+# the field is, in the widget's terms: 0 for "no limit", JSON text for an object), then code_tools.
+RunSettings = dataclasses.make_dataclass(
+    "RunSettings",
+    [(n, Any, dataclasses.field(default=d)) for n, d in _OWN_SETTINGS]
+    + [(n, Any, dataclasses.field(default=FIELDS[n].widget_value(DEFAULTS[n]))) for n in LOOP_WIDGETS]
+    + [("code_tools", str, dataclasses.field(default=""))],
+    namespace={"__module__": __name__, "__doc__": "The settings of one Playground run (what /playground_run takes)."},
+)
 
 
-def check_settings(ctx: AppContext, s: RunSettings) -> RunSettings:
+def setting_names(code_tools: bool = True) -> list[str]:
+    """RunSettings' fields, in order (without code_tools when the app has no code tools)."""
+    return [f.name for f in dataclasses.fields(RunSettings) if code_tools or f.name != "code_tools"]
+
+
+def settings_from_dict(d: Any) -> Any:
+    """A /playground_run settings object (a JSON object of RunSettings fields; the ones left out
+    keep their defaults) as :class:`RunSettings`; unknown keys are refused."""
+    if not isinstance(d, dict):
+        raise UserError("settings: a JSON object of run settings")
+    known = setting_names()
+    unknown = sorted(str(k) for k in d if k not in known)
+    if unknown:
+        raise UserError(f"settings: unknown key(s) {', '.join(unknown)[:200]}; known: {', '.join(known)}")
+    return RunSettings(**d)
+
+
+def check_settings(ctx: AppContext, s: Any) -> Any:
     """Every number and text of a run as this server accepts it (:mod:`backend.trust`): the
     API bypasses the widgets, so the ranges the widgets offer are enforced here."""
-    from backend.trust import VisitorInputError, check_text
+    from backend.trust import check_text
 
     t = ctx.trust
-    try:
-        for name in ("script", "system", "tools", "template_kwargs", "code_tools", "template", "tool_choice"):
-            check_text(getattr(s, name), name.replace("_", " "))
-        return dataclasses.replace(
-            s,
-            token_delay=t.number("token_delay", s.token_delay, 0.0),
-            temperature=t.number("temperature", s.temperature, 0.7),
-            top_p=t.number("top_p", s.top_p, 1.0),
-            max_tokens=t.number("max_tokens", s.max_tokens, 512),
-            seed=t.number("seed", s.seed, None),
-            response_length=t.number("response_length", s.response_length, 4096),
-            max_assistant_turns=t.number("max_assistant_turns", s.max_assistant_turns, None),
-            max_user_turns=t.number("max_user_turns", s.max_user_turns, None),
-            max_parallel_calls=t.number("max_parallel_calls", s.max_parallel_calls, 1),
-            max_tool_response_length=t.number("max_tool_response_length", s.max_tool_response_length, None),
-            tool_timeout=t.number("tool_timeout", s.tool_timeout, 30.0),
-        )
-    except VisitorInputError as e:
-        raise UserError(str(e)) from None
-
-
-def tool_choice_policy(choice: str | None, has_tools: bool) -> Any:
-    """The LoopConfig ``tool_choice`` for the playground's setting. A preset "X, then auto" is
-    ``[X, "auto"]``; "required, then auto" means plain ``auto`` when no tools are defined."""
-    c = (choice or "auto").strip()
-    if c.endswith(THEN_AUTO) and c[: -len(THEN_AUTO)].strip():
-        first = c[: -len(THEN_AUTO)].strip()
-        if first == "required" and not has_tools:
-            return "auto"
-        return [first, "auto"]
-    return c
+    texts = [*_TEXT_SETTINGS, *(n for n in LOOP_WIDGETS if FIELDS[n].widget in ("text", "dropdown"))]
+    for name in texts:
+        check_text(getattr(s, name), name.replace("_", " "))
+    defaults = RunSettings()
+    return dataclasses.replace(s, **{n: t.number(n, getattr(s, n), getattr(defaults, n))
+                                     for n in setting_names() if n in t.ranges})
 
 
 def tool_choice_note(choice: str | None, has_tools: bool) -> tuple[str, str] | None:
@@ -221,35 +199,16 @@ def tool_choice_note(choice: str | None, has_tools: bool) -> tuple[str, str] | N
                     f"'{last + THEN_AUTO}'.")
 
 
-def loop_config(s: RunSettings, has_tools: bool = True) -> Any:
-    from backend.engine import ConfigError, LoopConfig
-
-    try:
-        kwargs = json.loads(s.template_kwargs or "{}")
-    except json.JSONDecodeError as e:
-        raise UserError(f"chat_template_kwargs: invalid JSON ({e.msg})") from None
-    if not isinstance(kwargs, dict):
-        raise UserError("chat_template_kwargs must be a JSON object")
-    # s went through check_settings: numbers are in range, 0 limits are None
+def loop_config(s: Any, has_tools: bool = True) -> LoopConfig:
+    """The run's LoopConfig: each widget's value read by its field's Knob, and the sampling
+    widgets (``s`` went through :func:`check_settings`: numbers are in range)."""
     sampling: dict[str, Any] = {"temperature": float(s.temperature), "top_p": float(s.top_p), "max_tokens": int(s.max_tokens or 512)}
     if s.seed not in (None, ""):
         sampling["seed"] = int(s.seed)
+    values = {n: FIELDS[n].parse(getattr(s, n), has_tools=has_tools) for n in LOOP_WIDGETS}
     try:
-        return LoopConfig(
-            response_length=int(s.response_length or 4096),
-            max_assistant_turns=s.max_assistant_turns or None,
-            max_user_turns=s.max_user_turns or None,
-            max_parallel_calls=int(s.max_parallel_calls or 1),
-            max_tool_response_length=s.max_tool_response_length or None,
-            tool_response_truncate_side=s.truncate_side or "middle",
-            apply_chat_template_kwargs=kwargs,
-            parser=None if s.parser in (None, "", "auto") else s.parser,
-            sampling=sampling,
-            tool_timeout_s=float(s.tool_timeout or 30.0),
-            on_tool_error=s.on_tool_error or "feed_back",
-            tool_choice=tool_choice_policy(s.tool_choice, has_tools),
-        )
-    except (ConfigError, ValueError, TypeError) as e:
+        return LoopConfig(**values, sampling=sampling)
+    except (ConfigError, TypeError) as e:
         raise UserError(f"loop settings: {e}") from None
 
 
@@ -313,14 +272,13 @@ def _status(kind: str, text: str) -> str:
 
 class LiveView:
     """Chatbot messages for a run in progress, built from the engine's events with the same
-    helpers that render a finished trace."""
+    helpers that render a finished trace: a finished step's ``Step`` and the messages it appended
+    (``LoopEvent.messages``), nothing parsed again."""
 
-    def __init__(self, loop: Any, bundle: Any, messages: list[dict[str, Any]]):
-        self.loop = loop
+    def __init__(self, bundle: Any, messages: list[dict[str, Any]]):
         self.bundle = bundle
         self.base = messages
         self.added: list[dict[str, Any]] = []  # chat messages of finished steps
-        self.n_messages = len(messages)
         self.streaming: list[int] = []
         self.stream_step: int | None = None
         self.state = "pending"
@@ -347,41 +305,32 @@ class LiveView:
             return doing
         return f"{doing} · {self.tokens_so_far} tokens · {self.tokens_per_second(now):.1f} tok/s"
 
-    def on_event(self, ev: Any) -> None:
+    def on_event(self, ev: Any, at: float | None = None) -> None:
+        """Apply one engine event; ``at``: when the engine emitted it (default: now)."""
+        at = time.time() if at is None else at
         self.dirty = True
         if ev.kind == "state":
             self.state = ev.state or self.state
             if ev.state == "generating":
                 self.streaming = []
-                self.gen_started = time.time()
+                self.gen_started = at
         elif ev.kind == "tokens":
             self.streaming.extend(ev.token_ids)
         elif ev.kind == "step" and ev.step is not None:
-            self._step(ev.step)
+            self._step(ev.step, ev.messages, at)
 
-    def _step(self, step: Any) -> None:
+    def _step(self, step: Any, messages: list[dict[str, Any]], at: float) -> None:
         if step.state == "generating":
             self.streaming = []
             self.generated += max(0, step.end - step.start)
             if self.gen_started is not None:
-                self.gen_seconds += time.time() - self.gen_started
+                self.gen_seconds += at - self.gen_started
                 self.gen_started = None
-            text = step.text
-            eos = self.bundle.tokenizer.eos_token
-            if eos and text.endswith(eos):
-                text = text[: -len(eos)]
-            parsed = self.loop.parser.parse(text)
-            msg: dict[str, Any] = {"role": "assistant", "content": parsed.content}
-            if parsed.reasoning is not None:
-                msg["reasoning_content"] = parsed.reasoning
-            if step.tool_calls:
-                msg["tool_calls"] = [c.to_message_call() for c in step.tool_calls]
-            self.added += message_to_chat(msg, self.n_messages, step=step)
-            self.n_messages += 1
-        elif step.state == "processing_tools":
-            for r in step.tool_results:
-                self.added += message_to_chat({"role": "tool", "name": r.name, "content": r.content}, self.n_messages, result=r)
-                self.n_messages += 1
+        results = {r.call_id: r for r in step.tool_results if r.call_id}
+        for i, msg in zip(step.messages_added, messages):
+            res = results.get(msg.get("tool_call_id") or "") if msg.get("role") == "tool" else None
+            self.added += message_to_chat(msg, i, step=step, result=res)
+        if step.state == "processing_tools":
             if step.info.not_appended:
                 self.added.append({"role": "assistant", "content": html.escape(str(step.info.not_appended)),
                                    "metadata": {"title": "Tool turn not appended", "status": "done"}})
@@ -398,6 +347,12 @@ class LiveView:
             out.append(pending_message("running tools…", "running tools"))
         self.dirty = False
         return out
+
+
+_DONE = object()  # the run's task ended
+_STOP = object()  # Stop (the cancel event) was set
+RENDER_MIN_S = 0.08  # the live view re-renders at most this often
+IDLE_S = 0.5  # with nothing new, the status line (its clock) is refreshed this often
 
 
 async def _waiting(task: asyncio.Future, what: str):
@@ -468,34 +423,53 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
         loop = AgentLoop(gen, bundle, tools=tools, config=cfg)
     except ValueError as e:  # e.g. tool_choice names a tool that is not defined, or no parser for the format
         raise UserError(short_error(e)) from None
-    view = LiveView(loop, bundle, messages)
+    view = LiveView(bundle, messages)
     cancel = asyncio.Event()
     unregister_run = lifecycle.register_run(cancel)  # a shutdown (SIGTERM) cancels the run too
     session.cancel = cancel
     session.running = True
     t0 = time.time()
-    task = asyncio.ensure_future(loop.run(messages, on_event=view.on_event, cancel=cancel, metadata={"source": "playground"},
+    # the engine's events, Stop and the run's end all arrive on one queue; the page is re-rendered
+    # when something arrived (at most every RENDER_MIN_S) or the status clock is IDLE_S old
+    events: asyncio.Queue = asyncio.Queue()
+    task = asyncio.ensure_future(loop.run(messages, on_event=lambda ev: events.put_nowait((time.time(), ev)), cancel=cancel, metadata={"source": "playground"},
                                           time_limit_s=ctx.trust.run_timeout_s, conversation_key=session.conversation_id))
+    task.add_done_callback(lambda _: events.put_nowait(_DONE))
+    stop_watch = asyncio.ensure_future(cancel.wait())
+    stop_watch.add_done_callback(lambda f: f.cancelled() or events.put_nowait(_STOP))
     try:
         last = 0.0
-        stopping = False
-        while not task.done():
-            await asyncio.wait({task}, timeout=0.08)
+        done = False
+        while not done:
+            try:
+                first = await asyncio.wait_for(events.get(), timeout=max(0.0, last + IDLE_S - time.time()))
+            except asyncio.TimeoutError:
+                first = None  # nothing new: the status clock moves on
+            if first is not None and time.time() - last < RENDER_MIN_S:
+                await asyncio.sleep(RENDER_MIN_S - (time.time() - last))  # throttle: gather what else arrives
+            batch = [first] if first is not None else []
+            while not events.empty():
+                batch.append(events.get_nowait())
+            for ev in batch:
+                if ev is _DONE:
+                    done = True
+                elif ev is not _STOP:
+                    view.on_event(ev[1], at=ev[0])
+            if done and _STOP not in batch:
+                break  # (a Stop that came with the end is still said once, before the final status)
             now = time.time()
+            last = now
             # Stop only sets the cancel event; "stopping" is reported here, in this run's own
             # stream of updates, so it can never arrive after (and hide) the run's final status
-            # a new event, Stop, or half a second of nothing new (a slow render keeps its clock running)
-            if (view.dirty or (cancel.is_set() and not stopping) or now - last >= 0.5) and (now - last >= 0.08 or task.done()):
-                last = now
-                if cancel.is_set():
-                    stopping = True
-                    status = _status("warn", f"stopping: the generation is being aborted… · {now - t0:.1f} s")
-                else:
-                    status = _status("warn" if note and note[0] == "warn" else "info",
-                                     f"running · {view.progress(now)} · {now - t0:.1f} s{note_text}")
-                yield (view.chat() if view.dirty else None), status, None
+            if cancel.is_set():
+                status = _status("warn", f"stopping: the generation is being aborted… · {now - t0:.1f} s")
+            else:
+                status = _status("warn" if note and note[0] == "warn" else "info",
+                                 f"running · {view.progress(now)} · {now - t0:.1f} s{note_text}")
+            yield (view.chat() if view.dirty else None), status, None
         trace = task.result()
     finally:
+        stop_watch.cancel()
         if not task.done():  # the browser went away: abort the generation
             cancel.set()
             task.cancel()
@@ -524,11 +498,43 @@ def _bounds(r: Any) -> dict[str, Any]:
     return {"minimum": 0 if r.zero_means_none else r.lo, "maximum": r.hi}
 
 
-def build(ctx: AppContext) -> PlaygroundUI:
+def loop_widget(ctx: AppContext, name: str) -> Any:
+    """The widget of a LoopConfig field, from its Knob (backend.config.FIELDS): a number box with
+    this server's range, a dropdown or radio of its choices, a text box for a JSON object."""
     from backend.parsers import available_parsers
+
+    k = FIELDS[name]
+    value = getattr(RunSettings(), name)
+    common = dict(label=k.label, elem_id=k.elem_id or f"pg-{name.replace('_', '-')}")
+    if k.widget == "number":
+        r = ctx.trust.ranges.get(name)
+        bounds = _bounds(r) if r is not None else {}
+        return gr.Number(value, precision=0 if k.kind == "int" else None, **bounds, **common)
+    if k.kind == "parser":
+        return gr.Dropdown(["auto", *available_parsers()], value=value, **common)
+    if k.kind == "tool_choice":
+        return gr.Dropdown(tool_choice_choices(_tool_names(json.dumps(WEATHER_TOOLS)) or []), value=ctx.default_tool_choice,
+                           allow_custom_value=True, **common,
+                           info="enforced by constrained decoding. 'X, then auto': X on the first turn, then the model decides; "
+                                "required (tool calls) or a tool's name alone: on EVERY turn, so the run ends only on a limit; "
+                                "none: no call; comma-separated: one per assistant turn (last repeats)")
+    if k.widget == "dropdown":
+        return gr.Dropdown(list(k.choices), value=value, **common)
+    if k.widget == "radio":
+        return gr.Radio(list(k.choices), value=value, **common)
+    return gr.Textbox(value, **common)
+
+
+def build(ctx: AppContext) -> PlaygroundUI:
     from ui.template_lab import tokenizer_choices
 
     R = ctx.trust.ranges
+    loop: dict[str, Any] = {}
+
+    def loop_widgets(group: str) -> None:
+        for name in LOOP_WIDGETS:
+            if FIELDS[name].group == group:
+                loop[name] = loop_widget(ctx, name)
     backends = ["scripted"] + ([ctx.model.options.backend] if ctx.model.available else [])
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=320):
@@ -547,20 +553,14 @@ def build(ctx: AppContext) -> PlaygroundUI:
                                         label="tokenizer (scripted backend; a model uses its own)", elem_id="pg-tokenizer")
                 template = gr.Textbox(label="template override (trl name" + ("" if public else ", file") +
                                       " or Jinja text; empty = default)", lines=1, elem_id="pg-template")
-                parser = gr.Dropdown(["auto", *available_parsers()], value="auto", label="tool-call parser", elem_id="pg-parser")
-                template_kwargs = gr.Textbox("{}", label="chat_template_kwargs (JSON)", elem_id="pg-kwargs")
+                loop_widgets("format")
             backend.input(lambda b: gr.Accordion(open=b == "scripted"), backend, script_box, queue=False,
                           api_visibility="private")
             system = gr.Textbox(label="System prompt", lines=2, elem_id="pg-system")
             with gr.Accordion("Tools", open=True):
                 tools = gr.Code(json.dumps(WEATHER_TOOLS, indent=2), language="json", lines=10, max_lines=30,
                                 label='tool schemas (JSON list); "mock": the result, else a marked placeholder', elem_id="pg-tools")
-                tool_choice = gr.Dropdown(
-                    tool_choice_choices(_tool_names(json.dumps(WEATHER_TOOLS)) or []), value=ctx.default_tool_choice, allow_custom_value=True,
-                    label="tool_choice", elem_id="pg-tool-choice",
-                    info="enforced by constrained decoding. 'X, then auto': X on the first turn, then the model decides; "
-                         "required (tool calls) or a tool's name alone: on EVERY turn, so the run ends only on a limit; "
-                         "none: no call; comma-separated: one per assistant turn (last repeats)")
+                loop_widgets("tools")
                 choice_note = gr.HTML(tool_choice_note_html(ctx.default_tool_choice, True), elem_id="pg-tool-choice-note")
                 code_tools = None
                 if ctx.enable_code_tools:
@@ -572,15 +572,7 @@ def build(ctx: AppContext) -> PlaygroundUI:
                 max_tokens = gr.Number(512, precision=0, **_bounds(R["max_tokens"]), label="max_tokens per turn", elem_id="pg-max-tokens")
                 seed = gr.Number(None, precision=0, **_bounds(R["seed"]), label="seed (empty: random)", elem_id="pg-seed")
             with gr.Accordion("Loop limits (LoopConfig)", open=False):
-                response_length = gr.Number(4096, precision=0, **_bounds(R["response_length"]), label="response_length (all response tokens)", elem_id="pg-response-length")
-                max_assistant_turns = gr.Number(0, precision=0, **_bounds(R["max_assistant_turns"]), label="max_assistant_turns (0 = no limit)", elem_id="pg-max-assistant")
-                max_user_turns = gr.Number(0, precision=0, **_bounds(R["max_user_turns"]), label="max_user_turns (0 = no limit)", elem_id="pg-max-user")
-                max_parallel_calls = gr.Number(1, precision=0, **_bounds(R["max_parallel_calls"]), label="max_parallel_calls", elem_id="pg-parallel")
-                max_tool_response_length = gr.Number(256, precision=0, **_bounds(R["max_tool_response_length"]), label="max_tool_response_length (chars, 0 = no limit)",
-                                                     elem_id="pg-max-tool-len")
-                truncate_side = gr.Dropdown(TRUNCATE_SIDES, value="middle", label="tool_response_truncate_side", elem_id="pg-trunc")
-                tool_timeout = gr.Number(30, **_bounds(R["tool_timeout"]), label="tool_timeout_s", elem_id="pg-tool-timeout")
-                on_tool_error = gr.Radio(["feed_back", "terminate"], value="feed_back", label="on_tool_error", elem_id="pg-on-error")
+                loop_widgets("limits")
         with gr.Column(scale=3):
             chat = gr.Chatbot(label="Agent loop", elem_id="pg-chat", height=520, feedback_options=None, sanitize_html=True,
                               group_consecutive_messages=False, buttons=["copy"],
@@ -593,20 +585,38 @@ def build(ctx: AppContext) -> PlaygroundUI:
                 reset = gr.Button("Reset", elem_id="pg-reset")
                 save = gr.DownloadButton("Save trace (JSONL)", interactive=False, elem_id="pg-save")
             status = gr.HTML(elem_id="pg-status")
-    return PlaygroundUI(backend, model_status, script, token_delay, tokenizer, template, parser, system, tools, code_tools,
-                        temperature, top_p, max_tokens, seed, response_length, max_assistant_turns, max_user_turns,
-                        max_parallel_calls, max_tool_response_length, truncate_side, tool_timeout, on_tool_error,
-                        template_kwargs, tool_choice, chat, message, send, stop, reset, save, status, choice_note)
+            # /playground_run: the message and ONE settings object (a JSON object of RunSettings
+            # fields); the Send button and Enter call the same handler with the widgets' values
+            settings_json = gr.JSON(visible=False, label="settings")
+            run_api = gr.Button(visible=False, elem_id="pg-run-api")
+    return PlaygroundUI(backend, model_status, script, token_delay, tokenizer, template, system, tools, code_tools,
+                        temperature, top_p, max_tokens, seed, loop, chat, message, send, stop, reset, save, status,
+                        settings_json, run_api, choice_note)
 
 
 def wire(ctx: AppContext, ui: PlaygroundUI, session: gr.State, after_run) -> None:
     """Events. ``after_run`` is ``(fn, inputs, outputs)`` refreshing the Inspector with the run."""
-    names = list(RunSettings.__dataclass_fields__)
-    if ui.code_tools is None:
-        names.remove("code_tools")
+    names = setting_names(ui.code_tools is not None)
 
-    async def on_send(sess: Session, text: str, *values: Any):
-        s = RunSettings(**dict(zip(names, values)))
+    async def on_send(sess: Session, text: str, settings: dict[str, Any] | None):
+        """/playground_run: one user message, with ONE settings object (RunSettings fields)."""
+        try:
+            d = dict(settings or {}) if isinstance(settings, dict) else settings
+            if isinstance(d, dict) and ui.code_tools is None:
+                d.pop("code_tools", None)  # the app runs no code tools: ignored, as the widget is absent
+            s = settings_from_dict(d)
+        except UserError as e:
+            yield sess, gr.update(), _status("err", str(e)), gr.update(), gr.update(), _model_status(ctx)
+            return
+        async for out in _send(sess, text, s):
+            yield out
+
+    async def on_send_widgets(sess: Session, text: str, *values: Any):
+        """The Send button and Enter: the widgets' values, in RunSettings' order."""
+        async for out in _send(sess, text, RunSettings(**dict(zip(names, values)))):
+            yield out
+
+    async def _send(sess: Session, text: str, s: Any):
         if sess.running:
             yield sess, gr.update(), _status("warn", "a run is in progress: press Stop first"), gr.update(), gr.update(), gr.update()
             return
@@ -662,14 +672,15 @@ def wire(ctx: AppContext, ui: PlaygroundUI, session: gr.State, after_run) -> Non
     ev_args = dict(concurrency_limit=ctx.concurrency_limit, concurrency_id="agent_run")
     # API names, kept stable (gradio_client scripts and tests/adversarial/test_load_isolation.py
     # call them; each client is its own session, so a call only ever sees that session's state):
-    #   /playground_run   (message, *RunSettings fields in order, without code_tools unless
-    #                      --enable-code-tools) -> chat, status, message box, trace file, model status
+    #   /playground_run   (message, settings: a JSON object of RunSettings fields, any left out
+    #                      keep their defaults) -> chat, status, message box, trace file, model status
     #   /playground_stop  () -> status          /playground_reset () -> chat, status, trace file
-    # Enter in the message box runs the same handler (/playground_run_enter, callable, not listed).
+    # The Send button and Enter run the same turn from the widgets (private events).
+    ui.run_api.click(on_send, [session, ui.message, ui.settings_json], outs, api_name="playground_run",
+                     **ev_args).then(fn, inputs, outputs)
     run_inputs = [session, ui.message, *ui.settings()]
-    ui.send.click(on_send, run_inputs, outs, api_name="playground_run", **ev_args).then(fn, inputs, outputs)
-    ui.message.submit(on_send, run_inputs, outs, api_name="playground_run_enter", api_visibility="undocumented",
-                      **ev_args).then(fn, inputs, outputs)
+    ui.send.click(on_send_widgets, run_inputs, outs, api_visibility="private", **ev_args).then(fn, inputs, outputs)
+    ui.message.submit(on_send_widgets, run_inputs, outs, api_visibility="private", **ev_args).then(fn, inputs, outputs)
     ui.stop.click(on_stop, [session], [ui.status], queue=False, api_name="playground_stop")
     if ui.tool_choice_note is not None:
         # the dropdown offers the tools' names and "<name>, then auto"; the note says when a choice

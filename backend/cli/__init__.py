@@ -15,10 +15,11 @@ import pkgutil
 import sys
 from typing import Any
 
+from backend.errors import UserError
 from backend.generators.routing import ROUTINGS
 
 
-class CLIError(Exception):
+class CLIError(UserError):
     """An error the user can fix; printed as one line, exit status 2."""
 
 
@@ -62,12 +63,45 @@ def read_json_file(path: str, what: str) -> Any:
         raise CLIError(f"{what} file {path} is not UTF-8 text") from None
 
 
+def add_loop_args(p: argparse.ArgumentParser) -> None:
+    """``--config FILE`` and one flag per LoopConfig field (:data:`backend.config.FIELDS`); a flag
+    wins over the file, the file over the field's ``ALI_*`` variable."""
+    from backend.config import FIELDS
+
+    p.add_argument("--config", help="JSON file of LoopConfig fields (response_length, max_parallel_calls, sampling, ...)")
+    g = p.add_argument_group("loop settings (LoopConfig; each flag overrides --config)")
+    for name, k in FIELDS.items():
+        extra = {"choices": k.choices} if k.kind == "choice" else {}
+        metavar = {"int": "N", "float": "X", "object": "JSON", "choice": None}.get(k.kind, k.kind.upper())
+        g.add_argument(k.flag(name), dest=name, default=None, metavar=metavar,
+                       help=k.help + (f" [env {k.env}]" if k.env else ""), **extra)
+
+
+def loop_config(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """``(LoopConfig, the settings given)`` from the field's ``ALI_*`` variables, ``--config`` and
+    the per-field flags (in that order, the last wins)."""
+    from backend.config import FIELDS, ConfigError, LoopConfig, env_defaults
+
+    given = env_defaults()
+    if getattr(args, "config", None):
+        d = read_json_file(args.config, "config")
+        if not isinstance(d, dict):
+            raise CLIError("--config must hold a JSON object of LoopConfig fields")
+        given.update(d)
+    for name, k in FIELDS.items():
+        v = getattr(args, name, None)
+        if v is None:
+            continue
+        try:
+            given[name] = k.parse(v)
+        except ConfigError as e:
+            raise CLIError(f"{k.flag(name)}: {e}") from None
+    return LoopConfig.from_dict(given), given
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    """The options shared by commands that run a model: tool_choice and the vLLM engine options."""
-    p.add_argument("--tool-choice", default=None, metavar="CHOICE",
-                   help="auto | required | none | TOOL_NAME, or one per assistant turn, comma-separated "
-                        "(last repeats), e.g. required,auto. Default: required,auto for the embedded default "
-                        "model when tools are given, else the --config value or auto")
+    """The options shared by commands that run a model: the loop settings and the vLLM engine options."""
+    add_loop_args(p)
     g = p.add_argument_group("vLLM engine options (--backend vllm)")
     g.add_argument("--dtype", default=None, help="auto, float32, bfloat16, float16 (default: auto; float32 on CPUs without bf16)")
     g.add_argument("--tensor-parallel-size", type=int, default=None)
@@ -98,7 +132,7 @@ def apply_tool_choice(cfg: Any, args: argparse.Namespace, *, config_has_choice: 
     (:func:`backend.tool_choice.default_policy`) when neither the flag nor the config set one."""
     import dataclasses
 
-    from backend.engine import ConfigError
+    from backend.config import ConfigError
     from backend.tool_choice import default_policy
 
     if args.tool_choice is not None:

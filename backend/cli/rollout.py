@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from backend.cli import CLIError, add_model_args, apply_tool_choice, emit, engine_options, print_notes, read_json_file
+from backend.cli import CLIError, add_model_args, apply_tool_choice, emit, engine_options, loop_config, print_notes
 
 
 def register(sub) -> None:
@@ -22,7 +22,6 @@ def register(sub) -> None:
     p.add_argument("--script", help="scripted backend: JSON list of the model's outputs, replayed for every item")
     p.add_argument("--tokenizer", default=None, help="offline profile, hub id or path (default: smollm2, or qwen3 for scripted)")
     p.add_argument("--template", help="override the chat template (trl name, .jinja file, or Jinja text)")
-    p.add_argument("--config", help="JSON file of LoopConfig fields (response_length, sampling, tool_choice, ...)")
     p.add_argument("--concurrency", type=int, default=8, help="agent loops in flight (default 8)")
     p.add_argument("--samples", type=int, default=1, help="rollouts per prompt (ids ID#0, ID#1, ...)")
     p.add_argument("--out", required=True, help="trace JSONL to append to")
@@ -35,7 +34,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backend.engine import LoopConfig
+    from backend.config import runs_embedded_model
     from backend.rollout import Progress, RolloutError, RolloutStats, load_prompts, run_rollouts
     from backend.tokenizers import load_tokenizer
 
@@ -45,10 +44,7 @@ def run(args) -> int:
         items = load_prompts(args.prompts, samples=args.samples)
     except RolloutError as e:
         raise CLIError(str(e)) from None
-    cfg_dict = read_json_file(args.config, "config") if args.config else {}
-    if not isinstance(cfg_dict, dict):
-        raise CLIError("--config must hold a JSON object of LoopConfig fields")
-    cfg = LoopConfig.from_dict(cfg_dict)
+    cfg, cfg_dict = loop_config(args)
     tools = None
     if args.tools:
         if not os.path.exists(args.tools):
@@ -62,9 +58,7 @@ def run(args) -> int:
         from backend.generators.factory import normalize_backend
 
         backend = normalize_backend(backend)
-    # the embedded default model: a local backend with no --model
-    embedded = backend in ("vllm", "transformers") and not args.model
-    cfg = apply_tool_choice(cfg, args, config_has_choice="tool_choice" in cfg_dict, embedded_model=embedded,
+    cfg = apply_tool_choice(cfg, args, config_has_choice="tool_choice" in cfg_dict, embedded_model=runs_embedded_model(backend, args.model),
                             has_tools=bool(tools and tools.names))
     generator = None
     make_generator = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from backend.cli import CLIError, add_model_args, apply_tool_choice, emit, engine_options, print_notes, read_json_file
+from backend.cli import CLIError, add_model_args, apply_tool_choice, emit, engine_options, loop_config, print_notes
 from backend.cli.render import load_messages
 
 
@@ -24,7 +24,6 @@ def register(sub) -> None:
                         "(dict, float, tuple, any, long, String, ...) are read as JSON Schema for validation and "
                         "tool_choice, and reported")
     p.add_argument("--messages", required=True, help="JSON file: the conversation so far (HF chat format)")
-    p.add_argument("--config", help="JSON file of LoopConfig fields (response_length, max_parallel_calls, sampling, ...)")
     p.add_argument("--out", required=True, help="trace file to write (JSON lines; one trace)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     add_model_args(p)
@@ -32,16 +31,14 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backend.engine import AgentLoop, LoopConfig
+    from backend.config import runs_embedded_model
+    from backend.engine import AgentLoop
     from backend.generators.scripted import ScriptedGenerator, load_script
     from backend.tokenizers import load_tokenizer
     from backend.trace import write_jsonl
     from backend.trace.builder import mask_runs
 
-    cfg_dict = read_json_file(args.config, "config") if args.config else {}
-    if not isinstance(cfg_dict, dict):
-        raise CLIError("--config must hold a JSON object of LoopConfig fields")
-    cfg = LoopConfig.from_dict(cfg_dict)
+    cfg, cfg_dict = loop_config(args)
     msgs = load_messages(args.messages)
     tools = None
     if args.tools:
@@ -53,9 +50,7 @@ def run(args) -> int:
     from backend.generators.factory import create_generator, normalize_backend
 
     b = "scripted" if args.generator == "scripted" else normalize_backend(args.generator)
-    # the embedded default model: a local backend with no --model
-    embedded = b != "scripted" and not args.model and b != "vllm-server"
-    cfg = apply_tool_choice(cfg, args, config_has_choice="tool_choice" in cfg_dict, embedded_model=embedded,
+    cfg = apply_tool_choice(cfg, args, config_has_choice="tool_choice" in cfg_dict, embedded_model=runs_embedded_model(b, args.model),
                             has_tools=bool(tools and tools.names))
     if b == "scripted":
         if not args.script:

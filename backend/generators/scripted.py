@@ -59,11 +59,13 @@ def check_script(data: Any, *, max_token_delay_s: float | None = None) -> list[A
     if not isinstance(data, list) or not data:
         raise ScriptError("a script is a non-empty JSON list of model outputs (one per assistant turn)")
     for i, e in enumerate(data):
-        _check_entry(i, e, max_token_delay_s)
+        check_entry(i, e, max_token_delay_s)
     return data
 
 
-def _check_entry(i: int, e: Any, max_token_delay_s: float | None = None) -> None:
+def check_entry(i: int, e: Any, max_token_delay_s: float | None = None) -> None:
+    """Raise :class:`ScriptError` unless script entry ``i`` is a string, or an object with
+    ``text`` or ``token_ids`` (and a ``token_delay_s`` within ``0..max_token_delay_s``)."""
     if isinstance(e, str):
         return
     if isinstance(e, dict) and (isinstance(e.get("text"), str) or isinstance(e.get("token_ids"), list)):
@@ -84,7 +86,7 @@ class ScriptedGenerator(Generator):
 
     def __init__(self, tokenizer: Any, script: list[Any], *, token_delay_s: float = 0.0):
         for i, e in enumerate(script):
-            _check_entry(i, e)
+            check_entry(i, e)
         self.tokenizer = tokenizer
         self.script = list(script)
         self.token_delay_s = token_delay_s

@@ -32,8 +32,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from backend.trace import ToolCall, ToolResult
-from backend.trace.messages import decode_arguments
 from backend.tools._runtime import TRUNCATE_SIDES, truncate_tool_response
 from backend.tools.base import Tool, ToolLoadError, check_unique_names
 from backend.tools.dialect import TypeMapping
@@ -46,6 +44,8 @@ from backend.tools.loaders import (
     tools_from_verl_config,
 )
 from backend.tools.outcome import CallOptions, Outcome, exception_outcome, safe_str
+from backend.trace import ToolCall, ToolResult
+from backend.trace.messages import decode_arguments
 
 
 class ToolRegistry:

@@ -40,7 +40,7 @@ from typing import Any
 
 import pytest
 
-from backend.trace import Trace, load_traces
+from backend.trace import load_traces
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_DIR = ROOT / "sample_traces"
@@ -133,12 +133,12 @@ def client(url: str):
 
 
 def run_settings(**kw: Any) -> list[Any]:
-    """The playground's settings in the order /playground_run takes them (RunSettings' fields;
+    """/playground_run's arguments after the message: one settings object (RunSettings' fields;
     code_tools only when the app runs with --enable-code-tools, which it does not here)."""
     from ui.playground import RunSettings
 
     s = RunSettings(**kw)
-    return [getattr(s, n) for n in RunSettings.__dataclass_fields__ if n != "code_tools"]
+    return [{k: v for k, v in s.__dict__.items() if k != "code_tools"}]
 
 
 # output positions of /app_load and /inspector_open (the Inspector's trace views come first)

@@ -322,6 +322,8 @@ class Param:
     pytype: str
     default: Any
     enum: list[Any] | None
+    arg: int = -1  # the argument's position in the call (index: this Param's position in the list)
+    key: str | None = None  # a key of the JSON object the argument is (/playground_run's settings)
 
     @property
     def is_str(self) -> bool:
@@ -358,9 +360,41 @@ def api_endpoints(url: str, signatures: dict[str, tuple] | None = None) -> dict[
             ps.append(Param(i, p.get("parameter_name") or f"param_{i}", str(p.get("label") or ""), str(p.get("component") or ""),
                             str((p.get("python_type") or {}).get("type") or ""),
                             p.get("parameter_default") if p.get("parameter_has_default") else None,
-                            t.get("enum") if isinstance(t, dict) else None))
-        out[name] = ps
+                            t.get("enum") if isinstance(t, dict) else None, i))
+        out[name] = expand_settings(name, ps)
     return out
+
+
+def expand_settings(endpoint: str, ps: list[Param]) -> list[Param]:
+    """/playground_run takes its settings as one JSON object: each of its keys (RunSettings'
+    fields, code_tools aside) becomes a Param of its own, labelled by the key, swept like any
+    other; :func:`call_args` puts them back into the object."""
+    if endpoint != "/playground_run":
+        return ps
+    from ui.playground import RunSettings
+
+    out: list[Param] = []
+    for p in ps:
+        if p.component.lower() != "json":
+            out.append(Param(len(out), p.name, p.label, p.component, p.pytype, p.default, p.enum, p.arg))
+            continue
+        for k, v in RunSettings().__dict__.items():
+            if k == "code_tools":
+                continue
+            pytype = "str" if isinstance(v, str) else type(v).__name__ if isinstance(v, (int, float)) else ""
+            out.append(Param(len(out), f"{p.name}.{k}", k.replace("_", " "), "Json", pytype, v, None, p.arg, k))
+    return out
+
+
+def call_args(params: list[Param], data: list[Any]) -> list[Any]:
+    """The call's arguments for one value per Param (keyed Params gathered into their object)."""
+    by_arg: dict[int, Any] = {}
+    for p, v in zip(params, data):
+        if p.key is None:
+            by_arg[p.arg] = v
+        else:
+            by_arg.setdefault(p.arg, {})[p.key] = v
+    return [by_arg[i] for i in sorted(by_arg)]
 
 
 @dataclass
@@ -568,7 +602,7 @@ def run_sweep(url: str, c: Canaries, full: bool = True) -> Sweep:
                 visitors.append(local.v)
         name, p, v, data = task
         t = time.monotonic()
-        ok, events, err = local.v.call(name, data)
+        ok, events, err = local.v.call(name, call_args(eps[name], data))
         r = Reply(name, p.name if p else "-", p.label if p else "", v if isinstance(v, str) else json.dumps(v), ok, events, err)
         r.fetched = local.v.fetch_files(events)
         r.seconds = time.monotonic() - t
@@ -843,7 +877,7 @@ _PLAYGROUND_PARAMS: dict[str, list[Param]] = {}
 def playground_args(url: str, **by_label: Any) -> list[Any]:
     """/playground_run's arguments (the message included) in the order the app describes them:
     defaults, then values given by a regex on the parameter's label (``user_message=...``,
-    ``delay=...``, ``model_outputs=...``; ``_`` stands for a space)."""
+    ``delay=...``, ``script=...``; ``_`` stands for a space)."""
     if url not in _PLAYGROUND_PARAMS:
         _PLAYGROUND_PARAMS[url] = api_endpoints(url)["/playground_run"]
     params = _PLAYGROUND_PARAMS[url]
@@ -852,7 +886,7 @@ def playground_args(url: str, **by_label: Any) -> list[Any]:
         hits = [p for p in params if re.search(pattern.replace("_", " "), p.label, re.I)]
         assert len(hits) == 1, f"/playground_run: label /{pattern}/ matches {[p.label for p in hits]} of {[p.label for p in params]}"
         args[hits[0].index] = v
-    return args
+    return call_args(params, args)
 
 
 def client(url: str):
@@ -898,14 +932,14 @@ def test_public_run_ends_at_the_wall_clock_limit_and_one_run_per_session(public_
     """Allowed values (the largest delay the UI offers) that would take minutes: the run ends at
     ALI_RUN_TIMEOUT_S with a status saying so; meanwhile the same session cannot start another."""
     c = client(public_app.url)
-    args = playground_args(public_app.url, user_message="a long answer please", delay=0.5, model_outputs=json.dumps([LONG_TEXT]))
+    args = playground_args(public_app.url, user_message="a long answer please", delay=0.5, script=json.dumps([LONG_TEXT]))
     t0 = time.monotonic()
     job = c.submit(*args, api_name="/playground_run")
     try:
         while not is_running(job) and not job.done():
             assert time.monotonic() - t0 < 60, f"the run did not start: {final_status(job)}"
             time.sleep(0.1)
-        second = c.submit(*playground_args(public_app.url, user_message="and another one", delay=0, model_outputs='["x"]'),
+        second = c.submit(*playground_args(public_app.url, user_message="and another one", delay=0, script='["x"]'),
                           api_name="/playground_run")
         second_out = second.result(timeout=30)
         second_status = html.unescape(TAG_RE.sub("", str(second_out[1])))
@@ -932,11 +966,11 @@ def test_public_absurd_delays_cannot_hold_the_run_slots(public_app):
     tokens), so the four slots are surely held. A fifth visitor's ordinary run must finish
     within 3x ALI_RUN_TIMEOUT_S, and the four hogs must have ended at the limit."""
     long_script = json.dumps([{"text": LONG_TEXT, "token_delay_s": 1e9}])
-    kinds = [("slider delay 1e9", dict(delay=1e9, model_outputs=json.dumps([LONG_TEXT]))),
-             ("slider delay 1e9", dict(delay=1e9, model_outputs=json.dumps([LONG_TEXT]))),
-             ("script token_delay_s 1e9", dict(delay=0.02, model_outputs=long_script)),
-             ("script token_delay_s 1e9", dict(delay=0.02, model_outputs=long_script))]
-    worst_allowed = dict(delay=0.5, model_outputs=json.dumps([LONG_TEXT]))
+    kinds = [("slider delay 1e9", dict(delay=1e9, script=json.dumps([LONG_TEXT]))),
+             ("slider delay 1e9", dict(delay=1e9, script=json.dumps([LONG_TEXT]))),
+             ("script token_delay_s 1e9", dict(delay=0.02, script=long_script)),
+             ("script token_delay_s 1e9", dict(delay=0.02, script=long_script))]
+    worst_allowed = dict(delay=0.5, script=json.dumps([LONG_TEXT]))
     hogs = [client(public_app.url) for _ in kinds]
     bound = 3 * RUN_TIMEOUT_S
     t_start = time.monotonic()
@@ -966,7 +1000,7 @@ def test_public_absurd_delays_cannot_hold_the_run_slots(public_app):
         fifth = client(public_app.url)
         t0 = time.monotonic()
         job5 = fifth.submit(*playground_args(public_app.url, user_message="an ordinary question", delay=0.01,
-                                             model_outputs='["A short answer."]'),
+                                             script='["A short answer."]'),
                             api_name="/playground_run")
         done5 = wait_done([job5], bound)
         latency = time.monotonic() - t0
