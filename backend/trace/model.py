@@ -259,9 +259,18 @@ class StepInfo(_Model):
         return info
 
     def __setattr__(self, name: str, value: Any) -> None:
-        super().__setattr__(name, value)
+        # what pydantic does for an unvalidated assignment, without its general path (a step
+        # sets a few keys per turn)
+        if name in _INFO_FIELDS:
+            self.__dict__[name] = value
+            self.__pydantic_fields_set__.add(name)
+        elif name.startswith("_"):
+            super().__setattr__(name, value)
+            return
+        else:
+            self.__pydantic_extra__[name] = value
         order = self.__pydantic_private__["_order"]
-        if name not in order and not name.startswith("_"):
+        if name not in order:
             order.append(name)
 
     @classmethod
@@ -269,10 +278,11 @@ class StepInfo(_Model):
         """No key set (every step's default), built without validation: a step is made per
         turn, and validating nothing cost more than the rest of the step."""
         info = cls.__new__(cls)
-        object.__setattr__(info, "__dict__", dict.fromkeys(cls.model_fields))
-        object.__setattr__(info, "__pydantic_fields_set__", set())
-        object.__setattr__(info, "__pydantic_extra__", {})
-        object.__setattr__(info, "__pydantic_private__", {"_order": []})
+        _set = object.__setattr__
+        _set(info, "__dict__", _NO_INFO.copy())
+        _set(info, "__pydantic_fields_set__", set())
+        _set(info, "__pydantic_extra__", {})
+        _set(info, "__pydantic_private__", {"_order": []})
         return info
 
     def __copy__(self) -> StepInfo:  # model_copy(): a copy with its own key order
@@ -320,6 +330,10 @@ class StepInfo(_Model):
     def __repr_args__(self):  # only the keys that were set
         d = self.model_dump()
         return [(k, d[k]) for k in self.keys()]
+
+
+_INFO_FIELDS = frozenset(StepInfo.model_fields)
+_NO_INFO = dict.fromkeys(StepInfo.model_fields)
 
 
 class Step(_Model):
