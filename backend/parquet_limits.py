@@ -1,7 +1,7 @@
 """Rows of a Parquet file of unknown origin, decoded with bounded memory.
 
 Every reader of Parquet rows goes through :func:`iter_parquet_rows`: our own layout
-(:func:`backend.export.read_parquet_traces`) and other tools' files
+(:func:`backend.trace.io.read_parquet_traces`) and other tools' files
 (:mod:`backend.importers`).
 
 Why: list columns are compressed, so a 16 KB file can hold one row with 5·10⁷ token ids, and
@@ -67,7 +67,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from backend.trace import (
+from backend.trace.limits import (
     LoadProblem,
     TraceFileError,
     human_bytes,

@@ -1,4 +1,4 @@
-"""Benchmark: the trace table of a 100 MB JSONL file, and opening one trace.
+"""Benchmark: reading a 100 MB JSONL trace file the ways the product does, and opening one trace.
 
 Generates realistic traces with the real engine (scripted model, qwen3 profile, token-exact):
 the seed-001 weather run, a multi-step research run with long tool results, parallel calls, a
@@ -6,14 +6,17 @@ malformed call, and a run that hits response_length. Copies of them with varied 
 file to the target size. Then, in the same process:
 
 * baseline: read every line and ``json.loads`` it (nothing else);
-* table: :func:`backend.trace_table.build_table` (the pandas DataFrame the UI lists);
-* open: :meth:`TraceTable.open` of rows at the start, middle and end (seek + validate one trace),
+* index: :meth:`backend.trace.TraceIndex.build` (the lazy index: light parse, byte offsets) and
+  its pandas DataFrame;
+* open: :meth:`TraceIndex.open` of rows at the start, middle and end (seek + validate one trace),
   against ``json.loads`` of the same line;
-* optionally (``--full``) :func:`backend.trace.load_traces`, which validates every trace.
+* tab: ``TraceIndex.build(keep=True)``, what the Trace files tab runs on an upload (every record
+  validated, rows and locations recorded, the traces held);
+* ``load_any``: what the CLI (check, export) runs.
 
-Targets: table ≤ 5 s, open ≤ 300 ms. Usage::
+Targets: index ≤ 5 s, open ≤ 300 ms. Usage::
 
-    python bench/bench_trace_load.py [--size-mb 100] [--full] [--keep PATH] [--json]
+    python bench/bench_trace_load.py [--size-mb 100] [--no-full] [--keep PATH] [--json]
 """
 
 from __future__ import annotations
@@ -139,12 +142,13 @@ def baseline(path: str) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=float, default=100.0)
-    ap.add_argument("--full", action="store_true", help="also time load_traces (validates every trace)")
+    ap.add_argument("--no-full", action="store_true", help="skip the two paths that validate every trace (tab, load_any)")
     ap.add_argument("--keep", help="write the generated file here (and reuse it if it exists)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
 
-    from backend.trace_table import build_table
+    from backend.importers import load_any
+    from backend.trace import TraceIndex
 
     tmpdir = None
     if args.keep:
@@ -162,9 +166,12 @@ def main() -> int:
 
     base_s = baseline(path)  # also warms the page cache for both measurements
     base_s = min(base_s, baseline(path))
-    t0 = time.perf_counter()
-    table = build_table(path)
-    table_s = time.perf_counter() - t0
+    table_s = float("inf")
+    for _ in range(2):  # the best of two, as the baseline
+        t0 = time.perf_counter()
+        table = TraceIndex.build([path])
+        df = table.df
+        table_s = min(table_s, time.perf_counter() - t0)
     assert len(table) == n and not table.problems, (len(table), n, table.problems[:3])
 
     opens = {}
@@ -175,7 +182,7 @@ def main() -> int:
             tr = table.open(row)
             times.append(time.perf_counter() - t0)
         assert tr.id == f"bench-{row:07d}"
-        off, ln = int(table.df.at[row, "offset"]), int(table.df.at[row, "length"])
+        off, ln = int(df.at[row, "offset"]), int(df.at[row, "length"])
         with open(path, "rb") as f:
             f.seek(off)
             raw = f.read(ln)
@@ -189,14 +196,18 @@ def main() -> int:
     table.open(f"bench-{n // 3:07d}")
     by_id_ms = (time.perf_counter() - by_id_t0) * 1e3
 
-    full_s = None
-    if args.full:
-        from backend.trace import load_traces
-
+    tab_s = any_s = None
+    if not args.no_full:
         t0 = time.perf_counter()
-        res = load_traces(path)
-        full_s = time.perf_counter() - t0
+        tab = TraceIndex.build([path], keep=True)
+        tab_s = time.perf_counter() - t0
+        assert len(tab) == n and len(tab.traces) == n
+        del tab
+        t0 = time.perf_counter()
+        res = load_any(path)
+        any_s = time.perf_counter() - t0
         assert len(res.traces) == n
+        del res
 
     worst_open = max(v["open_ms"] for v in opens.values()) / 1e3
     out = {
@@ -213,23 +224,27 @@ def main() -> int:
         "open_by_id_ms": round(by_id_ms, 2),
         "open_target_ms": OPEN_TARGET_S * 1e3,
         "open_ok": worst_open <= OPEN_TARGET_S,
-        "full_validate_s": round(full_s, 2) if full_s is not None else None,
-        "full_vs_table": round(full_s / table_s, 1) if full_s is not None else None,
+        "tab_upload_s": round(tab_s, 2) if tab_s is not None else None,
+        "tab_vs_baseline": round(tab_s / base_s, 2) if tab_s is not None else None,
+        "load_any_s": round(any_s, 2) if any_s is not None else None,
+        "load_any_vs_baseline": round(any_s / base_s, 2) if any_s is not None else None,
     }
     if args.json:
         print(json.dumps(out, indent=2))
     else:
         print(f"file: {out['file_mb']} MB, {n} traces (generated in {out['generate_s']} s)")
         print(f"baseline (read + json.loads per line): {base_s:.3f} s")
-        print(f"trace table (DataFrame, {len(table.df.columns)} columns): {table_s:.3f} s = {out['table_vs_baseline']}x baseline, "
+        print(f"trace index (+ DataFrame, {len(df.columns)} columns): {table_s:.3f} s = {out['table_vs_baseline']}x baseline, "
               f"{out['table_mb_per_s']} MB/s  [target <= {TABLE_TARGET_S} s: {'OK' if out['table_ok'] else 'MISSED'}]")
         for k, v in opens.items():
             print(f"open one trace ({k}, row {v['row']}, {v['bytes']} bytes): {v['open_ms']} ms "
                   f"(json.loads of that line {v['json_loads_ms']} ms, {v['open_ms'] / max(v['json_loads_ms'], 1e-6):.1f}x)  "
                   f"[target <= {OPEN_TARGET_S * 1e3:.0f} ms: {'OK' if v['open_ms'] <= OPEN_TARGET_S * 1e3 else 'MISSED'}]")
         print(f"open by id: {out['open_by_id_ms']} ms")
-        if full_s is not None:
-            print(f"full load_traces (pydantic, every trace): {full_s:.2f} s = {out['full_vs_table']}x the table")
+        if tab_s is not None:
+            print(f"Trace files tab upload (TraceIndex.build(keep=True), every trace validated): {tab_s:.2f} s = "
+                  f"{out['tab_vs_baseline']}x baseline")
+            print(f"load_any (every trace validated): {any_s:.2f} s = {out['load_any_vs_baseline']}x baseline")
     if tmpdir:
         os.remove(path)
         os.rmdir(tmpdir)

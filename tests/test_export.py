@@ -1,4 +1,4 @@
-"""Export (JSONL, loss-less Parquet, HF messages+tools, verl rows), load_any, and the trace table."""
+"""Export (JSONL, loss-less Parquet, HF messages+tools, verl rows), load_any, and the trace index."""
 
 from __future__ import annotations
 
@@ -11,12 +11,22 @@ import sys
 import pytest
 
 from backend.engine import AgentLoop, LoopConfig
-from backend.export import export_traces, hf_row, is_trace_parquet, load_any, read_parquet_traces, verl_row, write_parquet
+from backend.export import export_traces, hf_row, verl_row
 from backend.generators.scripted import ScriptedGenerator
-from backend.importers import import_file
+from backend.importers import import_file, load_any
 from backend.tokenizers import load_tokenizer
-from backend.trace import LoadProblem, Trace, TraceFileError, load_traces, write_jsonl
-from backend.trace_table import COLUMNS, build_table, table_from_traces
+from backend.trace import (
+    INDEX_COLUMNS,
+    LoadProblem,
+    Trace,
+    TraceFileError,
+    TraceIndex,
+    is_trace_parquet,
+    load_traces,
+    read_parquet_traces,
+    write_jsonl,
+    write_parquet,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import")
@@ -100,12 +110,12 @@ def test_bad_parquet_rows_are_reported(tmp_path, traces):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from backend.export import _parquet_schema, _row
+    from backend.trace import parquet_row, parquet_schema
 
-    rows = [_row(traces[0]), _row(traces[1])]
+    rows = [parquet_row(traces[0]), parquet_row(traces[1])]
     rows[1]["response_mask"] = rows[1]["response_mask"][:-1]
     p = tmp_path / "bad.parquet"
-    pq.write_table(pa.Table.from_pylist(rows, schema=_parquet_schema()), p)
+    pq.write_table(pa.Table.from_pylist(rows, schema=parquet_schema()), p)
     res = read_parquet_traces(str(p))
     assert len(res.traces) == 1 and res.problems[0].line == 2 and "response_mask" in res.problems[0].reason
 
@@ -178,7 +188,7 @@ def test_unknown_export_format(tmp_path, traces):
         export_traces(traces, "csv", str(tmp_path / "x"))
 
 
-# ---- trace table --------------------------------------------------------------------------------
+# ---- trace index ---------------------------------------------------------------------------------
 
 
 def test_trace_table_jsonl(tmp_path, traces):
@@ -186,8 +196,8 @@ def test_trace_table_jsonl(tmp_path, traces):
     write_jsonl(traces, str(p))
     with open(p, "a") as f:
         f.write("{broken\n\n[1, 2]\n")
-    tbl = build_table(str(p))
-    assert list(tbl.df.columns) == COLUMNS and len(tbl) == len(traces)
+    tbl = TraceIndex.build([str(p)])
+    assert list(tbl.df.columns) == INDEX_COLUMNS and len(tbl) == len(traces)
     assert [(pr.line, pr.reason.split(":")[0]) for pr in tbl.problems] == [(len(traces) + 1, "invalid JSON"), (len(traces) + 3, "a trace must be a JSON object, got an array")]
     for i, t in enumerate(traces):
         row = tbl.df.iloc[i]
@@ -211,7 +221,7 @@ def test_trace_table_light_parse_is_safe_with_id_keys_inside_content(tmp_path, t
     t.metadata["x"] = {"prompt_ids": [5, 6, 7, 8]}
     p = tmp_path / "t.jsonl"
     write_jsonl([t], str(p))
-    row = build_table(str(p)).df.iloc[0]
+    row = TraceIndex.build([str(p)]).df.iloc[0]
     assert row["prompt_tokens"] == len(t.prompt_ids) and row["response_tokens"] == len(t.response_ids)
 
 
@@ -220,7 +230,7 @@ def test_trace_table_bad_record_opens_with_its_line(tmp_path, traces):
     d = traces[0].to_dict()
     d["response_mask"] = d["response_mask"][:-1]
     p.write_text(traces[1].to_json() + "\n" + json.dumps(d) + "\n")
-    tbl = build_table(str(p))
+    tbl = TraceIndex.build([str(p)])
     assert len(tbl) == 2
     from backend.trace import TraceFormatError
 
@@ -231,17 +241,17 @@ def test_trace_table_bad_record_opens_with_its_line(tmp_path, traces):
 def test_trace_table_parquet_json_and_memory(tmp_path, traces):
     pq_path = tmp_path / "t.parquet"
     write_parquet(traces, str(pq_path))
-    tp = build_table(str(pq_path))
+    tp = TraceIndex.build([str(pq_path)])
     jl = tmp_path / "t.jsonl"
     write_jsonl(traces, str(jl))
-    tj = build_table(str(jl))
+    tj = TraceIndex.build([str(jl)])
     cols = ["id", "source", "turns", "tokens", "termination_reason", "errors", "messages", "tools"]
     assert tp.df[cols].equals(tj.df[cols])
     assert tp.open(2) == traces[2]
     js = tmp_path / "t.json"
     js.write_text(json.dumps([t.to_dict() for t in traces]))
-    assert build_table(str(js)).open(0) == traces[0]
-    mem = table_from_traces(traces, [LoadProblem(3, "x")])
+    assert TraceIndex.build([str(js)]).open(0) == traces[0]
+    mem = TraceIndex.of_traces(traces, [LoadProblem(3, "x")])
     assert mem.df[cols].equals(tj.df[cols]) and mem.open(1) is traces[1]
 
 
@@ -267,3 +277,42 @@ def test_cli_export(tmp_path, traces):
     assert r.returncode == 2 and r.stderr.startswith("error:")
     r = _cli("export", os.path.join(DATA, "openai_chat.jsonl"), "--to", "hf", "--out", str(tmp_path / "x"))
     assert r.returncode == 2 and "import --from openai-chat" in r.stderr
+
+
+def test_trace_index_over_several_files(tmp_path, traces):
+    """One index over a list of files (JSONL, our Parquet, a JSON list): rows in file order, each
+    with its file, and each opens to the trace load_any gives for it."""
+    jl, pq_path, js = tmp_path / "a.jsonl", tmp_path / "b.parquet", tmp_path / "c.json"
+    write_jsonl(traces[:2], str(jl))
+    write_parquet(traces[2:4], str(pq_path))
+    js.write_text(json.dumps([t.to_dict() for t in traces[4:]]))
+    ix = TraceIndex.build([str(jl), str(pq_path), str(js)])
+    want = [t for p in (jl, pq_path, js) for t in load_any(str(p)).traces]
+    assert len(ix) == len(want) == len(traces)
+    assert ix.cols["file"] == [0, 0, 1, 1] + [2] * (len(traces) - 4)
+    assert [f.kind for f in ix.files] == ["jsonl", "parquet", "memory"]
+    assert [ix.open(i) for i in range(len(ix))] == want
+    assert ix.cols["line"][:4] == [1, 2, 1, 2] and ix.cols["offset"][2:4] == [-1, -1]
+
+
+def test_every_reader_reads_lines_through_one_reader(tmp_path, traces, monkeypatch):
+    """load_traces, load_any, the importers and the index read a JSONL file through
+    backend.trace.io.read_lines (the one bounded line reader): a change to it reaches them all."""
+    import backend.trace.io as trace_io
+    from backend.importers import detect
+
+    p = tmp_path / "t.jsonl"
+    write_jsonl(traces[:3], str(p))
+    calls: list[str] = []
+    real = trace_io.read_lines
+
+    def counting(stream, max_line_bytes=None):
+        calls.append("read_lines")
+        return real(stream, max_line_bytes)
+
+    monkeypatch.setattr(trace_io, "read_lines", counting)
+    for name, fn in (("load_traces", load_traces), ("load_any", load_any), ("import_file", import_file), ("detect", detect),
+                     ("TraceIndex", lambda path: TraceIndex.build([path])), ("TraceIndex(validate)", lambda path: TraceIndex.build([path], validate=True))):
+        calls.clear()
+        fn(str(p))
+        assert calls, f"{name} read the file without read_lines"

@@ -20,8 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from backend.export import load_any, write_parquet
-from backend.importers import import_file
+from backend.importers import import_file, load_any
 from backend.parquet_limits import _page_header, _Short, _Unreadable
 from backend.trace import (
     Trace,
@@ -32,6 +31,7 @@ from backend.trace import (
     max_trace_text_bytes,
     max_trace_tokens,
     write_jsonl,
+    write_parquet,
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,7 +54,7 @@ def hwm_kb():
                 return int(line.split()[1])
 
 import pyarrow.compute, pyarrow.parquet  # noqa: F401
-from backend.export import load_any
+from backend.importers import load_any
 
 bundle = None
 if sys.argv[2] == "import":
@@ -239,19 +239,24 @@ def test_row_over_the_token_limit_among_others(tmp_path, monkeypatch, rows_per_g
     ]
 
 
+def parquet_rows(path: str) -> list:
+    """``(row number, row or LoadProblem)`` of a Parquet file, as every reader reads it."""
+    from backend.trace import iter_records, sniff
+
+    return [(n, rec) for n, _, rec in iter_records(sniff(path))]
+
+
 @pytest.mark.parametrize("rows_per_group", [1, 3])
 def test_nested_list_column_of_foreign_rows(tmp_path, monkeypatch, rows_per_group):
     """HF ``messages`` rows (a list of structs): a row with more messages than the limit is a bad
     record by its row number; it is counted per message, not per leaf."""
-    from backend.importers import _read_parquet_rows
-
     monkeypatch.setenv("ALI_MAX_TRACE_TOKENS", "10")
     convs = [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]] * 3
     convs[1] = [{"role": "user", "content": str(i)} for i in range(50)]
     table = pa.table({"messages": convs})
     path = tmp_path / "hf.parquet"
     pq.write_table(table, str(path), row_group_size=rows_per_group)
-    rows = list(_read_parquet_rows(str(path)))
+    rows = parquet_rows(str(path))
     assert [n for n, _ in rows] == [1, 2, 3]
     assert rows[0][1] == {"messages": convs[0]} and rows[2][1] == {"messages": convs[2]}
     assert rows[1][1].reason == "50 values in column messages; the limit is 10 (ALI_MAX_TRACE_TOKENS)"
@@ -288,9 +293,9 @@ def text_trace(i: int, content: int, meta: int = 0, seed: int | None = None) -> 
 
 def row_text(t: Trace) -> int:
     """The bytes of a trace's row in our layout's string columns."""
-    from backend.export import _row
+    from backend.trace import parquet_row
 
-    return sum(len(v.encode()) for v in _row(t).values() if isinstance(v, str))
+    return sum(len(v.encode()) for v in parquet_row(t).values() if isinstance(v, str))
 
 
 def test_huge_string_row_is_reported_and_memory_stays_bounded(tmp_path):
@@ -462,8 +467,6 @@ def test_file_text_budget_counts_decoded_row_groups(tmp_path, monkeypatch):
 def test_text_in_foreign_columns(tmp_path, monkeypatch, rows_per_group):
     """Other tools' files: strings inside lists of structs (HF messages), fixed-size binary values, and
     a column stored as an Arrow dictionary (a pandas categorical) count as text too."""
-    from backend.importers import _read_parquet_rows
-
     monkeypatch.setenv("ALI_MAX_TRACE_TEXT_BYTES", "3000")
     convs = [[{"role": "user", "content": "hi"}]] * 3
     convs[1] = [{"role": "user", "content": "x" * 1000} for _ in range(4)]
@@ -472,7 +475,7 @@ def test_text_in_foreign_columns(tmp_path, monkeypatch, rows_per_group):
     table = pa.table({"messages": convs, "blobs": blobs, "label": labels})
     path = tmp_path / "foreign.parquet"
     pq.write_table(table, str(path), row_group_size=rows_per_group)
-    rows = list(_read_parquet_rows(str(path)))
+    rows = parquet_rows(str(path))
     assert [n for n, _ in rows] == [1, 2, 3]
     assert rows[0][1] == {"messages": convs[0], "blobs": [b"a" * 500], "label": "short"}
     assert rows[1][1].reason.endswith("of text in columns messages + blobs; the limit is 3.0 KB (ALI_MAX_TRACE_TEXT_BYTES)")
@@ -482,7 +485,7 @@ def test_text_in_foreign_columns(tmp_path, monkeypatch, rows_per_group):
     big_label = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0], pa.int32()), pa.array(["short", "l" * 5000, "unused"]))
     pq.write_table(pa.table({"label": big_label}), str(path), row_group_size=rows_per_group)
     assert pq.ParquetFile(str(path)).schema_arrow.field("label").type == big_label.type
-    rows = list(_read_parquet_rows(str(path)))
+    rows = parquet_rows(str(path))
     if rows_per_group == 1:  # each row group's dictionary holds the 5 KB entry: none is decoded
         assert [r.reason for _, r in rows] == ["5.0 KB of text in column label; the limit is 3.0 KB (ALI_MAX_TRACE_TEXT_BYTES)"] * 3
     else:

@@ -12,7 +12,7 @@ from backend import models
 @pytest.fixture
 def no_package(monkeypatch, tmp_path):
     monkeypatch.setenv("ALI_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(models, "_package_dir", lambda name: None)
+    monkeypatch.setattr(models, "package_dir", lambda name: None)
     return tmp_path
 
 

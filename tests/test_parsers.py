@@ -651,9 +651,8 @@ def test_a_repaired_call_is_a_warning_downstream_not_an_error(tmp_path):
     from backend.generators.scripted import ScriptedGenerator
     from backend.tokenizers import load_tokenizer
     from backend.tools import ToolRegistry
-    from backend.trace import write_jsonl
+    from backend.trace import TraceIndex, write_jsonl
     from backend.trace.messages import parse_assistant_text as assistant_message
-    from backend.trace_table import build_table
 
     bundle = load_tokenizer("qwen3")
     tools = ToolRegistry.from_schemas([{"type": "function", "function": {"name": "now", "description": "Time.",
@@ -669,6 +668,6 @@ def test_a_repaired_call_is_a_warning_downstream_not_an_error(tmp_path):
     codes = {(f.code, f.severity) for f in check(trace)}
     assert ("repaired_tool_call", "warning") in codes and not any(c == "malformed_tool_call" for c, _ in codes)
     write_jsonl([trace], str(tmp_path / "t.jsonl"))
-    assert build_table(str(tmp_path / "t.jsonl")).df["errors"].tolist() == [0]
+    assert TraceIndex.build([str(tmp_path / "t.jsonl")]).df["errors"].tolist() == [0]
     msg, errs = assistant_message(turn, get_parser("hermes"), None)
     assert msg["content"] == "Checking." and [e.severity for e in errs] == ["warning"]

@@ -200,9 +200,9 @@ def test_failures_become_error_traces_and_do_not_stop_the_batch(tmp_path, qwen3,
     assert done_ids(str(out), retry_errors=True) == {"p0", "p3"}
     st2 = run(run_rollouts(its, bundle=qwen3, out_path=str(out), make_generator=scripted(qwen3), tools=tools, retry_errors=True))
     assert st2.skipped == 2 and st2.done == 3
-    from backend.trace_table import build_table
+    from backend.trace import TraceIndex
 
-    tbl = build_table(str(out))
+    tbl = TraceIndex.build([str(out)])
     assert tbl.open("p1").termination_reason == "no_tool_calls"  # the newest trace of an id
 
 

@@ -13,7 +13,7 @@ from playground_support import fresh, run_all, settings
 
 import app as app_module
 import ui
-from backend.export import load_any
+from backend.importers import load_any
 from backend.trace import Trace
 from ui import chat, inspector, playground, template_lab, trace_files
 from ui.context import SAMPLE_DIR, AppContext, ModelOptions, ModelService, UserError, load_samples
@@ -284,6 +284,38 @@ def test_trace_file_with_bad_lines(ctx, tmp_path):
     df = out[2]
     assert list(df["id"]) == ["sample-weather-seattle", "w2"]
     assert sess.current == sess.file_traces[0]
+
+
+def test_trace_file_listing_is_the_files_index(ctx, tmp_path):
+    """The tab lists the uploaded file's TraceIndex (rows, summary columns, byte locations), and
+    a row of that index opens by reading only its own bytes: with every other line of the file
+    corrupted after the upload, the indexed row still opens to the trace the tab loaded."""
+    from backend.trace import TraceFormatError, TraceIndex
+
+    lines = [ln for p in sorted(SAMPLE_DIR.glob("*.jsonl")) for ln in p.read_bytes().splitlines() if ln.strip()][:4]
+    f = tmp_path / "four.jsonl"
+    f.write_bytes(b"\n".join(lines) + b"\n")
+    sess = fresh(ctx)
+    trace_files.load_file(ctx, sess, str(f))
+    ix = sess.file_index
+    assert isinstance(ix, TraceIndex) and len(ix) == len(sess.file_traces) == 4 and ix.traces is None
+    df = trace_files.table_outputs(sess)[2]
+    for c in ("id", "turns", "tokens", "errors"):
+        assert list(df[c]) == ix.cols[c], c
+    assert list(df["preview"]) == [trace_files.preview(sess.traces[x]) for x in sess.file_traces]
+    assert ix.cols["offset"] == [sum(len(x) + 1 for x in lines[:i]) for i in range(4)]
+    # corrupt lines 1, 2 and 4 in place (same lengths): row 3 still opens, the others are refused
+    raw = bytearray(f.read_bytes())
+    for i in (0, 1, 3):
+        off, n = ix.cols["offset"][i], ix.cols["length"][i]
+        raw[off:off + n - 1] = b"x" * (n - 1)
+    f.write_bytes(bytes(raw))
+    assert ix.open(2) == sess.traces[sess.file_traces[2]]
+    for i in (0, 1, 3):
+        with pytest.raises(TraceFormatError, match=rf"^line {i + 1}: invalid JSON"):
+            ix.open(i)
+    # the listing did not re-read the file
+    assert list(trace_files.table_outputs(sess)[2]["id"]) == list(df["id"])
 
 
 def test_trace_file_filters_search_and_export(ctx, tmp_path):

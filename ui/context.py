@@ -376,6 +376,7 @@ class Session:
     traces: dict[str, Trace] = field(default_factory=dict)  # label → trace, in insertion order
     current: str | None = None
     file_traces: list[str] = field(default_factory=list)  # labels from the last uploaded file
+    file_index: Any = None  # its backend.trace.TraceIndex (row i: file_traces[i]), which the Trace files tab lists
     file_name: str = ""
     file_problems: list[tuple[int, str]] = field(default_factory=list)
     # playground

@@ -14,7 +14,8 @@ import gradio as gr
 import pandas as pd
 
 from backend.labels import trace_termination_label
-from backend.trace import Trace
+from backend.trace import Trace, TraceIndex
+from backend.trace.io import summary_of_trace
 from ui import charts
 from ui.context import AppContext, Session, short_error
 
@@ -52,30 +53,49 @@ def _source(t: Trace) -> str:
     return str(md.get("source") or "?")
 
 
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def preview(t: Trace, limit: int = PREVIEW_CHARS) -> str:
-    """The first user message, on one line, shortened to ``limit`` characters."""
-    for m in t.messages:
-        if isinstance(m, dict) and m.get("role") == "user":
-            c = m.get("content")
-            text = c if isinstance(c, str) else json.dumps(c, ensure_ascii=False) if c is not None else ""
-            text = " ".join(text.split())
-            return text if len(text) <= limit else text[: limit - 1] + "…"
-    return ""
+    """The first user message, on one line, shortened to ``limit`` characters (the index's
+    preview column, for a trace in memory)."""
+    return _shorten(summary_of_trace(t)["preview"], limit)
 
 
-def traces_frame(labels: list[str], traces: dict[str, Trace]) -> pd.DataFrame:
-    """One row per trace (pandas). ``#`` is the position in ``labels``."""
+def listing(index: TraceIndex, labels: list[str], traces: dict[str, Trace]) -> pd.DataFrame:
+    """The table of a file: one row per row of its ``index`` (id, source, turns, tokens, errors,
+    preview come from the index), ``#`` the row's position in ``labels`` (its trace in the
+    session), the termination in words (:func:`backend.labels.trace_termination_label`)."""
+    cols = index.cols
     rows = []
-    for i, label in enumerate(labels):
+    for i, label in enumerate(labels[: len(index)]):
         t = traces.get(label)
         if t is None:
             continue
         rows.append({
-            "#": i, "id": t.id, "source": _source(t), "turns": t.num_turns,
-            "tokens": len(t.prompt_ids) + len(t.response_ids), "termination": trace_termination_label(t),
-            "errors": t.step_errors(), "preview": preview(t),
+            "#": i, "id": cols["id"][i], "source": cols["source"][i] or "?", "turns": cols["turns"][i],
+            "tokens": cols["tokens"][i], "termination": trace_termination_label(t), "errors": cols["errors"][i],
+            "preview": _shorten(cols["preview"][i], PREVIEW_CHARS),
         })
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def traces_frame(labels: list[str], traces: dict[str, Trace]) -> pd.DataFrame:
+    """:func:`listing` of traces in memory (``#`` is the position in ``labels``)."""
+    present = [(i, x) for i, x in enumerate(labels) if x in traces]
+    df = listing(TraceIndex.of_traces([traces[x] for _, x in present]), [x for _, x in present], traces)
+    df["#"] = [i for i, _ in present]
+    return df
+
+
+def file_listing(session: Session) -> pd.DataFrame:
+    """The table of the session's file: from the uploaded file's index (built by
+    :func:`load_file`), or from an index over the traces in memory (the samples)."""
+    ix = session.file_index
+    if ix is not None and len(ix) == len(session.file_traces):
+        return listing(ix, session.file_traces, session.traces)
+    return traces_frame(session.file_traces, session.traces)
 
 
 def _haystack(t: Trace) -> str:
@@ -138,23 +158,24 @@ def _import_bundle(ctx: AppContext, name: str | None) -> Any:
     return ctx.tokenizers.get(name)
 
 
-def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | None = None) -> tuple[Any, str | None]:
-    """Traces and bad records of an uploaded file, and the format(s) it was imported from (None
-    for our own traces). ``fmt`` "auto": our traces as they are; a file in which nothing is a
-    trace but whose records are another tool's is imported with ``tokenizer``."""
+def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | None = None) -> tuple[TraceIndex, str | None]:
+    """The index of an uploaded file (its traces held: ``index.traces``), and the format(s) it
+    was imported from (None for our own traces). ``fmt`` "auto": our traces as they are, indexed
+    as they are read; a file in which nothing is a trace but whose records are another tool's is
+    imported with ``tokenizer``, then indexed."""
     from backend import importers
-    from backend.export import load_any
+    from backend.importers import load_any
     from backend.trace import TraceFileError
 
     if fmt not in FILE_FORMATS:
         raise TraceFileError(f"unknown file format {fmt!r}; choose one of {', '.join(FILE_FORMATS)}")
     bundle = lambda: _import_bundle(ctx, tokenizer)  # noqa: E731 - loaded only for an import
     if fmt != AUTO:
-        return importers.import_file(path, fmt, bundle=bundle()), fmt
+        return TraceIndex.of_result(importers.import_file(path, fmt, bundle=bundle()), path), fmt
     if importers.detect(path) in (None, "trace"):
-        return load_any(path), None
+        return TraceIndex.build([path], keep=True), None
     res = load_any(path, import_foreign=True, bundle=bundle())
-    return res, ", ".join(getattr(res, "formats", None) or {}) or None
+    return TraceIndex.of_result(res, path), ", ".join(getattr(res, "formats", None) or {}) or None
 
 
 def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AUTO,
@@ -173,29 +194,33 @@ def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AU
         size = os.path.getsize(path)
         if size > ctx.max_upload_bytes:
             raise TraceFileError(f"{name} is {human_bytes(size)}, over this app's {human_bytes(ctx.max_upload_bytes)} upload limit")
-        res, imported = read_upload(ctx, path, fmt, tokenizer)
+        index, imported = read_upload(ctx, path, fmt, tokenizer)
     except Exception as e:  # noqa: BLE001 - shown to the user
         return f'<div class="ali-err">Could not read {html.escape(name)}: {html.escape(short_error(e))}</div>', empty
-    labels = [session.add(f"file · {name} · {t.id}", t) for t in res.traces]
+    traces = index.traces or []
+    index.traces = None  # the session holds them; the index keeps its rows and locations
+    labels = [session.add(f"file · {name} · {t.id}", t) for t in traces]
     session.file_traces = labels
+    session.file_index = index
     session.file_name = name
-    session.file_problems = [(p.line, p.reason) for p in res.problems]
+    problems = index.problems
+    session.file_problems = [(p.line, p.reason) for p in problems]
     if labels:
         session.current = labels[0]
-    unit = getattr(res, "unit", "line")  # what a bad record's number counts: line, row or index
-    probs = pd.DataFrame([{"line": p.line, "problem": p.reason} for p in res.problems], columns=["line", "problem"])
-    msg = f"{html.escape(name)}: {len(res.traces)} trace(s) loaded"
+    unit = index.unit  # what a bad record's number counts: line, row or index
+    probs = pd.DataFrame([{"line": p.line, "problem": p.reason} for p in problems], columns=["line", "problem"])
+    msg = f"{html.escape(name)}: {len(traces)} trace(s) loaded"
     if imported:
-        given = sum(1 for t in res.traces if t.metadata.get("ids") == "given")
+        given = sum(1 for t in traces if t.metadata.get("ids") == "given")
         how = f"token ids as given for {given}, " if given else ""
-        tok = res.traces[0].tokenizer.name if res.traces else (tokenizer or ctx.default_tokenizer)
-        msg = (f"{html.escape(name)}: {len(res.traces)} trace(s) imported from <b>{html.escape(imported)}</b> "
+        tok = traces[0].tokenizer.name if traces else (tokenizer or ctx.default_tokenizer)
+        msg = (f"{html.escape(name)}: {len(traces)} trace(s) imported from <b>{html.escape(imported)}</b> "
                f"({how}rendered and decoded with {html.escape(str(tok))})")
-    if res.problems:
-        total = getattr(res, "problem_count", len(res.problems))
-        listed = "listed below" if total == len(res.problems) else f"the first {len(res.problems)} listed below"
+    if problems:
+        total = index.problem_count
+        listed = "listed below" if total == len(problems) else f"the first {len(problems)} listed below"
         msg += f", <b>{total} bad record(s)</b> ({listed} with their {unit} numbers)"
-    cls = "ali-ok" if not res.problems else "ali-warn"
+    cls = "ali-ok" if not problems else "ali-warn"
     return f'<div class="{cls}">{msg}</div>', probs
 
 
@@ -252,7 +277,7 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
 
 def table_outputs(session: Session, reason: str | None = ALL, source: str | None = ALL, query: str | None = "") -> list[Any]:
     """[reason_dd, source_dd, table, dist] for the session's current file."""
-    full = traces_frame(session.file_traces, session.traces)
+    full = file_listing(session)
     reasons, sources = filter_choices(full)
     if reason not in reasons:  # verl's code (an API caller) selects its label
         by_code = {session.traces[session.file_traces[int(i)]].termination_reason: lab for i, lab in zip(full["#"], full["termination"])}

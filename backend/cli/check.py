@@ -56,7 +56,7 @@ def _bundle_for(trace, args, cache: dict):
 
 def run(args) -> int:
     from backend.diagnostics import Finding, FindingCode, Location, check, summarize
-    from backend.export import load_any
+    from backend.importers import load_any
     from backend.trace import TraceFileError
 
     if not os.path.exists(args.traces):

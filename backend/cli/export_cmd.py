@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
-
 from backend.cli import CLIError, bad_records_error, emit
+from backend.cli.files import add_file_command, check_paths
+
+# what the command does, and what its exit statuses 0, 1 and 2 mean
+ABOUT = ("Export the traces of one or more files, in order, to one output.",
+         "every record was a trace", "some records were not (listed; the traces were written)",
+         "nothing was written (a missing or unreadable file, empty input, or no trace could be read)")
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "export", help="export traces to jsonl, parquet, hf (messages+tools) or verl (ids+mask) rows",
-        description="Export the traces of one or more files, in order, to one output. Exit status: 0 every record was "
-                    "a trace; 1 some records were not (listed; the traces were written); 2 nothing was written (a "
-                    "missing or unreadable file, empty input, or no trace could be read).",
-    )
+    p = add_file_command(sub, "export", "export traces to jsonl, parquet, hf (messages+tools) or verl (ids+mask) rows", *ABOUT)
     p.add_argument("traces", metavar="TRACES", nargs="+", help="trace file(s) (.jsonl, .json or .parquet), exported in order")
     p.add_argument("--to", dest="fmt", required=True, choices=("jsonl", "parquet", "hf", "verl"))
     p.add_argument("--out", required=True, help="output file (hf/verl: .parquet for Parquet, else JSONL)")
@@ -22,14 +21,11 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backend.export import export_traces, load_any
+    from backend.export import export_traces
+    from backend.importers import load_any
     from backend.trace import TraceFileError
 
-    for path in args.traces:
-        if not os.path.exists(path):
-            raise CLIError(f"trace file not found: {path}")
-        if os.path.abspath(path) == os.path.abspath(args.out):
-            raise CLIError("--out must not be an input file")
+    check_paths(args.traces, args.out, missing="trace file not found", same="--out must not be an input file")
     traces = []
     problems: list[dict] = []
     for path in args.traces:

@@ -7,17 +7,19 @@ import os
 import sys
 
 from backend.cli import CLIError, bad_records_error, emit
+from backend.cli.files import add_file_command, check_paths
 
 FORMAT_CHOICES = ("agents-sdk", "verl", "openai-chat", "sharegpt", "auto")
 
 
+# what the command does, and what its exit statuses 0, 1 and 2 mean
+ABOUT = ("Import other tools' records as traces.",
+         "every record was imported", "some records could not be (listed; the others were written)",
+         "nothing was imported (a missing, unreadable or empty file, or no record could be read; --out is left as it was)")
+
+
 def register(sub) -> None:
-    p = sub.add_parser(
-        "import", help="import traces from another format (agents-sdk, verl, openai-chat, sharegpt)",
-        description="Import other tools' records as traces. Exit status: 0 every record was imported; 1 some records "
-                    "could not be (listed; the others were written); 2 nothing was imported (a missing, unreadable or "
-                    "empty file, or no record could be read; --out is left as it was).",
-    )
+    p = add_file_command(sub, "import", "import traces from another format (agents-sdk, verl, openai-chat, sharegpt)", *ABOUT)
     p.add_argument("input", metavar="INPUT", help="JSONL, JSON or Parquet file")
     p.add_argument("--from", dest="fmt", choices=FORMAT_CHOICES, default="auto", help="source format (default: detect per record)")
     p.add_argument("--out", required=True, help="trace file to write (JSONL)")
@@ -35,10 +37,7 @@ def run(args) -> int:
     from backend.importers import iter_import
     from backend.trace import LoadProblem, TraceFileError
 
-    if not os.path.exists(args.input):
-        raise CLIError(f"input file not found: {args.input}")
-    if os.path.abspath(args.input) == os.path.abspath(args.out):
-        raise CLIError("--out must not be the input file")
+    check_paths([args.input], args.out, missing="input file not found", same="--out must not be the input file")
     options = {}
     if args.tools:
         options["tools"] = read_json_file(args.tools, "tools")

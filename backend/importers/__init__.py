@@ -28,8 +28,20 @@ from backend.importers import agents_sdk, openai_chat, sharegpt, verl  # noqa: F
 from backend.importers.base import ImportContext, Importer, get_importer, importers
 from backend.importers.common import Conversation, RecordError, trace_from_conversation
 from backend.tokenizers import TokenizerLoadError
-from backend.trace import (LoadProblem, LoadResult, Trace, TraceFileError, TraceFormatError, Refused, iter_jsonl_records,
-                           json_type, parse_json_record, record_tokens_problem, too_many_tokens)
+from backend.trace import (
+    LoadProblem,
+    LoadResult,
+    Trace,
+    TraceFileError,
+    TraceFormatError,
+    iter_records,
+    json_type,
+    record_tokens_problem,
+    sniff,
+    too_many_tokens,
+    trace_of,
+)
+from backend.trace.io import JSON, PARQUET, check_layout, collect, is_trace_parquet, open_parquet
 
 FORMATS = ("agents-sdk", "verl", "openai-chat", "sharegpt")
 # auto-detection order: most specific first; plain {messages} rows go to openai-chat last
@@ -59,10 +71,10 @@ def detect_record(record: Any) -> str | None:
 def detect(record_or_path: Any, max_records: int = 5) -> str | None:
     """The format of a record, or of a file (its first few readable records)."""
     if isinstance(record_or_path, (str, os.PathLike)) and os.path.isfile(record_or_path):
-        for _, rec in _iter_records(str(record_or_path), None, limit=max_records):
-            if isinstance(rec, LoadProblem):
-                continue
-            fmt = detect_record(rec)
+        for i, (_, rec) in enumerate(_records(str(record_or_path), None)):
+            if i >= max_records:
+                break
+            fmt = detect_record(rec) if not isinstance(rec, LoadProblem) else None
             if fmt is not None:
                 return fmt
         return None
@@ -89,69 +101,54 @@ class ImportResult(LoadResult):
         return [f"{self.unit} {p.line}: {p.reason}" for p in self.problems]
 
 
-def _read_parquet_rows(path: str) -> Iterator[tuple[int, Any]]:
-    """``(row number, row dict or LoadProblem)`` of another tool's Parquet file."""
-    try:
-        import pyarrow.parquet as pq
-    except ImportError as e:  # pragma: no cover
-        raise TraceFileError("reading Parquet needs pyarrow (pip install pyarrow)") from e
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as e:  # pyarrow raises ArrowInvalid/OSError
-        raise TraceFileError(f"{os.path.basename(path)} is not a readable Parquet file: {e}") from None
-    from backend.parquet_limits import iter_parquet_rows
-
-    # a row over the token limits comes as a LoadProblem, never decoded
-    yield from iter_parquet_rows(pf, path)
+def _records(path: str, fmt: str | None) -> Iterator[tuple[int, Any]]:
+    """``(number, record or LoadProblem)`` of a file, read by :mod:`backend.trace.io`; a JSON list
+    is one record when the chosen format (or, in auto mode, Agents SDK run items) says so."""
+    if fmt in FORMATS:
+        whole = get_importer(fmt).whole_file
+    else:
+        whole = agents_sdk.looks_like_items if fmt in (None, "auto") else None
+    for n, _, rec in iter_records(sniff(path), whole=whole):
+        yield n, rec
 
 
 def _unit_for(path: str) -> str:
     return "row" if path.endswith(".parquet") else "line"
 
 
-def _iter_records(path: str, fmt: str | None, limit: int | None = None) -> Iterator[tuple[int, Any]]:
-    """``(number, record_or_LoadProblem)``; number is the 1-based line (JSONL), row (Parquet) or
-    list index + 1 (JSON list)."""
-    from backend.trace.io import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_LINE_BYTES, check_file_size
-
-    if not os.path.exists(path):
-        raise TraceFileError(f"file not found: {path}")
-    size = check_file_size(path, DEFAULT_MAX_FILE_BYTES)
-    count = 0
-    if path.endswith(".parquet"):
-        for n, row in _read_parquet_rows(path):
-            yield n, row
-            count += 1
-            if limit and count >= limit:
-                return
+def convert_record(n: int, rec: Any, fmt: str, ctx: ImportContext, where: dict[str, Any] | None = None) -> Iterator[tuple[Trace | LoadProblem, str | None]]:
+    """``(trace or problem, format)`` for what one record gives: our own trace records pass
+    through; others are converted by their format's importer (``fmt`` "auto": detected per
+    record). ``where`` (``{"file", "line" | "row"}``) is recorded as each imported trace's
+    ``metadata.import``."""
+    name = fmt if fmt != "auto" else detect_record(rec)
+    if name is None:
+        what = f"keys: {', '.join(sorted(rec)[:8])}" if isinstance(rec, dict) else f"{json_type(rec)}, not a JSON object"
+        yield LoadProblem(n, f"unrecognised record ({what}); pass --from to choose a format"), None
         return
-    with open(path, "rb") as f:
-        head = f.read(4096)
-        f.seek(0)
-        if b"\x00" in head:
-            raise TraceFileError(f"{os.path.basename(path)} looks like a binary file (not JSON, JSONL or .parquet)")
-        stripped = head.removeprefix(b"\xef\xbb\xbf").lstrip()
-        # a non-.json file is read whole only when it is no longer than the line limit: a JSONL
-        # file whose first line starts with "[" is read line by line, memory bounded
-        if (stripped.startswith(b"[") and size <= DEFAULT_MAX_LINE_BYTES) or path.endswith(".json"):
-            doc = parse_json_record(f.read())  # None for a file holding "null": read as JSONL below
-            if doc is not None and not isinstance(doc, Refused):
-                whole = get_importer(fmt).whole_file(doc) if fmt in FORMATS else (fmt is None or fmt == "auto") and agents_sdk.looks_like_items(doc)
-                if whole or not isinstance(doc, list):
-                    yield 1, doc
-                    return
-                for i, rec in enumerate(doc, start=1):
-                    yield i, rec
-                    count += 1
-                    if limit and count >= limit:
-                        return
-                return
-            f.seek(0)
-        for n, rec in iter_jsonl_records(f):
-            yield n, rec
-            count += 1
-            if limit and count >= limit:
-                return
+    why = record_tokens_problem(rec)  # ALI_MAX_TRACE_TOKENS, before the ids are copied into a trace
+    if why:
+        yield LoadProblem(n, why), name
+        return
+    try:
+        if name == "trace":
+            yield trace_of(n, rec), name
+            return
+        for item in get_importer(name).convert(rec, ctx):
+            t = trace_from_conversation(item, ctx.bundle, name) if isinstance(item, Conversation) else item
+            why = too_many_tokens(len(t.prompt_ids) + len(t.response_ids))  # ids rendered from the messages
+            if why:
+                yield LoadProblem(n, why), name
+                continue
+            if where is not None:
+                t.metadata["import"] = dict(where)
+            yield t, name
+    except (RecordError, TraceFormatError) as e:
+        yield LoadProblem(n, str(e)), name
+    except (TraceFileError, TokenizerLoadError):
+        raise  # nothing else can import either
+    except Exception as e:  # a bug on one record must not stop the import
+        yield LoadProblem(n, f"internal error: {type(e).__name__}: {e}"[:500]), name
 
 
 def iter_import(
@@ -169,37 +166,12 @@ def iter_import(
     ctx = ctx or ImportContext(tokenizer=tokenizer, template=template, options=dict(options or {}), path=path)
     unit = _unit_for(path)
     base = os.path.basename(path)
-    for n, rec in _iter_records(path, fmt):
+    for n, rec in _records(path, fmt):
         if isinstance(rec, LoadProblem):
             yield n, rec, None
             continue
-        name = fmt if fmt != "auto" else detect_record(rec)
-        if name is None:
-            what = f"keys: {', '.join(sorted(rec)[:8])}" if isinstance(rec, dict) else f"{json_type(rec)}, not a JSON object"
-            yield n, LoadProblem(n, f"unrecognised record ({what}); pass --from to choose a format"), None
-            continue
-        why = record_tokens_problem(rec)  # ALI_MAX_TRACE_TOKENS, before the ids are copied into a trace
-        if why:
-            yield n, LoadProblem(n, why), name
-            continue
-        try:
-            if name == "trace":
-                yield n, Trace.from_dict(rec), name
-                continue
-            for item in get_importer(name).convert(rec, ctx):
-                t = trace_from_conversation(item, ctx.bundle, name) if isinstance(item, Conversation) else item
-                why = too_many_tokens(len(t.prompt_ids) + len(t.response_ids))  # ids rendered from the messages
-                if why:
-                    yield n, LoadProblem(n, why), name
-                    continue
-                t.metadata["import"] = {"file": base, unit: n}
-                yield n, t, name
-        except (RecordError, TraceFormatError) as e:
-            yield n, LoadProblem(n, str(e)), name
-        except (TraceFileError, TokenizerLoadError):
-            raise  # nothing else can import either
-        except Exception as e:  # a bug on one record must not stop the import
-            yield n, LoadProblem(n, f"internal error: {type(e).__name__}: {e}"[:500]), name
+        for item, name in convert_record(n, rec, fmt, ctx, {"file": base, unit: n}):
+            yield n, item, name
 
 
 def import_file(
@@ -216,14 +188,8 @@ def import_file(
     res = ImportResult(unit=_unit_for(path))
     ctx = ImportContext(tokenizer=tokenizer, template=template, options=dict(options or {}), path=path, _bundle=bundle)
     for n, item, name in iter_import(path, fmt, ctx=ctx):
-        if res.full:
-            res.stop_reading(n, res.unit)
+        if not res.take(n, item, res.unit):
             break
-        if isinstance(item, LoadProblem):
-            res.problems.append(item)
-        else:
-            res.traces.append(item)
-            res.lines.append(n)
         if name is not None and not isinstance(item, LoadProblem):
             res.formats[name] = res.formats.get(name, 0) + 1
     return res
@@ -237,30 +203,10 @@ def import_records(
     ctx = ImportContext(tokenizer=tokenizer, template=template, options=dict(options or {}), _bundle=bundle)
     res = ImportResult(unit="index")
     for i, rec in enumerate(records, start=1):
-        name = fmt if fmt != "auto" else detect_record(rec)
-        if name is None:
-            res.problems.append(LoadProblem(i, "unrecognised record; choose a format"))
-            continue
-        try:
-            if name == "trace":
-                produced = [Trace.from_dict(rec)]
-            else:
-                produced = [
-                    trace_from_conversation(c, ctx.bundle, name) if isinstance(c, Conversation) else c
-                    for c in get_importer(name).convert(rec, ctx)
-                ]
-        except (RecordError, TraceFormatError) as e:
-            res.problems.append(LoadProblem(i, str(e)))
-            continue
-        except TokenizerLoadError:
-            raise
-        except Exception as e:  # a bug on one record must not stop the import
-            res.problems.append(LoadProblem(i, f"internal error: {type(e).__name__}: {e}"[:500]))
-            continue
-        for t in produced:
-            res.traces.append(t)
-            res.lines.append(i)
-            res.formats[name] = res.formats.get(name, 0) + 1
+        for item, name in convert_record(i, rec, fmt, ctx):
+            res.take(i, item, res.unit)
+            if name is not None and not isinstance(item, LoadProblem):
+                res.formats[name] = res.formats.get(name, 0) + 1
     return res
 
 
@@ -276,12 +222,54 @@ def import_agents_sdk_run(items: list[Any], tools: Any = None, *, instructions: 
     return trace_from_conversation(conv, ctx.bundle, "agents-sdk")
 
 
+def load_any(path: str, *, import_foreign: bool = False, tokenizer: str = "qwen3", bundle: Any = None) -> LoadResult:
+    """Load a trace file (the UI and the CLI call this): our ``.parquet``, or JSONL / JSON.
+
+    A file in which nothing is a trace but whose first records look like a known foreign format
+    (Agents SDK, verl, OpenAI chat logs, ShareGPT) is imported when ``import_foreign`` is set
+    (an :class:`~backend.importers.ImportResult`, rendered with ``bundle`` if given, else
+    ``tokenizer``); otherwise it is refused with the ``import`` command to use."""
+    src = sniff(path)
+    def imported(fmt: str) -> LoadResult:
+        return import_file(path, fmt, tokenizer=tokenizer, bundle=bundle)
+
+    if src.kind == PARQUET:
+        pf = open_parquet(path)
+        hint = ""
+        if not is_trace_parquet(path):
+            try:
+                fmt = detect(path)
+            except Exception:  # a damaged file: check_layout says what it is not
+                fmt = None
+            if fmt and fmt != "trace":
+                if import_foreign:
+                    return imported(fmt)
+                hint = f"; it looks like {fmt} data: python -m backend import --from {fmt} {path} --out TRACES.jsonl"
+        check_layout(pf, path, hint)
+        return collect(src, LoadResult(), "row")
+    fmt = detect(path)
+    foreign = fmt is not None and fmt != "trace"
+    # detect() looks at the first few readable records only: one damaged trace line (or one
+    # foreign record) among them must not turn a file of traces into "foreign data". Records
+    # that are not traces are refused one by one (no id/format_version), so load, and import or
+    # refuse the file only when nothing in it is a trace.
+    res = collect(src, LoadResult(), "record" if src.kind == JSON else "line")
+    if foreign and not res.traces:
+        if import_foreign:
+            return imported(fmt)
+        res = LoadResult()
+        hint = f"looks like {fmt} data, not a trace; import it: python -m backend import --from {fmt} {path} --out TRACES.jsonl"
+        res.problems.append(LoadProblem(1, hint))
+    return res
+
+
 __all__ = [
     "FORMATS",
     "ImportContext",
     "ImportResult",
     "Importer",
     "RecordError",
+    "convert_record",
     "detect",
     "detect_record",
     "get_importer",
@@ -291,5 +279,6 @@ __all__ = [
     "importers",
     "is_trace_record",
     "iter_import",
+    "load_any",
 ]
 

@@ -20,6 +20,9 @@ from backend.parsers.format import ToolCallFormat
 from backend.trace import ParseError, ToolCall
 
 _REGISTRY: dict[str, type[ToolCallParser]] = {}
+# Parsers named "<prefix>:<name>" (vLLM's own: "vllm:hermes"), built by a factory the adapter
+# module registers, so this module never imports an adapter.
+_PREFIXED: dict[str, Callable[..., ToolCallParser]] = {}
 
 # What a chat template that no format recognises is read with.
 DEFAULT_FORMAT = "hermes"
@@ -120,6 +123,11 @@ def unregister_parser(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
+def register_prefix(prefix: str, factory: Callable[..., ToolCallParser]) -> None:
+    """Build parsers named ``"<prefix>:<name>"`` with ``factory(name, tokenizer=..., **options)``."""
+    _PREFIXED[prefix] = factory
+
+
 def tool_call_formats() -> dict[str, ToolCallFormat]:
     """Every registered parser's declared format, by parser name (sorted)."""
     return {n: c.call_format for n, c in sorted(_REGISTRY.items()) if c.call_format is not None}
@@ -168,10 +176,9 @@ def get_parser(name: str, tokenizer: Any = None, **options: Any) -> ToolCallPars
     and an importable vLLM). Raises :class:`ParserError` for an unknown name."""
     if not isinstance(name, str) or not name:
         raise ParserError(f"parser name must be a non-empty string; available: {', '.join(available_parsers())}")
-    if name.startswith("vllm:"):
-        from backend.parsers.vllm_adapter import VLLMParser
-
-        return VLLMParser(name[len("vllm:") :], tokenizer=tokenizer, **options)
+    prefix, sep, rest = name.partition(":")
+    if sep and prefix in _PREFIXED:
+        return _PREFIXED[prefix](rest, tokenizer=tokenizer, **options)
     cls = _REGISTRY.get(name)
     if cls is None:
         raise ParserError(

@@ -14,7 +14,7 @@ import importlib.util
 from typing import Any
 
 from backend.parsers._adapt import build_result, native_formatter, unwrap_tokenizer, whole_text_error
-from backend.parsers.base import ParserError, ParseResult, ToolCallParser, parser_for_vllm
+from backend.parsers.base import ParserError, ParseResult, ToolCallParser, parser_for_vllm, register_prefix
 
 
 def vllm_available() -> bool:
@@ -90,3 +90,6 @@ class VLLMParser(ToolCallParser):
 
     def format_calls(self, calls: list[dict[str, Any]]) -> str:
         return native_formatter(self.native, self.name).format_calls(calls)
+
+
+register_prefix("vllm", VLLMParser)

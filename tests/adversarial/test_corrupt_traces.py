@@ -9,9 +9,9 @@ digits, non-objects, foreign records, over-long lines, ...) and interleaves them
 extra keys, ``-Infinity`` logprobs as our writer writes them, nesting at the depth limit, the
 largest token id, CRLF endings, blank lines). The same file then goes through
 
-* :func:`backend.trace.load_traces` and :func:`backend.export.load_any` (also under ``.txt`` /
+* :func:`backend.trace.load_traces` and :func:`backend.trace.load_any` (also under ``.txt`` /
   ``.csv`` / ``.json`` names),
-* :class:`backend.trace_table.TraceTable` (the fast scan, then every row opened by offset),
+* :class:`backend.trace.TraceIndex` (the fast scan, then every row opened by offset),
 * ``python -m backend check`` and ``python -m backend import`` (subprocesses),
 * the Trace files tab's upload handler :func:`ui.trace_files.load_file`,
 
@@ -39,9 +39,19 @@ from typing import Any
 import pytest
 
 import backend.trace.io as trace_mod
-from backend.export import load_any, write_parquet
-from backend.trace import MAX_JSON_DEPTH, MAX_TOKEN_ID, LoadResult, Trace, TraceFileError, TraceFormatError, load_traces, write_jsonl
-from backend.trace_table import build_table
+from backend.importers import load_any
+from backend.trace import (
+    MAX_JSON_DEPTH,
+    MAX_TOKEN_ID,
+    LoadResult,
+    Trace,
+    TraceFileError,
+    TraceFormatError,
+    TraceIndex,
+    load_traces,
+    write_jsonl,
+    write_parquet,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_DIR = ROOT / "sample_traces"
@@ -659,11 +669,11 @@ def test_each_bad_line_alone_is_refused_by_trace_from_json(mixed):
         assert Trace.from_json(lines[ln - 1]).id == rec["id"]
 
 
-# ---- entry point: the trace table -------------------------------------------------------------------
+# ---- entry point: the trace index -------------------------------------------------------------------
 
 
-def test_trace_table_scan_and_open_every_row(mixed, line_limit):
-    table = build_table(str(mixed.path))
+def test_trace_index_scan_and_open_every_row(mixed, line_limit):
+    table = TraceIndex.build([str(mixed.path)])
     scanned = {p.line: p.reason for p in table.problems}
     for ln, reason in scanned.items():
         assert ln in mixed.bad, f"good line {ln} refused by the scan: {reason}"
@@ -696,10 +706,10 @@ def test_trace_table_scan_and_open_every_row(mixed, line_limit):
         assert reason == full[ln]
 
 
-def test_trace_table_of_a_json_named_jsonl_file(mixed, line_limit, tmp_path):
+def test_trace_index_of_a_json_named_jsonl_file(mixed, line_limit, tmp_path):
     p = tmp_path / "t.json"
     p.write_bytes(mixed.path.read_bytes())
-    table = build_table(str(p))
+    table = TraceIndex.build([str(p)], validate=True)  # as the Trace files tab builds it
     assert list(table.df["line"]) == [ln for ln, _ in mixed.good]
     assert {pr.line for pr in table.problems} == set(mixed.bad)
     assert table.open(len(table) - 1).id == mixed.good[-1][1]["id"]
@@ -832,7 +842,7 @@ def _refusals(path: Path, monkeypatch) -> dict[str, str]:
 
     out: dict[str, str] = {}
     for name, fn in (("load_traces", lambda: load_traces(str(path))), ("load_any", lambda: load_any(str(path))),
-                     ("build_table", lambda: build_table(str(path)))):
+                     ("TraceIndex", lambda: TraceIndex.build([str(path)]))):
         if name == "load_traces" and path.suffix == ".parquet":
             continue  # load_traces reads our JSON/JSONL only; Parquet goes through load_any
         with pytest.raises(TraceFileError) as ei:
@@ -881,7 +891,7 @@ def test_binary_looking_bytes_after_the_first_4k_are_bad_lines_not_a_crash(tmp_p
     for pr in res.problems:
         assert 1 < pr.line < n_lines
         check_reason(pr.reason)
-    table = build_table(str(p))
+    table = TraceIndex.build([str(p)])
     assert list(table.df["line"]) == [1, n_lines]
     assert [pr.line for pr in table.problems] == [pr.line for pr in res.problems]
 
@@ -892,7 +902,7 @@ def test_empty_files_load_nothing_and_say_so(tmp_path, ui_ctx, content):
     p.write_bytes(content)
     for res in (load_traces(str(p)), load_any(str(p))):
         assert not res.traces and not res.problems
-    assert len(build_table(str(p))) == 0
+    assert len(TraceIndex.build([str(p)])) == 0
     sess, status, probs = ui_load(ui_ctx, p)
     assert "0 trace(s) loaded" in status and probs.empty and sess.file_traces == []
     c = cli("check", str(p), "--no-tokens")
@@ -909,7 +919,7 @@ def test_byte_order_mark_is_ignored_everywhere(tmp_path, ui_ctx):
     want = [json.loads(lines[0])["id"], "sample-weather-seattle"]
     for res in (load_traces(str(p)), load_any(str(p))):
         assert [t.id for t in res.traces] == want and not res.problems
-    table = build_table(str(p))
+    table = TraceIndex.build([str(p)])
     assert [table.open(i).id for i in range(len(table))] == want and not table.problems
     sess, status, _ = ui_load(ui_ctx, p)
     assert [sess.traces[x].id for x in sess.file_traces] == want
@@ -934,7 +944,7 @@ def test_file_over_the_size_limit_is_refused_with_the_limit_and_the_setting(tmp_
     with pytest.raises(TraceFileError, match=r"over the 999 bytes limit"):
         load_traces(str(p), max_bytes=999)
     monkeypatch.setattr(trace_mod, "DEFAULT_MAX_FILE_BYTES", 5000)
-    for fn in (load_traces, load_any, build_table):
+    for fn in (load_traces, load_any, lambda p: TraceIndex.build([p])):
         with pytest.raises(TraceFileError, match=r"over the 5\.0 KB limit .*ALI_MAX_TRACE_FILE_BYTES"):
             fn(str(p))
     _, status, _ = ui_load(ui_ctx, p)
@@ -974,7 +984,7 @@ def test_a_50mb_line_is_skipped_with_bounded_memory(tmp_path, monkeypatch):
 
     peaks: dict[str, int] = {}
     for name, fn in (("load_traces", lambda: load_traces(str(p))), ("load_any", lambda: load_any(str(p))),
-                     ("build_table", lambda: build_table(str(p))), ("import_file", lambda: import_file(str(p)))):
+                     ("TraceIndex", lambda: TraceIndex.build([str(p)])), ("import_file", lambda: import_file(str(p)))):
         tracemalloc.start()
         try:
             res = fn()
@@ -982,7 +992,7 @@ def test_a_50mb_line_is_skipped_with_bounded_memory(tmp_path, monkeypatch):
         finally:
             tracemalloc.stop()
         peaks[name] = peak
-        ids = list(res.df["id"]) if name == "build_table" else [t.id for t in res.traces]
+        ids = list(res.df["id"]) if name == "TraceIndex" else [t.id for t in res.traces]
         assert ids == ["sample-weather-seattle", "after-the-huge-line"], name
         assert [(pr.line, pr.reason.split(" (")[0]) for pr in res.problems] == [(2, "line is longer than the 1.0 MB line limit")], name
         check_reason(res.problems[0].reason)
@@ -1015,7 +1025,7 @@ def test_parquet_rows_with_bad_records(tmp_path, ui_ctx):
     for pr in res.problems:
         check_reason(pr.reason)
     assert "out of range" in res.problems[1].reason and "no id" in res.problems[2].reason
-    tbl = build_table(str(p))
+    tbl = TraceIndex.build([str(p)])
     assert [pr.line for pr in tbl.problems] == [2]  # the scan reads the JSON columns only
     opened = {}
     for i in range(len(tbl)):
@@ -1106,7 +1116,7 @@ def test_reasons_are_plain_words_and_the_same_in_every_reader(tmp_path, raw, rea
     good = (SAMPLE_DIR / "01_weather.jsonl").read_bytes().strip()
     p.write_bytes(good + b"\n" + raw + b"\n")
     assert [(pr.line, pr.reason) for pr in load_traces(str(p)).problems] == [(2, reason)]
-    table = build_table(str(p))
+    table = TraceIndex.build([str(p)])
     found = [(pr.line, pr.reason) for pr in table.problems]
     for i in range(len(table)):
         try:

@@ -279,7 +279,7 @@ def make_canaries(folder: Path) -> Canaries:
         "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": jinja, "eos_token": "<|im_end|>",
         "pad_token": "<|endoftext|>", "canary": s}))
     # a real tokenizer.json, so the folder would load as a tokenizer if the server read it
-    from backend.tokenizers import qwen_tokenizer_dir
+    from backend.models import qwen_tokenizer_dir
 
     shutil.copy(qwen_tokenizer_dir() / "tokenizer.json", tok / "tokenizer.json")
     (folder / "sub").mkdir()  # for paths with '..' segments
@@ -770,7 +770,7 @@ def make_parquet_bomb(path: Path, n: int = BOMB_IDS) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from backend.export import write_parquet
+    from backend.trace import write_parquet
     from backend.trace import load_traces
 
     small = path.with_suffix(".small.parquet")
