@@ -37,7 +37,7 @@ Codes (severity):
 * ``tool_error`` (warning) — a tool call that ran and failed (its error text went back to the model).
 * ``cut_tool_call`` (info) — a turn cut by Stop or the run's time limit while the model was
   writing a tool call: the unfinished call was not run; it is not the model's mistake (no
-  ``malformed_tool_call``). Read from the step's ``info["cut_tool_call"]``, or, for traces saved
+  ``malformed_tool_call``). Read from the step's ``info.cut_tool_call``, or, for traces saved
   before the engine recorded it, from a parse error at the end of the aborted last turn.
 * ``repaired_tool_call`` (warning) — a call the parser kept only after a repair the model did not
   write (no arguments key, read as ``{}``): a warning-severity parse error on the step.
@@ -52,33 +52,21 @@ from typing import Any
 
 from backend import seqdiff
 from backend.trace import Trace
+from backend.trace.builder import mask_runs
+from backend.trace.messages import decode_arguments
+from backend.trace.model import FindingCode, StepState, TerminationReason
 
 SEVERITIES = ("error", "warning", "info")
 _SEV_ORDER = {s: i for i, s in enumerate(SEVERITIES)}
 
-CODES = (
-    "orphan_tool_message",
-    "tool_call_without_response",
-    "unknown_tool",
-    "invalid_arguments",
-    "malformed_tool_call",
-    "truncated_tool_response",
-    "hit_response_length",
-    "empty_response",
-    "retokenization_drift",
-    "mask_mismatch",
-    "thinking_stripped",
-    "step_error",
-    "tool_error",
-    "cut_tool_call",
-    "repaired_tool_call",
-    "check_skipped",
-)
+C = FindingCode
+CODES = tuple(FindingCode)
+R = TerminationReason
 
 # termination reasons where the loop stopped on purpose before running the last calls
-_LIMIT_REASONS = {"response_length", "max_assistant_turns", "max_user_turns", "tool_error", "cancelled", "time_limit"}
+_LIMIT_REASONS = {r for r in R if r.outcome == "limit"} | {R.TOOL_ERROR}
 # termination reasons of a run whose generation was cut from outside (Stop, the time limit)
-_CUT_REASONS = {"cancelled", "time_limit"}
+_CUT_REASONS = {R.CANCELLED, R.TIME_LIMIT}
 
 
 @dataclass
@@ -93,7 +81,7 @@ class Location:
 
 @dataclass
 class Finding:
-    code: str
+    code: FindingCode
     severity: str
     message: str
     location: Location = field(default_factory=Location)
@@ -101,7 +89,7 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "code": self.code,
+            "code": str(self.code),
             "severity": self.severity,
             "message": self.message,
             "location": self.location.to_dict(),
@@ -221,7 +209,7 @@ def _check_tool_pairing(trace: Trace, ix: _Index) -> list[Finding]:
             content = m.get("content")
             out.append(
                 Finding(
-                    "orphan_tool_message", "error",
+                    C.ORPHAN_TOOL_MESSAGE, "error",
                     f"tool message {i} answers no tool call: {reason}. The template renders it as a tool response the model never asked for.",
                     ix.at_message(i), {"tool_call_id": tid, "name": m.get("name"), "content": _short(content if isinstance(content, str) else json.dumps(content))},
                 )
@@ -241,7 +229,7 @@ def _check_tool_pairing(trace: Trace, ix: _Index) -> list[Finding]:
             why = f" (the run ended with {trace.termination_reason} before running it)" if limited else ""
             out.append(
                 Finding(
-                    "tool_call_without_response", sev,
+                    C.TOOL_CALL_WITHOUT_RESPONSE, sev,
                     f"tool call {j} of message {i} ({c['name']!r}, id {c['id']!r}) has no tool message answering it{why}",
                     ix.at_message(i), {"call_index": j, "name": c["name"], "id": c["id"]},
                 )
@@ -265,22 +253,16 @@ def _check_calls(trace: Trace, ix: _Index) -> list[Finding]:
                 continue  # nothing to check against (reported once below)
             if name not in schemas:
                 avail = ", ".join(sorted(schemas)) or "none"
-                out.append(Finding("unknown_tool", "error", f"message {i} calls {name!r}, which is not among the trace's tools ({avail})", loc, {"call_index": j, "name": name}))
+                out.append(Finding(C.UNKNOWN_TOOL, "error", f"message {i} calls {name!r}, which is not among the trace's tools ({avail})", loc, {"call_index": j, "name": name}))
                 continue
-            if isinstance(args, str):
-                try:
-                    args = json.loads(args) if args.strip() else {}
-                except json.JSONDecodeError as e:
-                    if loc.step in steps_with_parse_errors:
-                        continue  # the step's parse error reports it
-                    out.append(
-                        Finding("malformed_tool_call", "error", f"message {i}, call {j} ({name!r}): arguments are not valid JSON ({e.msg} at char {e.pos})", loc, {"call_index": j, "raw": _short(c["arguments"], 200)})
-                    )
-                    continue
-            if not isinstance(args, dict):
+            args, problem = decode_arguments(args) if args is not None else (None, "arguments must be a JSON object, got null")
+            if problem is not None:
                 if loc.step in steps_with_parse_errors:
-                    continue
-                out.append(Finding("malformed_tool_call", "error", f"message {i}, call {j} ({name!r}): arguments must be a JSON object, got {type(args).__name__}", loc, {"call_index": j}))
+                    continue  # the step's parse error reports it
+                details: dict[str, Any] = {"call_index": j}
+                if isinstance(args, str):  # not JSON: the text as written
+                    details["raw"] = _short(args, 200)
+                out.append(Finding(C.MALFORMED_TOOL_CALL, "error", f"message {i}, call {j} ({name!r}): {problem}", loc, details))
                 continue
             params = schemas[name].get("parameters")
             if isinstance(params, dict) and params:
@@ -288,7 +270,7 @@ def _check_calls(trace: Trace, ix: _Index) -> list[Finding]:
                 if errs:
                     out.append(
                         Finding(
-                            "invalid_arguments", "error",
+                            C.INVALID_ARGUMENTS, "error",
                             f"message {i}, call {j} ({name!r}): arguments do not match the tool's parameters: {errs[0]}"
                             + (f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""),
                             loc, {"call_index": j, "errors": errs[:10], "arguments": args},
@@ -297,7 +279,7 @@ def _check_calls(trace: Trace, ix: _Index) -> list[Finding]:
     if any_calls and not schemas:
         out.append(
             Finding(
-                "check_skipped", "info", "the trace has tool calls but no tool schemas: unknown_tool and invalid_arguments not checked",
+                C.CHECK_SKIPPED, "info", "the trace has tool calls but no tool schemas: unknown_tool and invalid_arguments not checked",
                 Location(), {"check": "tools"},
             )
         )
@@ -309,7 +291,7 @@ def _check_calls(trace: Trace, ix: _Index) -> list[Finding]:
             tok = s.start if s.end > s.start else None
             out.append(
                 Finding(
-                    "cut_tool_call", "info",
+                    C.CUT_TOOL_CALL, "info",
                     f"step {s.index}: the turn was cut ({trace.termination_reason or 'aborted'}) while the model was writing a tool "
                     f"call; the unfinished call was not run: {_short(str(e.get('raw') or ''), 80)!r}",
                     ix.at_step(s.index, tok), {"raw": _short(str(e.get("raw") or ""), 200), "span": list(span) if span else None},
@@ -317,40 +299,40 @@ def _check_calls(trace: Trace, ix: _Index) -> list[Finding]:
             )
         for k, e in enumerate(errors):
             tok = s.start if s.end > s.start else None
-            code, sev = ("repaired_tool_call", "warning") if e.severity == "warning" else ("malformed_tool_call", "error")
+            code, sev = (C.REPAIRED_TOOL_CALL, "warning") if e.severity == "warning" else (C.MALFORMED_TOOL_CALL, "error")
             out.append(Finding(code, sev, f"step {s.index}: {e.message}", ix.at_step(s.index, tok), {"raw": _short(e.raw or "", 200), "span": list(e.span) if e.span else None}))
         for r in s.tool_results:
             if r.truncated:
                 orig = f" from {r.original_length} characters" if r.original_length is not None else ""
                 out.append(
                     Finding(
-                        "truncated_tool_response", "warning",
+                        C.TRUNCATED_TOOL_RESPONSE, "warning",
                         f"step {s.index}: the result of {r.name!r} was truncated{orig} to {len(r.content)} characters; the model saw a partial tool response",
                         ix.at_step(s.index), {"name": r.name, "call_id": r.call_id, "original_length": r.original_length, "length": len(r.content)},
                     )
                 )
             if not r.ok and r.error not in ("unknown_tool", "invalid_arguments"):
                 out.append(
-                    Finding("tool_error", "warning", f"step {s.index}: tool {r.name!r} failed ({r.error or 'error'}): {_short(r.error_detail or r.content, 160)}", ix.at_step(s.index), {"name": r.name, "error": r.error})
+                    Finding(C.TOOL_ERROR, "warning", f"step {s.index}: tool {r.name!r} failed ({r.error or 'error'}): {_short(r.error_detail or r.content, 160)}", ix.at_step(s.index), {"name": r.name, "error": r.error})
                 )
-            elif not r.ok and r.error == "invalid_arguments" and not any(f.code == "invalid_arguments" for f in out):
-                out.append(Finding("invalid_arguments", "error", f"step {s.index}: tool {r.name!r} rejected its arguments: {_short(r.error_detail or r.content, 160)}", ix.at_step(s.index), {"name": r.name}))
-            elif not r.ok and r.error == "unknown_tool" and not any(f.code == "unknown_tool" and f.details.get("name") == r.name for f in out):
-                out.append(Finding("unknown_tool", "error", f"step {s.index}: tool {r.name!r} is not registered", ix.at_step(s.index), {"name": r.name}))
+            elif not r.ok and r.error == "invalid_arguments" and not any(f.code == C.INVALID_ARGUMENTS for f in out):
+                out.append(Finding(C.INVALID_ARGUMENTS, "error", f"step {s.index}: tool {r.name!r} rejected its arguments: {_short(r.error_detail or r.content, 160)}", ix.at_step(s.index), {"name": r.name}))
+            elif not r.ok and r.error == "unknown_tool" and not any(f.code == C.UNKNOWN_TOOL and f.details.get("name") == r.name for f in out):
+                out.append(Finding(C.UNKNOWN_TOOL, "error", f"step {s.index}: tool {r.name!r} is not registered", ix.at_step(s.index), {"name": r.name}))
         if s.error:
-            out.append(Finding("step_error", "error", f"step {s.index} ({s.state}) failed: {_short(s.error, 200)}", ix.at_step(s.index), {"state": s.state}))
+            out.append(Finding(C.STEP_ERROR, "error", f"step {s.index} ({s.state}) failed: {_short(s.error, 200)}", ix.at_step(s.index), {"state": s.state}))
     return out
 
 
 def _cut_calls(trace: Trace, s: Any) -> tuple[list[dict[str, Any]], list[Any]]:
     """(calls cut by Stop / the time limit, the step's real parse errors). The engine records a
-    cut call in ``info["cut_tool_call"]``; older traces have it as a parse error reaching the end
+    cut call in ``info.cut_tool_call``; older traces have it as a parse error reaching the end
     of the aborted last turn of a cancelled run."""
-    recorded = s.info.get("cut_tool_call") if isinstance(s.info, dict) else None
+    recorded = s.info.cut_tool_call
     cut = [e for e in recorded if isinstance(e, dict)] if isinstance(recorded, list) else []
     errors = list(s.parse_errors)
-    if (errors and s.state == "generating" and s.finish_reason == "abort" and trace.termination_reason in _CUT_REASONS
-            and s.index == max((x.index for x in trace.steps if x.state == "generating"), default=-1)):
+    if (errors and s.state == StepState.GENERATING and s.finish_reason == "abort" and trace.termination_reason in _CUT_REASONS
+            and s.index == max((x.index for x in trace.steps if x.state == StepState.GENERATING), default=-1)):
         end = len((s.text or "").rstrip())
         legacy = [e for e in errors if getattr(e, "severity", "error") == "error" and (e.span is None or e.span[1] >= end)]
         cut += [e.model_dump(mode="json") for e in legacy]
@@ -388,46 +370,46 @@ def _check_lengths(trace: Trace, ix: _Index) -> list[Finding]:
     eos_id = trace.tokenizer.eos_token_id
     ids = trace.input_ids
     budget = trace.config.get("response_length") if isinstance(trace.config, dict) else None
-    length_steps = [s for s in trace.steps if s.state == "generating" and s.finish_reason == "length"]
+    length_steps = [s for s in trace.steps if s.state == StepState.GENERATING and s.finish_reason == "length"]
     for s in length_steps:
-        mt = s.info.get("max_tokens")
+        mt = s.info.max_tokens
         out.append(
             Finding(
-                "hit_response_length", "warning",
+                C.HIT_RESPONSE_LENGTH, "warning",
                 f"step {s.index}: generation stopped on its token budget{f' (max_tokens {mt})' if mt is not None else ''} after {s.end - s.start} tokens, mid-turn",
-                ix.at_step(s.index, s.end - 1 if s.end > s.start else s.start), {"tokens": s.end - s.start, "max_tokens": s.info.get("max_tokens")},
+                ix.at_step(s.index, s.end - 1 if s.end > s.start else s.start), {"tokens": s.end - s.start, "max_tokens": mt},
             )
         )
-    if trace.termination_reason == "response_length" and not length_steps:
+    if trace.termination_reason == R.RESPONSE_LENGTH and not length_steps:
         last = trace.steps[-1].index if trace.steps else None
-        dropped = next((s.info.get("would_append_tokens") for s in trace.steps if s.info.get("would_append_tokens")), None)
+        dropped = next((s.info.would_append_tokens for s in trace.steps if s.info.would_append_tokens), None)
         extra = f"; a tool turn of {dropped} tokens was dropped" if dropped else ""
         out.append(
             Finding(
-                "hit_response_length", "warning",
+                C.HIT_RESPONSE_LENGTH, "warning",
                 f"the run ended on response_length ({len(trace.response_ids)} response tokens, budget {budget}){extra}",
                 Location(step=last, token=ix.n_tokens or None), {"response_tokens": len(trace.response_ids), "budget": budget},
             )
         )
     for s in trace.steps:
-        if s.state != "generating":
+        if s.state != StepState.GENERATING:
             continue
         n = s.end - s.start
         only_eos = n == 1 and eos_id is not None and s.start < len(ids) and ids[s.start] == eos_id
-        if n == 0 and not s.error and s.finish_reason != "abort" and not s.info.get("imported"):
-            out.append(Finding("empty_response", "warning", f"step {s.index}: the model generated no tokens", ix.at_step(s.index, s.start), {}))
+        if n == 0 and not s.error and s.finish_reason != "abort" and not s.info.imported:
+            out.append(Finding(C.EMPTY_RESPONSE, "warning", f"step {s.index}: the model generated no tokens", ix.at_step(s.index, s.start), {}))
         elif only_eos:
-            out.append(Finding("empty_response", "warning", f"step {s.index}: the model ended its turn at once (only the end-of-turn token)", ix.at_step(s.index), {}))
-    flagged = {f.location.message for f in out if f.code == "empty_response"}
+            out.append(Finding(C.EMPTY_RESPONSE, "warning", f"step {s.index}: the model ended its turn at once (only the end-of-turn token)", ix.at_step(s.index), {}))
+    flagged = {f.location.message for f in out if f.code == C.EMPTY_RESPONSE}
     for i, m in enumerate(trace.messages):
         if m.get("role") != "assistant" or i in flagged:
             continue
         c = m.get("content")
         if (c is None or (isinstance(c, str) and not c.strip())) and not m.get("tool_calls") and not m.get("reasoning_content"):
             loc = ix.at_message(i)
-            if any(f.code == "empty_response" and f.location.step == loc.step and loc.step is not None for f in out):
+            if any(f.code == C.EMPTY_RESPONSE and f.location.step == loc.step and loc.step is not None for f in out):
                 continue
-            out.append(Finding("empty_response", "warning", f"assistant message {i} is empty (no content, reasoning or tool calls)", loc, {}))
+            out.append(Finding(C.EMPTY_RESPONSE, "warning", f"assistant message {i} is empty (no content, reasoning or tool calls)", loc, {}))
     return out
 
 
@@ -547,8 +529,8 @@ def _check_drift(trace: Trace, bundle: Any, ix: _Index, rendered: list[int]) -> 
         ],
     }
     if benign:
-        return [Finding("retokenization_drift", "info", msg, ix.at_token(first), details)]
-    return [Finding("retokenization_drift", "warning", msg, ix.at_token(real_first), details)]
+        return [Finding(C.RETOKENIZATION_DRIFT, "info", msg, ix.at_token(first), details)]
+    return [Finding(C.RETOKENIZATION_DRIFT, "warning", msg, ix.at_token(real_first), details)]
 
 
 def _after_eos_whitespace(tok: Any, loop: list[int], rendered: list[int], op: tuple[str, int, int, int, int], eos_ids: set[int]) -> bool:
@@ -559,22 +541,12 @@ def _after_eos_whitespace(tok: Any, loop: list[int], rendered: list[int], op: tu
             and not _tok_repr(tok, rendered[j1:j2]).strip())
 
 
-def _runs(bits: list[int]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for b in bits:
-        if out and out[-1][0] == b:
-            out[-1][1] += 1
-        else:
-            out.append([b, 1])
-    return [(b, n) for b, n in out]
-
-
 def _check_mask(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
     from backend.tokenizers import read_trl_template
 
     tname = bundle.training_template
     if not tname:
-        return [Finding("check_skipped", "info", f"mask_mismatch not checked: trl ships no *_training.jinja variant of template {bundle.template_name!r}", Location(), {"check": "mask_mismatch"})]
+        return [Finding(C.CHECK_SKIPPED, "info", f"mask_mismatch not checked: trl ships no *_training.jinja variant of template {bundle.template_name!r}", Location(), {"check": "mask_mismatch"})]
     text = read_trl_template(tname)
     tok = bundle.tokenizer
     try:
@@ -583,7 +555,7 @@ def _check_mask(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
             chat_template=text, **_template_kwargs(trace),
         )
     except Exception as e:
-        return [Finding("check_skipped", "info", f"mask_mismatch not checked: the training template {tname!r} failed: {type(e).__name__}: {_short(str(e), 160)}", Location(), {"check": "mask_mismatch"})]
+        return [Finding(C.CHECK_SKIPPED, "info", f"mask_mismatch not checked: the training template {tname!r} failed: {type(e).__name__}: {_short(str(e), 160)}", Location(), {"check": "mask_mismatch"})]
     t_ids = list(enc["input_ids"])
     t_mask = list(enc["assistant_masks"])
     loop = trace.input_ids
@@ -604,10 +576,10 @@ def _check_mask(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
                     diffs.append({"loop_token": k, "render_token": None, "token": tok.decode([loop[k]], skip_special_tokens=False), "loop_mask": 1, "training_mask": None})
     if not diffs:
         return []
-    loop_runs = _runs(trace.response_mask)
+    loop_runs = mask_runs(trace.response_mask)
     # the training render's response region: after the same prompt, when the prompt matches
     t_resp = t_mask[p:] if t_ids[:p] == trace.prompt_ids else t_mask[next((k for k, v in enumerate(t_mask) if v), len(t_mask)) :]
-    t_runs = _runs(t_resp)
+    t_runs = mask_runs(t_resp)
     fmt = lambda rs: "/".join(str(n) for _, n in rs)  # noqa: E731
     ones = lambda rs: "/".join(str(n) for b, n in rs if b == 1)  # noqa: E731
     kinds: dict[str, list[dict[str, Any]]] = {}
@@ -654,7 +626,7 @@ def _check_mask(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
                f"the loop stops generating at {tok.eos_token!r} and never has that token, so its mask cannot mark it. "
                "A trainer on trl's mask also learns it; a verl-style trainer does not")
     loc = ix.at_token(first_loop) if first_loop is not None else Location()
-    return [Finding("mask_mismatch", "info" if expected else "warning", msg, loc, details)]
+    return [Finding(C.MASK_MISMATCH, "info" if expected else "warning", msg, loc, details)]
 
 
 def _check_thinking(trace: Trace, bundle: Any, ix: _Index, rendered_text: str) -> list[Finding]:
@@ -673,7 +645,7 @@ def _check_thinking(trace: Trace, bundle: Any, ix: _Index, rendered_text: str) -
             continue
         out.append(
             Finding(
-                "thinking_stripped", "warning",
+                C.THINKING_STRIPPED, "warning",
                 f"assistant message {i}: its reasoning ({len(r)} characters, '{_show(_short(r.strip(), 60))}') is dropped when template "
                 f"{bundle.template_name!r} re-renders the conversation; the model generated it, a re-rendered training sample will not contain it",
                 ix.at_message(i), {"reasoning_chars": len(r)},
@@ -707,7 +679,7 @@ def _token_checks(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
     if info.template_sha256 and info.template_sha256 != bundle.template_sha256:
         out.append(
             Finding(
-                "check_skipped", "info",
+                C.CHECK_SKIPPED, "info",
                 f"the trace was made with template {info.template!r} (sha {info.template_sha256[:12]}), not {bundle.template_name!r}; "
                 "token-level findings compare against the template given", Location(), {"check": "template", "trace_template": info.template},
             )
@@ -715,10 +687,10 @@ def _token_checks(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
     try:
         text = render_text(bundle, trace.messages, _render_tools(trace), add_generation_prompt=False, chat_template_kwargs=_template_kwargs(trace))
     except RenderError as e:
-        return out + [Finding("check_skipped", "info", f"token-level checks skipped: the template cannot render the final messages: {_short(str(e), 200)}", Location(), {"check": "render"})]
+        return out + [Finding(C.CHECK_SKIPPED, "info", f"token-level checks skipped: the template cannot render the final messages: {_short(str(e), 200)}", Location(), {"check": "render"})]
     out += _check_thinking(trace, bundle, ix, text)
     if not trace.input_ids:
-        out.append(Finding("check_skipped", "info", "retokenization_drift and mask_mismatch not checked: the trace has no token ids", Location(), {"check": "tokens"}))
+        out.append(Finding(C.CHECK_SKIPPED, "info", "retokenization_drift and mask_mismatch not checked: the trace has no token ids", Location(), {"check": "tokens"}))
         return out
     rendered = bundle.tokenizer.encode(text, add_special_tokens=False)
     out += _check_drift(trace, bundle, ix, rendered)

@@ -28,19 +28,13 @@ from backend.parsers import get_parser
 from backend.rendering import RenderError, decode, empty_render_prefix, render, render_tool_turn
 from backend.tokenizers import TokenizerBundle
 from backend.tool_choice import ToolChoiceError, build_constraint, choice_for_turn, validate_policy
-from backend.trace import MessageSpan, Step, ToolCall, ToolResult, Trace, new_trace_id
+from backend.trace import Step, ToolCall, ToolResult, Trace, new_trace_id
+from backend.trace.builder import TraceBuilder
+from backend.trace.messages import assistant_message, strip_suffix
+from backend.trace.model import StepState, TerminationReason
 
-# Termination reasons, recorded in Trace.termination_reason
-NO_TOOL_CALLS = "no_tool_calls"
-RESPONSE_LENGTH = "response_length"
-MAX_ASSISTANT_TURNS = "max_assistant_turns"
-MAX_USER_TURNS = "max_user_turns"
-MALFORMED_TOOL_CALL = "malformed_tool_call"
-TOOL_ERROR = "tool_error"
-GENERATION_ERROR = "generation_error"
-RENDER_ERROR = "render_error"
-CANCELLED = "cancelled"
-TIME_LIMIT = "time_limit"  # the run's wall-clock limit (run(time_limit_s=...)) passed
+R = TerminationReason  # recorded in Trace.termination_reason
+S = StepState
 # how long a cancelled run waits for its generation's clean-up (the backend's abort) before the
 # cancellation leaves the loop
 CANCEL_CLEANUP_S = 30.0
@@ -69,24 +63,23 @@ EventCallback = Callable[[LoopEvent], None]
 
 @dataclass
 class _Run:
-    """All state of one run (verl keeps this in AgentData)."""
+    """All state of one run (verl keeps this in AgentData); the trace so far is ``trace``."""
 
-    messages: list[dict[str, Any]]
-    prompt_ids: list[int] = field(default_factory=list)
-    response_ids: list[int] = field(default_factory=list)
-    response_mask: list[int] = field(default_factory=list)
-    steps: list[Step] = field(default_factory=list)
-    message_spans: list[Any] = field(default_factory=list)
+    trace: TraceBuilder
     assistant_turns: int = 0
     user_turns: int = 0
     pending_calls: list[ToolCall] = field(default_factory=list)
-    termination: str | None = None
+    termination: TerminationReason | None = None
     started: float = field(default_factory=time.time)
-    stop_reason: str | None = None  # why the run's stop event was set: cancelled or time_limit
+    stop_reason: TerminationReason | None = None  # why the run's stop event was set: cancelled or time_limit
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return self.trace.messages
 
     @property
     def total(self) -> int:
-        return len(self.prompt_ids) + len(self.response_ids)
+        return self.trace.total
 
 
 class AgentLoop:
@@ -142,10 +135,17 @@ class AgentLoop:
         if cb is not None:
             cb(ev)
 
-    def _emit_step(self, cb: EventCallback | None, run: _Run, step: Step) -> None:
-        """A finished step, with copies of the messages it appended."""
-        if cb is not None:
-            cb(LoopEvent("step", step=step, messages=[copy.deepcopy(run.messages[i]) for i in step.messages_added]))
+    def _end_step(self, run: _Run, step: Step, t0: float, on_event: EventCallback | None, next_state: StepState,
+                  termination: TerminationReason | None = None) -> StepState:
+        """Every step ends here: timed, added to the trace, announced (with copies of the
+        messages it appended); ``termination`` ends the run."""
+        step.duration_s = time.time() - t0
+        run.trace.add_step(step)
+        if termination is not None:
+            run.termination = termination
+        if on_event is not None:
+            on_event(LoopEvent("step", step=step, messages=[copy.deepcopy(run.messages[i]) for i in step.messages_added]))
+        return next_state
 
     # ---- run --------------------------------------------------------------------------------
     async def run(
@@ -167,7 +167,7 @@ class AgentLoop:
         before its next state. Every generation of the run belongs to one conversation, keyed by
         ``conversation_key`` or else the trace id (a backend with several servers sends all of
         its turns to one of them; a chat whose every message is a run passes its own key)."""
-        run = _Run(messages=copy.deepcopy(list(messages)))
+        run = _Run(trace=TraceBuilder(copy.deepcopy(list(messages))))
         trace_id = trace_id or new_trace_id()
         stop, timer = cancel, None
         if time_limit_s is not None and time_limit_s > 0:
@@ -175,29 +175,26 @@ class AgentLoop:
             timer = asyncio.ensure_future(self._watch(run, cancel, stop, time_limit_s))
         try:
             with conversation(conversation_key or trace_id):
-                state = "pending"
-                while state != "terminated":
-                    if run.stop_reason == TIME_LIMIT and state != "pending":
-                        run.termination = TIME_LIMIT
+                state = S.PENDING
+                while state != S.TERMINATED:
+                    if run.stop_reason == R.TIME_LIMIT and state != S.PENDING:
+                        run.termination = R.TIME_LIMIT
                         break
                     self._emit(on_event, LoopEvent("state", state=state))
-                    if state == "pending":
+                    if state == S.PENDING:
                         state = await self._pending(run, on_event)
-                    elif state == "generating":
+                    elif state == S.GENERATING:
                         state = await self._generating(run, on_event, stop)
-                    elif state == "processing_tools":
+                    elif state == S.PROCESSING_TOOLS:
                         state = await self._processing_tools(run, on_event)
                     else:  # pragma: no cover - states are closed
                         raise AssertionError(state)
         finally:
             if timer is not None:
                 timer.cancel()
-        end = Step(
-            index=len(run.steps), state="terminated", start=run.total, end=run.total,
-            started_at=time.time(), info={"reason": run.termination},
-        )
-        run.steps.append(end)
-        self._emit_step(on_event, run, end)
+        end = run.trace.terminate(run.termination)
+        end.started_at = time.time()
+        self._emit(on_event, LoopEvent("step", step=end))
         return self._trace(run, trace_id, metadata)
 
     @staticmethod
@@ -208,12 +205,12 @@ class AgentLoop:
                 await asyncio.sleep(limit_s)
             else:
                 await asyncio.wait_for(cancel.wait(), timeout=limit_s)
-                run.stop_reason = CANCELLED
+                run.stop_reason = R.CANCELLED
                 stop.set()
                 return
         except asyncio.TimeoutError:
             pass
-        run.stop_reason = TIME_LIMIT
+        run.stop_reason = R.TIME_LIMIT
         stop.set()
 
     def _trace(self, run: _Run, trace_id: str, metadata: dict[str, Any] | None) -> Trace:
@@ -231,25 +228,15 @@ class AgentLoop:
         if callable(notes):
             meta.update(notes())
         meta.update(metadata or {})
-        return Trace(
-            messages=run.messages,
-            tools=self.tool_schemas,
-            prompt_ids=run.prompt_ids,
-            response_ids=run.response_ids[:n],
-            response_mask=run.response_mask[:n],
-            steps=run.steps,
-            message_spans=run.message_spans,
-            termination_reason=run.termination,
-            config=self.config.to_dict(),
-            tokenizer=self.bundle.info(),
-            metadata=meta,
-            id=trace_id,
-        )
+        b = run.trace
+        b.response_ids, b.response_mask = b.response_ids[:n], b.response_mask[:n]
+        return b.build(termination_reason=run.termination, tools=self.tool_schemas, config=self.config.to_dict(),
+                       tokenizer=self.bundle.info(), metadata=meta, id=trace_id)
 
     # ---- states -----------------------------------------------------------------------------
-    async def _pending(self, run: _Run, on_event: EventCallback | None) -> str:
+    async def _pending(self, run: _Run, on_event: EventCallback | None) -> StepState:
         t0 = time.time()
-        step = Step(index=0, state="pending", started_at=t0, messages_added=list(range(len(run.messages))))
+        step = run.trace.step(S.PENDING, started_at=t0, messages_added=list(range(len(run.messages))))
         try:
             r = await self._off_loop(
                 render, self.bundle, run.messages, self.tool_schemas,
@@ -259,29 +246,23 @@ class AgentLoop:
                 self._system_prefix = await self._off_loop(empty_render_prefix, self.bundle, self.config.apply_chat_template_kwargs)
         except RenderError as e:
             step.error = str(e)
-            step.duration_s = time.time() - t0
-            run.steps.append(step)
-            run.termination = RENDER_ERROR
-            self._emit_step(on_event, run, step)
-            return "terminated"
-        run.prompt_ids = list(r.token_ids)
-        run.message_spans = list(r.message_spans)
-        step.end = len(run.prompt_ids)
+            return self._end_step(run, step, t0, on_event, S.TERMINATED, R.RENDER_ERROR)
+        run.trace.set_prompt(r.token_ids)
+        for span in r.message_spans:
+            run.trace.add_span(span)
+        step.end = run.total
         step.text = r.text
-        step.info["spans_exact"] = r.spans_exact
-        step.duration_s = time.time() - t0
-        run.steps.append(step)
-        self._emit_step(on_event, run, step)
-        return "generating"
+        step.info.spans_exact = r.spans_exact
+        return self._end_step(run, step, t0, on_event, S.GENERATING)
 
-    async def _generating(self, run: _Run, on_event: EventCallback | None, cancel: asyncio.Event | None) -> str:
+    async def _generating(self, run: _Run, on_event: EventCallback | None, cancel: asyncio.Event | None) -> StepState:
         t0 = time.time()
-        budget = self.config.response_length - len(run.response_mask)
+        budget = self.config.response_length - len(run.trace.response_mask)
         params = self.config.sampling_params
         params = params.replace(max_tokens=max(1, min(params.max_tokens, budget)))
         constraint = self._constraint_for_turn(run)
-        step = Step(
-            index=len(run.steps), state="generating", start=run.total, end=run.total, mask=1, started_at=t0,
+        step = run.trace.step(
+            S.GENERATING, mask=1, started_at=t0,
             constraint=(
                 {**constraint.to_dict(), "tool_choice": choice_for_turn(self.config.tool_choice_policy, run.assistant_turns)}
                 if constraint is not None and constraint.kind != "none" else None
@@ -297,7 +278,7 @@ class AgentLoop:
         error: str | None = None
         cancelled = False
         task = asyncio.ensure_future(
-            self.generator.generate(run.prompt_ids + run.response_ids, params, on_tokens=on_tokens, constraint=constraint)
+            self.generator.generate(run.trace.prompt_ids + run.trace.response_ids, params, on_tokens=on_tokens, constraint=constraint)
         )
         waiter: asyncio.Future | None = None
         try:
@@ -339,13 +320,11 @@ class AgentLoop:
             gen = Generation(token_ids=streamed, finish_reason="abort")
         ids = list(gen.token_ids)
         run.assistant_turns += 1
-        run.response_ids += ids
-        run.response_mask += [1] * len(ids)
-        step.end = run.total
+        _, step.end = run.trace.append(ids, 1)
         step.finish_reason = gen.finish_reason
         step.logprobs = gen.logprobs
         step.info.update(gen.info)
-        step.info["max_tokens"] = params.max_tokens
+        step.info.max_tokens = params.max_tokens
         step.error = error
         step.text = self._decode(ids)
 
@@ -354,7 +333,7 @@ class AgentLoop:
         text = step.text
         if ids and ids[-1] == self.bundle.eos_token_id:
             eos = self.bundle.tokenizer.eos_token or ""
-            text = text[: -len(eos)] if eos and text.endswith(eos) else self._decode(ids[:-1])
+            text = strip_suffix(text, eos) if eos and text.endswith(eos) else self._decode(ids[:-1])
         parsed = self.parser.parse(text)
         calls = [
             c if c.id else c.model_copy(update={"id": f"call_{run.assistant_turns}_{i}"})
@@ -370,51 +349,42 @@ class AgentLoop:
                    if getattr(e, "severity", "error") == "error" and (e.span is None or e.span[1] >= len(text.rstrip()))]
             if cut:
                 step.parse_errors = [e for e in parsed.errors if e not in cut]
-                step.info["cut_tool_call"] = [e.model_dump(mode="json") for e in cut]
-        msg: dict[str, Any] = {"role": "assistant", "content": parsed.content}
-        if parsed.reasoning is not None:
-            msg["reasoning_content"] = parsed.reasoning
-        if calls:
-            msg["tool_calls"] = [c.to_message_call() for c in calls]
+                step.info.cut_tool_call = [e.model_dump(mode="json") for e in cut]
         if ids or not (cancelled or error):
-            run.messages.append(msg)
-            step.messages_added = [len(run.messages) - 1]
-            run.message_spans.append(MessageSpan(message=len(run.messages) - 1, start=step.start, end=step.end))
-        step.duration_s = time.time() - t0
-        run.steps.append(step)
-        self._emit_step(on_event, run, step)
+            msg = assistant_message(parsed, calls=[c.to_message_call() for c in calls])
+            step.messages_added = run.trace.add_messages([msg], step.start, step.end)
 
         # termination, in verl's order
         if cancelled:
-            run.termination = run.stop_reason or CANCELLED
+            end = run.stop_reason or R.CANCELLED
         elif error is not None:
-            run.termination = GENERATION_ERROR
-        elif len(run.response_mask) >= self.config.response_length:
-            run.termination = RESPONSE_LENGTH
+            end = R.GENERATION_ERROR
+        elif len(run.trace.response_mask) >= self.config.response_length:
+            end = R.RESPONSE_LENGTH
         elif self.config.max_assistant_turns and run.assistant_turns >= self.config.max_assistant_turns:
-            run.termination = MAX_ASSISTANT_TURNS
+            end = R.MAX_ASSISTANT_TURNS
         elif self.config.max_user_turns and run.user_turns >= self.config.max_user_turns:
-            run.termination = MAX_USER_TURNS
+            end = R.MAX_USER_TURNS
         elif calls:
             run.pending_calls = calls
-            return "processing_tools"
+            return self._end_step(run, step, t0, on_event, S.PROCESSING_TOOLS)
         elif parsed.errors:
-            run.termination = MALFORMED_TOOL_CALL
+            end = R.MALFORMED_TOOL_CALL
         else:
-            run.termination = NO_TOOL_CALLS
-        return "terminated"
+            end = R.NO_TOOL_CALLS
+        return self._end_step(run, step, t0, on_event, S.TERMINATED, end)
 
     def _constraint_for_turn(self, run: _Run) -> Constraint | None:
         return self._constraints.get(choice_for_turn(self.config.tool_choice_policy, run.assistant_turns))
 
-    async def _processing_tools(self, run: _Run, on_event: EventCallback | None) -> str:
+    async def _processing_tools(self, run: _Run, on_event: EventCallback | None) -> StepState:
         t0 = time.time()
         calls = run.pending_calls[: self.config.max_parallel_calls]
         dropped = len(run.pending_calls) - len(calls)
         run.pending_calls = []
-        step = Step(index=len(run.steps), state="processing_tools", start=run.total, end=run.total, mask=0, started_at=t0)
+        step = run.trace.step(S.PROCESSING_TOOLS, mask=0, started_at=t0)
         if dropped:
-            step.info["dropped_calls"] = dropped
+            step.info.dropped_calls = dropped
         results = await asyncio.gather(*(self._call_tool(c) for c in calls))
         step.tool_results = list(results)
         new_messages = []
@@ -425,12 +395,8 @@ class AgentLoop:
             new_messages.append(m)
 
         if self.config.on_tool_error == "terminate" and any(not r.ok for r in results):
-            step.duration_s = time.time() - t0
-            step.info["not_appended"] = "a tool failed and on_tool_error is 'terminate'"
-            run.steps.append(step)
-            run.termination = TOOL_ERROR
-            self._emit_step(on_event, run, step)
-            return "terminated"
+            step.info.not_appended = "a tool failed and on_tool_error is 'terminate'"
+            return self._end_step(run, step, t0, on_event, S.TERMINATED, R.TOOL_ERROR)
 
         try:
             text, ids, info = await self._off_loop(
@@ -440,36 +406,19 @@ class AgentLoop:
             )
         except RenderError as e:
             step.error = str(e)
-            step.duration_s = time.time() - t0
-            run.steps.append(step)
-            run.termination = RENDER_ERROR
-            self._emit_step(on_event, run, step)
-            return "terminated"
+            return self._end_step(run, step, t0, on_event, S.TERMINATED, R.RENDER_ERROR)
         step.info.update(info)
         step.text = text
-        if len(run.response_mask) + len(ids) >= self.config.response_length:
+        if len(run.trace.response_mask) + len(ids) >= self.config.response_length:
             # verl drops the tool turn that would overflow the budget and stops
-            step.info["not_appended"] = f"{len(ids)} tool-turn tokens would exceed response_length"
-            step.info["would_append_tokens"] = len(ids)
-            step.duration_s = time.time() - t0
-            run.steps.append(step)
-            run.termination = RESPONSE_LENGTH
-            self._emit_step(on_event, run, step)
-            return "terminated"
-        first = len(run.messages)
-        run.messages.extend(new_messages)
-        run.response_ids += ids
-        run.response_mask += [0] * len(ids)
+            step.info.not_appended = f"{len(ids)} tool-turn tokens would exceed response_length"
+            step.info.would_append_tokens = len(ids)
+            return self._end_step(run, step, t0, on_event, S.TERMINATED, R.RESPONSE_LENGTH)
+        _, step.end = run.trace.append(ids, 0)
         run.user_turns += 1
-        step.end = run.total
-        step.messages_added = list(range(first, len(run.messages)))
         # the tool messages of one turn share its tokens (one rendered block)
-        for i in step.messages_added:
-            run.message_spans.append(MessageSpan(message=i, start=step.start, end=step.end))
-        step.duration_s = time.time() - t0
-        run.steps.append(step)
-        self._emit_step(on_event, run, step)
-        return "generating"
+        step.messages_added = run.trace.add_messages(new_messages, step.start, step.end)
+        return self._end_step(run, step, t0, on_event, S.GENERATING)
 
     async def _call_tool(self, call: ToolCall) -> ToolResult:
         if self.tools is None:

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from backend.errors import UserError
-from backend.trace import Trace, write_jsonl, write_lines, write_parquet
+from backend.trace import StepState, Trace, write_jsonl, write_lines, write_parquet
 
 EXPORT_FORMATS = ("jsonl", "parquet", "hf", "verl")
 
@@ -79,9 +79,9 @@ def verl_row(t: Trace) -> dict[str, Any]:
     have_lp = True
     for s in t.steps:
         if s.end > s.start and s.start >= len(t.prompt_ids):
-            if s.state == "generating" and s.logprobs is not None and len(s.logprobs) == s.end - s.start:
+            if s.state == StepState.GENERATING and s.logprobs is not None and len(s.logprobs) == s.end - s.start:
                 lps.extend(s.logprobs)
-            elif s.state == "generating":
+            elif s.state == StepState.GENERATING:
                 have_lp = False
             else:
                 lps.extend([0.0] * (s.end - s.start))

@@ -6,34 +6,23 @@ misleads: ``no_tool_calls`` is how every normal run ends (the model answered wit
 another tool), and newcomers read it as "the tool was not called". Everything the UI shows
 puts :func:`termination_label` first and the code beside it: ``answered (no_tool_calls)``.
 
-The codes are the engine's (:mod:`backend.engine`), the rollout's ``error`` and what importers
-carry over from other tools; ``tests/test_labels.py`` holds every engine code labelled.
+The codes, their words and their outcome are :class:`backend.trace.model.TerminationReason`'s
+(the engine's, the rollout's ``error`` and what importers carry over from other tools).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-# code -> what it means, in a few words
-TERMINATION_WORDS: dict[str, str] = {
-    "no_tool_calls": "answered",
-    "cancelled": "stopped by user",
-    "time_limit": "stopped at the server's time limit",
-    "response_length": "hit response_length",
-    "max_assistant_turns": "hit max_assistant_turns",
-    "max_user_turns": "hit max_user_turns",
-    "malformed_tool_call": "malformed tool call",
-    "tool_error": "tool error",
-    "generation_error": "generation error",
-    "render_error": "template error",
-    "error": "failed",  # backend.rollout: the run raised before it could end on its own
-    "content_filter": "stopped by the content filter",  # chat-completions logs (finish_reason)
-}
+from backend.trace.model import TerminationReason
+
+# code -> what it means, in a few words (the words live on TerminationReason, one place per code)
+TERMINATION_WORDS: dict[str, str] = {r.value: r.words for r in TerminationReason}
 
 # end states that are not failures: a run that ends this way is shown as "ok"
-OK_CODES = frozenset({"no_tool_calls"})
+OK_CODES = frozenset(r for r in TerminationReason if r.outcome == "ok")
 # end states where the run stopped on a limit or on request, not on a failure
-LIMIT_CODES = frozenset({"cancelled", "time_limit", "response_length", "max_assistant_turns", "max_user_turns"})
+LIMIT_CODES = frozenset(r for r in TerminationReason if r.outcome == "limit")
 
 NO_END_STATE = "no end state"
 IMPORTED_NO_END_STATE = "imported (no end state)"
@@ -52,7 +41,7 @@ def termination_label(reason: str | None) -> str:
 def is_imported(trace: Any) -> bool:
     """Whether a trace came from another tool's file (an importer made it), not from our engine."""
     for s in getattr(trace, "steps", None) or []:
-        if isinstance(getattr(s, "info", None), dict) and s.info.get("imported"):
+        if getattr(getattr(s, "info", None), "imported", None):
             return True
     md = getattr(trace, "metadata", None)
     return isinstance(md, dict) and md.get("ids") == "given"

@@ -20,6 +20,7 @@ from typing import Any
 from backend.template_errors import template_error_text
 from backend.tokenizers import TokenizerBundle
 from backend.trace import MessageSpan
+from backend.trace.model import StepInfo
 
 
 class RenderError(ValueError):
@@ -237,15 +238,15 @@ def render_tool_turn(
     *,
     chat_template_kwargs: dict[str, Any] | None = None,
     system_prefix: str | None = None,
-) -> tuple[str, list[int], dict[str, Any]]:
-    """Text and ids of the context appended after a tool call (mask 0).
+) -> tuple[str, list[int], StepInfo]:
+    """Text and ids of the context appended after a tool call (mask 0), and how they were made.
 
     verl's method: render only ``new_messages`` with the generation prompt and drop the tokens
     of the empty-conversation prefix. If the template cannot render tool messages on their own
     (some insist on a user turn), fall back to rendering them after a minimal user/assistant
-    exchange and taking the text that follows it; ``info["method"]`` says which was used.
+    exchange and taking the text that follows it; ``info.method`` says which was used.
     """
-    info: dict[str, Any] = {}
+    info = StepInfo.empty()
     if system_prefix is None:
         system_prefix = empty_render_prefix(bundle, chat_template_kwargs)
     try:
@@ -254,15 +255,15 @@ def render_tool_turn(
             prefix_ids = encode(bundle, system_prefix)
             all_ids = encode(bundle, text)
             if all_ids[: len(prefix_ids)] == prefix_ids:
-                info["method"] = "verl"
-                info["stripped_prefix_tokens"] = len(prefix_ids)
+                info.method = "verl"
+                info.stripped_prefix_tokens = len(prefix_ids)
                 return text[len(system_prefix) :], all_ids[len(prefix_ids) :], info
         elif not system_prefix:
-            info["method"] = "verl"
+            info.method = "verl"
             return text, encode(bundle, text), info
-        info["prefix_mismatch"] = True
+        info.prefix_mismatch = True
     except RenderError as e:
-        info["verl_error"] = str(e)
+        info.verl_error = str(e)
     base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
     before = render_text(bundle, base, chat_template_kwargs=chat_template_kwargs)
     after = render_text(bundle, base + list(new_messages), add_generation_prompt=True, chat_template_kwargs=chat_template_kwargs)
@@ -272,5 +273,5 @@ def render_tool_turn(
             "the conversation's earlier text changes when tool messages are appended"
         )
     text = after[len(before) :]
-    info["method"] = "diff"
+    info.method = "diff"
     return text, encode(bundle, text), info

@@ -37,9 +37,10 @@ from typing import Any, TextIO
 
 from backend.errors import UserError
 from backend.trace import Trace
+from backend.trace.model import TerminationReason
 
-ERROR = "error"
-RETRYABLE = (ERROR, "generation_error")
+ERROR = TerminationReason.ERROR
+RETRYABLE = (ERROR, TerminationReason.GENERATION_ERROR)
 
 
 class RolloutError(UserError):

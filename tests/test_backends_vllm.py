@@ -461,4 +461,4 @@ async def test_agent_loop_same_trace_on_server_and_engine(vllm_server, vllm_engi
     assert t_srv.response_ids == t_eng.response_ids
     assert t_srv.response_mask == t_eng.response_mask
     assert t_srv.termination_reason == t_eng.termination_reason
-    assert t_srv.steps[1].info["backend"] == "vllm-server" and t_eng.steps[1].info["backend"] == "vllm"
+    assert t_srv.steps[1].info.backend == "vllm-server" and t_eng.steps[1].info.backend == "vllm"

@@ -17,6 +17,7 @@ from backend.engine import AgentLoop, LoopConfig
 from backend.generators.scripted import ScriptedGenerator
 from backend.tokenizers import load_tokenizer
 from backend.trace import ToolResult, Trace
+from backend.trace.model import StepInfo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import")
@@ -464,7 +465,7 @@ def test_stop_inside_a_tool_call_is_a_cut_turn_not_an_error(qwen3):
         (c,) = only(fs, "cut_tool_call")
         assert c.severity == "info" and c.location.step == 1 and "not run" in c.message
         assert not only(fs, "malformed_tool_call") and summarize(fs)["error"] == 0
-    legacy = [steps[0], steps[1].model_copy(update={"info": {}, "parse_errors": [ParseError(**err)]}), steps[2]]
+    legacy = [steps[0], steps[1].model_copy(update={"info": StepInfo(), "parse_errors": [ParseError(**err)]}), steps[2]]
     fs = check(Trace(steps=legacy, termination_reason="cancelled", **base))
     assert codes(fs) == {"cut_tool_call"} and summarize(fs)["error"] == 0
     # the same parse error in a turn that ended on its own is the model's: an error
@@ -509,7 +510,7 @@ def test_a_repaired_call_at_the_end_of_a_stopped_turn_is_not_taken_for_a_cut_one
 
     run = asyncio.run(stopped_after_the_call())
     gen_step = next(s for s in run.steps if s.state == "generating")
-    assert run.termination_reason == "cancelled" and "cut_tool_call" not in gen_step.info
+    assert run.termination_reason == "cancelled" and gen_step.info.cut_tool_call is None
     assert [e.severity for e in gen_step.parse_errors] == ["warning"]
 
 

@@ -137,7 +137,7 @@ def test_qwen25_tool_turn_strips_default_system_prompt():
     b = load_tokenizer("qwen2.5")
     t = run_loop(b, [CALL_SEATTLE, ANSWER])
     tools_step = t.steps[2]
-    assert tools_step.info["method"] == "verl" and tools_step.info["stripped_prefix_tokens"] == 21
+    assert tools_step.info.method == "verl" and tools_step.info.stripped_prefix_tokens == 21
     assert "You are Qwen" not in tools_step.text
     assert tools_step.text.startswith("<|im_start|>user\n<tool_response>")
     assert runs(t.response_mask)[1] == (0, 28)
@@ -148,7 +148,7 @@ def test_parallel_calls_limited(qwen3):
     t = run_loop(qwen3, [three, "done"], max_parallel_calls=2)
     tools_step = t.steps[2]
     assert [r.content for r in tools_step.tool_results] == [json.dumps({"temperature": 72, "city": c}) for c in "AB"]
-    assert tools_step.info["dropped_calls"] == 1
+    assert tools_step.info.dropped_calls == 1
     assert [m["role"] for m in t.messages] == ["user", "assistant", "tool", "tool", "assistant"]
     assert tools_step.text.count("<tool_response>") == 2
 
@@ -181,8 +181,8 @@ def test_termination_response_length_on_tool_turn(qwen3):
     t = run_loop(qwen3, [CALL_SEATTLE, ANSWER], response_length=40)
     assert t.termination_reason == "response_length"
     assert t.response_mask == [1] * 25
-    assert t.steps[2].state == "processing_tools" and "not_appended" in t.steps[2].info
-    assert t.steps[2].info["would_append_tokens"] == 28
+    assert t.steps[2].state == "processing_tools" and t.steps[2].info.not_appended is not None
+    assert t.steps[2].info.would_append_tokens == 28
 
 
 def test_termination_max_assistant_turns(qwen3):
@@ -372,9 +372,9 @@ def test_stop_inside_a_tool_call_is_a_cut_turn_not_a_malformed_call(qwen3):
     assert gen_step.finish_reason == "abort" and "</tool_call>" in gen_step.text
     assert gen_step.parse_errors == []
     assert [c.arguments for c in gen_step.tool_calls] == [{"city": "Paris"}]
-    cut = gen_step.info["cut_tool_call"]
+    cut = gen_step.info.cut_tool_call
     assert len(cut) == 1 and cut[0]["raw"].startswith('<tool_call>\n{"name": "get_')
     assert not gen_step.text.endswith("</tool_call>")
     assert t.step_errors() == 0
     again = Trace.from_json(t.to_json())  # the cut call survives a round trip
-    assert again.steps[1].info["cut_tool_call"] == cut
+    assert again.steps[1].info.cut_tool_call == cut

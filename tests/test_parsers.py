@@ -79,7 +79,7 @@ def test_parse_result_to_dict_shape():
     d = parse("hermes", text).to_dict()
     assert set(d) == {"content", "reasoning", "tool_calls", "errors"}
     assert d["tool_calls"] == [{"name": "f", "arguments": {"x": 1}, "span": [3, 64]}]
-    assert d["errors"] == [{"message": 'tool call "name" must be a string, got number', "span": [65, 101], "severity": "error"}]
+    assert d["errors"] == [{"message": 'tool call "name" must be a string, got a number', "span": [65, 101], "severity": "error"}]
     json.dumps(d)
 
 
@@ -649,10 +649,10 @@ def test_a_repaired_call_is_a_warning_downstream_not_an_error(tmp_path):
     from backend.diagnostics import check
     from backend.engine import AgentLoop
     from backend.generators.scripted import ScriptedGenerator
-    from backend.importers.common import assistant_message
     from backend.tokenizers import load_tokenizer
     from backend.tools import ToolRegistry
     from backend.trace import TraceIndex, write_jsonl
+    from backend.trace.messages import parse_assistant_text as assistant_message
 
     bundle = load_tokenizer("qwen3")
     tools = ToolRegistry.from_schemas([{"type": "function", "function": {"name": "now", "description": "Time.",

@@ -343,7 +343,7 @@ def test_rollout_against_the_vllm_server(vllm_server, tmp_path):
     assert len(res.traces) == 6 and st.errors == 0, [t.metadata.get("error") for t in res.traces]
     for t in res.traces:
         gen1 = t.steps[1]
-        assert gen1.state == "generating" and gen1.info["server_url"] == vllm_server.url
+        assert gen1.state == "generating" and gen1.info.server_url == vllm_server.url
         assert gen1.tool_calls and gen1.tool_calls[0].name == "get_current_temperature"  # forced by tool_choice "required"
         assert t.steps[2].state == "processing_tools" and t.steps[2].tool_results[0].ok
         assert set(t.response_mask) == {0, 1}

@@ -175,15 +175,15 @@ async def test_every_turn_of_a_run_goes_to_one_server(vllm_server):
     gen = VLLMServerGenerator([real, alias])
     try:
         turns = await _three_turns(gen, _key_on(gen, real))
-        assert [s.info["server_url"] for s in turns] == [real] * 3
-        assert all(s.info["routing"] == "sticky" and "failover_from" not in s.info for s in turns)
+        assert [s.info.server_url for s in turns] == [real] * 3
+        assert all(s.info.routing == "sticky" and s.info.failover_from is None for s in turns)
     finally:
         await gen.close()
     # per-request balancing, for contrast: the same run's turns alternate between the two URLs
     gen = VLLMServerGenerator([real, alias], routing="least_outstanding")
     try:
         turns = await _three_turns(gen, "any")
-        assert len({s.info["server_url"] for s in turns}) == 2
+        assert len({s.info.server_url for s in turns}) == 2
     finally:
         await gen.close()
 
@@ -205,8 +205,8 @@ async def test_a_dead_server_fails_over_once_and_the_run_stays_on_the_next(vllm_
         turns = await _three_turns(gen, key)
     finally:
         await gen.close()
-    assert [s.info["server_url"] for s in turns] == [real] * 3
-    assert turns[0].info["failover_from"] == dead and "Connect" in turns[0].info["failover_reason"]
-    assert all("failover_from" not in s.info for s in turns[1:])  # later turns went straight to the real server
+    assert [s.info.server_url for s in turns] == [real] * 3
+    assert turns[0].info.failover_from == dead and "Connect" in turns[0].info.failover_reason
+    assert all(s.info.failover_from is None for s in turns[1:])  # later turns went straight to the real server
     assert tried == [dead, real, real, real]
     assert gen.failovers.get(key) == real

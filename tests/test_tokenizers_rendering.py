@@ -163,9 +163,9 @@ def test_tool_turn_is_the_suffix_of_the_full_render(bundle):
     else:
         assert full_after.text == full_before.text + text
         assert full_after.token_ids == full_before.token_ids + ids
-    assert info["method"] == "verl"
+    assert info.method == "verl"
     if bundle.name == "qwen2.5":
-        assert info["stripped_prefix_tokens"] == 21  # the default system prompt
+        assert info.stripped_prefix_tokens == 21  # the default system prompt
 
 
 def test_template_override_by_trl_name_file_and_string(tmp_path):

@@ -94,7 +94,7 @@ def test_engine_bounds_required_by_max_parallel_calls():
         if ok:
             assert trace.termination_reason == "no_tool_calls" and len(first.tool_calls) == 2
         else:  # the script breaks the choice: the scripted backend refuses it, as a real backend could not produce it
-            assert trace.termination_reason == "generation_error" and "tool_choice" in (first.error or "") + (trace.steps[-1].info.get("error") or "")
+            assert trace.termination_reason == "generation_error" and "tool_choice" in (first.error or "") + (getattr(trace.steps[-1].info, "error", None) or "")
 
 
 def test_named_tool_allows_only_that_tool(tok):

@@ -14,10 +14,11 @@ import pytest
 from playground_support import fresh, run_all, settings
 
 import app as app_module
-from backend.engine import TIME_LIMIT, AgentLoop, LoopConfig
+from backend.engine import AgentLoop, LoopConfig
 from backend.generators.scripted import ScriptedGenerator, ScriptError, check_script
 from backend.tokenizers import load_tokenizer, read_trl_template
 from backend.trace import Trace
+from backend.trace.model import TerminationReason
 from backend.trust import LOCAL, RANGES, Mode, TrustPolicy, VisitorInputError, decide_mode, is_loopback
 from ui import inspector, template_lab
 from ui.context import AppContext, ModelOptions, ModelService, UserError, new_session
@@ -232,7 +233,7 @@ async def test_engine_time_limit_ends_the_run_and_keeps_what_was_generated():
     gen = ScriptedGenerator(b.tokenizer, ["one two three four five six seven eight nine ten " * 20], token_delay_s=0.01)
     loop = AgentLoop(gen, b, config=LoopConfig())
     t = await loop.run([{"role": "user", "content": "hi"}], time_limit_s=0.3)
-    assert t.termination_reason == TIME_LIMIT
+    assert t.termination_reason == TerminationReason.TIME_LIMIT
     assert 0 < len(t.response_ids) < len(b.tokenizer.encode("one two three four five six seven eight nine ten " * 20))
     assert t.response_mask == [1] * len(t.response_ids) and t.steps[-1].state == "terminated"
     # a user's cancel is still a cancel, with the limit set
@@ -247,7 +248,7 @@ async def test_playground_run_stops_at_the_servers_time_limit():
     ctx = _ctx(TrustPolicy(Mode.PUBLIC, "t", run_timeout_s=0.5))
     out = await run_all(ctx, fresh(ctx), "hi", settings(script=json.dumps(["word " * 400]), tools="[]", token_delay=0.02))
     trace, status = out[-1][2], out[-1][1]
-    assert trace.termination_reason == TIME_LIMIT and "stops a run after 0.5 s" in status
+    assert trace.termination_reason == TerminationReason.TIME_LIMIT and "stops a run after 0.5 s" in status
 
 
 async def test_model_backend_template_override_is_checked_too(canaries):

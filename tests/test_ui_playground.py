@@ -35,7 +35,7 @@ def plain(html_text: str) -> str:
 
 
 def test_every_engine_end_state_has_a_label_with_its_code():
-    codes = [v for k, v in vars(engine).items() if k.isupper() and isinstance(v, str) and k in (
+    codes = [v for k, v in vars(engine.R).items() if k.isupper() and isinstance(v, str) and k in (
         "NO_TOOL_CALLS", "RESPONSE_LENGTH", "MAX_ASSISTANT_TURNS", "MAX_USER_TURNS", "MALFORMED_TOOL_CALL", "TOOL_ERROR",
         "GENERATION_ERROR", "RENDER_ERROR", "CANCELLED", "TIME_LIMIT")]
     assert len(codes) == 10

@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from backend.trace import Trace
+from backend.trace.model import StepState as S
 from ui.theme import CHART
 
 COLORS = CHART
@@ -60,7 +61,7 @@ def _empty(title: str, note: str) -> go.Figure:
 
 
 def _turn_label(step: Any) -> str:
-    short = {"pending": "prompt", "generating": "gen", "processing_tools": "tools"}.get(step.state, step.state)
+    short = {S.PENDING: "prompt", S.GENERATING: "gen", S.PROCESSING_TOOLS: "tools"}.get(step.state, step.state)
     return f"{step.index}·{short}"
 
 
@@ -102,13 +103,13 @@ def step_timeline(trace: Trace | None) -> go.Figure:
     title = "Step timeline (seconds from start)"
     if trace is None:
         return _empty(title, "no trace")
-    steps = [s for s in trace.steps if s.state != "terminated"]
+    steps = [s for s in trace.steps if s.state != S.TERMINATED]
     if not steps or all(not s.duration_s for s in steps):
         return _empty(title, "this trace has no step timings")
     t0 = min((s.started_at for s in steps if s.started_at), default=None)
     fig = go.Figure()
-    kinds = {"generating": ("generation", COLORS["generated"]), "processing_tools": ("tools", COLORS["tools"]),
-             "pending": ("render prompt", COLORS["render"])}
+    kinds = {S.GENERATING: ("generation", COLORS["generated"]), S.PROCESSING_TOOLS: ("tools", COLORS["tools"]),
+             S.PENDING: ("render prompt", COLORS["render"])}
     clock = 0.0
     seen: set[str] = set()
     for s in steps:

@@ -16,7 +16,7 @@ from typing import Any
 
 from backend.labels import termination_label
 from backend.trace import Step, ToolResult, Trace
-
+from backend.trace.model import StepState as S
 
 # A Markdown link or image, inline (``[a](javascript:...)``) or as a reference definition
 # (``[a]: data:...``), whose target has a scheme other than http(s)/mailto. The chatbot's
@@ -109,7 +109,7 @@ def _step_of_message(trace: Trace | None) -> dict[int, Step]:
     if trace is None:
         return out
     for s in trace.steps:
-        if s.state in ("generating", "processing_tools"):
+        if s.state in (S.GENERATING, S.PROCESSING_TOOLS):
             for i in s.messages_added:
                 out[i] = s
     return out
@@ -191,13 +191,13 @@ def trace_to_chat(trace: Trace | None) -> list[dict[str, Any]]:
         out.extend(message_to_chat(m, i, step=steps.get(i), result=res))
     # steps that added no message (a failed generation, a dropped tool turn) still deserve a line
     for s in trace.steps:
-        if s.state == "processing_tools" and not s.messages_added and s.info.get("not_appended"):
-            out.append({"role": "assistant", "content": esc(s.info["not_appended"]),
+        if s.state == S.PROCESSING_TOOLS and not s.messages_added and s.info.not_appended:
+            out.append({"role": "assistant", "content": esc(s.info.not_appended),
                         "metadata": {"title": "Tool turn not appended", "status": "done", "id": f"s{s.index}"}})
-        if s.state == "pending" and s.error:  # the prompt did not render (a template error, with its line)
+        if s.state == S.PENDING and s.error:  # the prompt did not render (a template error, with its line)
             out.append({"role": "assistant", "content": esc(s.error),
                         "metadata": {"title": "Template error", "status": "done", "id": f"s{s.index}"}})
-        if s.state == "generating" and not s.messages_added and s.error:
+        if s.state == S.GENERATING and not s.messages_added and s.error:
             out.append({"role": "assistant", "content": esc(s.error),
                         "metadata": {"title": "Generation error", "status": "done", "id": f"s{s.index}"}})
     if trace.termination_reason:
@@ -208,13 +208,13 @@ def trace_to_chat(trace: Trace | None) -> list[dict[str, Any]]:
 
 
 def _cut_calls(step: Step) -> list[dict[str, Any]]:
-    """The unfinished tool call(s) of a turn cut by Stop / the time limit (``info["cut_tool_call"]``,
+    """The unfinished tool call(s) of a turn cut by Stop / the time limit (``info.cut_tool_call``,
     recorded by the engine)."""
-    cut = step.info.get("cut_tool_call") if isinstance(step.info, dict) else None
+    cut = step.info.cut_tool_call
     return [c for c in cut if isinstance(c, dict)] if isinstance(cut, list) else []
 
 
-def pending_message(text: str, state: str = "generating") -> dict[str, Any]:
+def pending_message(text: str, state: str = S.GENERATING) -> dict[str, Any]:
     """The streaming view of the turn being generated: the raw model output so far."""
     return {"role": "assistant", "content": code_block(text or " "),
-            "metadata": {"title": "generating…" if state == "generating" else f"{state}…", "status": "pending", "id": "live"}}
+            "metadata": {"title": "generating…" if state == S.GENERATING else f"{state}…", "status": "pending", "id": "live"}}

@@ -21,6 +21,8 @@ import pandas as pd
 
 from backend.labels import termination_label, trace_termination_label
 from backend.trace import Step, Trace
+from backend.trace.builder import mask_runs  # noqa: F401  (ui.inspector.mask_runs: tests, callers)
+from backend.trace.model import StepState as S
 from ui import charts, token_view
 from ui.chat import trace_to_chat
 from ui.context import AppContext, Session, short_error, trace_file_name
@@ -62,16 +64,6 @@ class InspectorUI:
 # ---- pure functions (tested in-process) ----------------------------------------------------------
 
 
-def mask_runs(mask: list[int]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for m in mask:
-        if out and out[-1][0] == m:
-            out[-1][1] += 1
-        else:
-            out.append([m, 1])
-    return [(m, n) for m, n in out]
-
-
 def step_rows(trace: Trace | None) -> pd.DataFrame:
     rows = []
     for s in trace.steps if trace else []:
@@ -84,17 +76,17 @@ def step_rows(trace: Trace | None) -> pd.DataFrame:
         # a repair the parser made (a warning: the call was kept) is said so, not called an error
         errors += [f"{'repaired' if getattr(e, 'severity', 'error') == 'warning' else 'parse'}: {e.message}" for e in s.parse_errors]
         errors += [f"{r.name}: {r.error}" for r in s.tool_results if not r.ok]
-        if s.info.get("not_appended"):
-            errors.append(f"not appended: {s.info['not_appended']}")
+        if s.info.not_appended:
+            errors.append(f"not appended: {s.info.not_appended}")
         rows.append({
             "step": s.index,
             # the constraint the backend enforced for a generated turn (tool_choice other than auto)
             "state": f"{s.state} · {s.constraint.get('tool_choice') or s.constraint.get('kind')}" if s.constraint else s.state,
             "tokens": f"{s.start}–{s.end}",
             "added": s.end - s.start,
-            "mask": "" if s.mask is None else str(s.mask) if s.state != "pending" else "prompt",
+            "mask": "" if s.mask is None else str(s.mask) if s.state != S.PENDING else "prompt",
             "tool calls": calls,
-            "finish": s.finish_reason or (termination_label(s.info.get("reason")) if s.state == "terminated" and s.info.get("reason") else ""),
+            "finish": s.finish_reason or (termination_label(s.info.reason) if s.state == S.TERMINATED and s.info.reason else ""),
             "duration ms": round(s.duration_s * 1000, 1),
             "errors": "; ".join(errors)[:300],
         })
@@ -111,7 +103,7 @@ def default_step(trace: Trace | None) -> int | None:
     if trace is None or not trace.steps:
         return None
     for s in trace.steps:
-        if s.state == "generating":
+        if s.state == S.GENERATING:
             return s.index
     return trace.steps[0].index
 
@@ -260,7 +252,7 @@ def _step_json(step: Step) -> str:
 def _results_json(step: Step) -> str:
     doc: dict[str, Any] = {"tool_results": [r.model_dump(mode="json", exclude_none=True) for r in step.tool_results]}
     if step.info:
-        doc["info"] = step.info
+        doc["info"] = step.info.to_dict()
     return json.dumps(doc, ensure_ascii=False, indent=2, default=str)
 
 
@@ -294,7 +286,7 @@ def step_detail(trace: Trace | None, step_index: int | None, bundle: Any | None)
     e = html.escape
     tok = bundle.tokenizer if bundle is not None else None
     bits = [f"<b>Step {step.index}</b>", e(step.state), f"tokens {step.start}–{step.end} ({step.end - step.start})"]
-    if step.mask is not None and step.state != "pending":
+    if step.mask is not None and step.state != S.PENDING:
         bits.append(f"mask {step.mask}")
     if step.finish_reason:
         bits.append(f"finish {e(step.finish_reason)}")
@@ -305,8 +297,8 @@ def step_detail(trace: Trace | None, step_index: int | None, bundle: Any | None)
     repaired = [f"repaired call (kept): {p.message}" for p in step.parse_errors if getattr(p, "severity", "error") == "warning"]
     errs += [f"parse error: {p.message}" for p in step.parse_errors if getattr(p, "severity", "error") != "warning"]
     errs += [f"tool {r.name}: {r.error} — {r.error_detail or ''}" for r in step.tool_results if not r.ok]
-    if step.info.get("not_appended"):
-        errs.append(f"not appended: {step.info['not_appended']}")
+    if step.info.not_appended:
+        errs.append(f"not appended: {step.info.not_appended}")
     err_html = "".join(f'<div class="ali-err">{e(x)}</div>' for x in errs)
     err_html += "".join(f'<div class="ali-warn">{e(x)}</div>' for x in repaired)
     ids, mask = step_ids_and_mask(trace, step)

@@ -331,8 +331,8 @@ class LiveView:
             res = results.get(msg.get("tool_call_id") or "") if msg.get("role") == "tool" else None
             self.added += message_to_chat(msg, i, step=step, result=res)
         if step.state == "processing_tools":
-            if step.info.get("not_appended"):
-                self.added.append({"role": "assistant", "content": html.escape(str(step.info["not_appended"])),
+            if step.info.not_appended:
+                self.added.append({"role": "assistant", "content": html.escape(str(step.info.not_appended)),
                                    "metadata": {"title": "Tool turn not appended", "status": "done"}})
 
     def chat(self) -> list[dict[str, Any]]:

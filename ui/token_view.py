@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from backend.trace.model import StepState as S
+
 PROMPT, GENERATED, INJECTED = 0, 1, 2
 KIND_NAMES = {PROMPT: "prompt", GENERATED: "generated", INJECTED: "injected"}
 _KIND_CLASS = {PROMPT: "p", GENERATED: "g", INJECTED: "j"}
@@ -412,7 +414,7 @@ def empty_view(message: str) -> str:
 
 # ---- from a trace ------------------------------------------------------------------------------
 
-_STATE_SHORT = {"pending": "prompt", "generating": "gen", "processing_tools": "tools", "terminated": "end"}
+_STATE_SHORT = {S.PENDING: "prompt", S.GENERATING: "gen", S.PROCESSING_TOOLS: "tools", S.TERMINATED: "end"}
 
 
 def trace_kinds(trace: Any) -> list[int]:
@@ -422,9 +424,9 @@ def trace_kinds(trace: Any) -> list[int]:
 def trace_steps(trace: Any) -> list[StepMark]:
     marks = []
     for s in trace.steps:
-        if s.end <= s.start and s.state != "terminated":
+        if s.end <= s.start and s.state != S.TERMINATED:
             continue
-        if s.state == "terminated":
+        if s.state == S.TERMINATED:
             continue
         marks.append(StepMark(s.index, s.start, s.end, s.state, f"{s.index} {_STATE_SHORT.get(s.state, s.state)}"))
     return marks

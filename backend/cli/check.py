@@ -55,7 +55,7 @@ def _bundle_for(trace, args, cache: dict):
 
 
 def run(args) -> int:
-    from backend.diagnostics import Finding, Location, check, summarize
+    from backend.diagnostics import Finding, FindingCode, Location, check, summarize
     from backend.importers import load_any
     from backend.trace import TraceFileError
 
@@ -76,7 +76,7 @@ def run(args) -> int:
         bundle, why = _bundle_for(t, args, cache)
         fs = check(t, bundle)
         if why:
-            fs.append(Finding("check_skipped", "info", why, Location(), {"check": "tokenizer"}))
+            fs.append(Finding(FindingCode.CHECK_SKIPPED, "info", why, Location(), {"check": "tokenizer"}))
         counts = summarize(fs)
         for k, v in counts.items():
             totals[k] = totals.get(k, 0) + v

@@ -36,6 +36,7 @@ def run(args) -> int:
     from backend.generators.scripted import ScriptedGenerator, load_script
     from backend.tokenizers import load_tokenizer
     from backend.trace import write_jsonl
+    from backend.trace.builder import mask_runs
 
     cfg, cfg_dict = loop_config(args)
     msgs = load_messages(args.messages)
@@ -70,13 +71,7 @@ def run(args) -> int:
 
     trace = asyncio.run(go())
     write_jsonl([trace], args.out)
-    mask = trace.response_mask
-    runs: list[list[int]] = []
-    for m in mask:
-        if runs and runs[-1][0] == m:
-            runs[-1][1] += 1
-        else:
-            runs.append([m, 1])
+    runs = [list(r) for r in mask_runs(trace.response_mask)]
     summary = {
         "out": args.out,
         "id": trace.id,

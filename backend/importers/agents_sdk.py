@@ -29,8 +29,9 @@ import json
 from typing import Any
 
 from backend.importers.base import Importer, register
-from backend.importers.common import Conversation, RecordError, fill_tool_message_names, normalize_tools, parse_json_arguments, record_id, text_of
+from backend.importers.common import Conversation, RecordError, fill_tool_message_names, normalize_tools, record_id, text_of
 from backend.trace import ParseError
+from backend.trace.messages import decode_arguments
 
 SDK_ITEM_TYPES = {
     "message", "function_call", "function_call_output", "reasoning", "file_search_call", "web_search_call",
@@ -156,7 +157,7 @@ def items_to_conversation(items: list[Any], tools: Any = None, instructions: str
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
                 raise RecordError(f"{where}: function_call {name!r} has no call_id")
-            args, err = parse_json_arguments(item.get("arguments"))
+            args, err = decode_arguments(item.get("arguments"))
             msg = open_assistant()
             msg["tool_calls"].append({"id": call_id, "type": "function", "function": {"name": name, "arguments": args}})
             if err is not None:

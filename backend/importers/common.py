@@ -25,13 +25,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from backend.errors import UserError
 from backend.parsers import get_format
-from backend.trace import MessageSpan, ParseError, Step, ToolCall, ToolResult, Trace
+from backend.trace import MessageSpan, ParseError, ToolCall, ToolResult, Trace
+from backend.trace.builder import TraceBuilder, mask_runs
+from backend.trace.messages import parse_assistant_text
+from backend.trace.model import StepInfo, StepState
 
 ROLES = ("system", "user", "assistant", "tool")
 
 
-class RecordError(ValueError):
+class RecordError(UserError):
     """One input record cannot be imported; the message says why (the rest still import)."""
 
 
@@ -48,28 +52,6 @@ def record_id(record: Any, *, keys: tuple[str, ...] = ("id", "trace_id", "uid", 
                 return str(v)
     blob = json.dumps(record, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8")
     return hashlib.sha1(blob).hexdigest()[:16]
-
-
-def parse_json_arguments(raw: Any) -> tuple[Any, str | None]:
-    """Tool-call arguments as an object. A JSON string is decoded; an empty string is ``{}``.
-    Returns ``(value, error)``; on error the value is the raw string, kept as given."""
-    if raw is None:
-        return {}, None
-    if isinstance(raw, dict):
-        return raw, None
-    if isinstance(raw, str):
-        if not raw.strip():
-            return {}, None
-        try:
-            v = json.loads(raw)
-        except json.JSONDecodeError as e:
-            return raw, f"arguments are not valid JSON: {e.msg} at char {e.pos}"
-        except RecursionError:
-            return raw, "arguments are not valid JSON: nested too deeply"
-        if not isinstance(v, dict):
-            return v, f"arguments must be a JSON object, got {type(v).__name__}"
-        return v, None
-    return raw, f"arguments must be a JSON object or a JSON string, got {type(raw).__name__}"
 
 
 def text_of(content: Any, where: str) -> str | None:
@@ -285,22 +267,19 @@ def trace_from_conversation(conv: Conversation, bundle: Any, source: str) -> Tra
     if not conv.render_tools:
         meta["tools_in_system_prompt"] = True
     rtools = tools if conv.render_tools else None
-    steps: list[Step] = []
-    trace_kw: dict[str, Any] = {}
+    trace_kw: dict[str, Any] = {"tools": tools, "tokenizer": bundle.info(), "metadata": meta}
     if conv.id:
         trace_kw["id"] = conv.id
     if conv.chat_template_kwargs:
         trace_kw["config"] = {"apply_chat_template_kwargs": dict(conv.chat_template_kwargs)}
+    b = TraceBuilder(messages, imported=True)
     try:
         r = render(bundle, messages, rtools, add_generation_prompt=False, chat_template_kwargs=kw)
     except RenderError as e:
         meta["ids"] = "none"
         meta["render_error"] = str(e)
-        steps = _message_only_steps(conv)
-        return Trace(
-            messages=messages, tools=tools, steps=steps, termination_reason=conv.termination_reason,
-            tokenizer=bundle.info(), metadata=meta, **trace_kw,
-        )
+        _message_only_steps(b, conv)
+        return b.build(termination_reason=conv.termination_reason, **trace_kw)
     text, ids = r.text, r.token_ids
     starts = [o[0] for o in r.offsets]
     spans_by_msg = {s.message: s for s in r.message_spans if s.message >= 0}
@@ -327,11 +306,16 @@ def trace_from_conversation(conv: Conversation, bundle: Any, source: str) -> Tra
     n = len(ids)
     msg_tok_start = {i: s.start for i, s in spans_by_msg.items()}
     first = asst[0][0] if asst else n
-    prompt_ids, response_ids = ids[:first], ids[first:]
-    mask = [0] * len(response_ids)
-    for ts, te, _ in asst:
-        for t in range(ts, te):
-            mask[t - first] = 1
+    b.set_prompt(ids[:first])
+    prev = first
+    for ts, te, _ in asst:  # the mask: 1 on each assistant turn's own tokens
+        ts = max(ts, prev)
+        b.append(ids[prev:ts], 0)
+        b.append(ids[ts:te], 1)
+        prev = max(te, prev)
+    b.append(ids[prev:], 0)
+    for span in r.message_spans:
+        b.add_span(span)
 
     def decode(a: int, b: int) -> str:
         return bundle.tokenizer.decode(ids[a:b], skip_special_tokens=False)
@@ -339,78 +323,75 @@ def trace_from_conversation(conv: Conversation, bundle: Any, source: str) -> Tra
     def msgs_in(a: int, b: int, *, last: bool = False) -> list[int]:
         return [i for i, s in sorted(msg_tok_start.items()) if messages[i].get("role") != "assistant" and (a <= s < b or (last and s >= a))]
 
-    steps.append(
-        Step(index=0, state="pending", start=0, end=first, text=decode(0, first), messages_added=msgs_in(0, first) if asst else list(range(len(messages))), info={"imported": True})
-    )
+    b.add_step(b.step(StepState.PENDING, start=0, end=first, text=decode(0, first),
+                      messages_added=msgs_in(0, first) if asst else list(range(len(messages)))))
     prev = first
     for k, (ts, te, i) in enumerate(asst):
         if ts > prev:
-            added = msgs_in(prev, ts)
-            steps.append(_between_step(len(steps), prev, ts, decode(prev, ts), messages, added))
+            _between_step(b, prev, ts, decode(prev, ts), msgs_in(prev, ts))
         is_last = k == len(asst) - 1
-        steps.append(
-            Step(
-                index=len(steps), state="generating", start=ts, end=te, mask=1, text=decode(ts, te),
-                messages_added=[i], tool_calls=_calls_of(messages[i]), parse_errors=list(conv.parse_errors.get(i, [])),
-                finish_reason=conv.finish_reason if is_last else None, info={"imported": True},
-            )
-        )
+        b.add_step(b.step(
+            StepState.GENERATING, start=ts, end=te, mask=1, text=decode(ts, te),
+            messages_added=[i], tool_calls=_calls_of(messages[i]), parse_errors=list(conv.parse_errors.get(i, [])),
+            finish_reason=conv.finish_reason if is_last else None,
+        ))
         prev = te
     if asst and prev < n:
         added = msgs_in(prev, n, last=True)
         if added:
-            steps.append(_between_step(len(steps), prev, n, decode(prev, n), messages, added))
-    steps.append(Step(index=len(steps), state="terminated", start=n, end=n, info={"reason": conv.termination_reason, "imported": True}))
+            _between_step(b, prev, n, decode(prev, n), added)
+    b.terminate(conv.termination_reason)
     meta["ids"] = "rendered"
     meta["mask"] = "rendered"
     if not r.spans_exact:
         meta["spans_exact"] = False
-    return Trace(
-        messages=messages, tools=tools, prompt_ids=prompt_ids, response_ids=response_ids, response_mask=mask,
-        steps=steps, message_spans=list(r.message_spans), termination_reason=conv.termination_reason,
-        tokenizer=bundle.info(), metadata=meta, **trace_kw,
-    )
+    return b.build(termination_reason=conv.termination_reason, **trace_kw)
 
 
-def _between_step(index: int, a: int, b: int, text: str, messages: list[dict[str, Any]], added: list[int]) -> Step:
-    roles = sorted({messages[i].get("role") for i in added})
-    info: dict[str, Any] = {"imported": True}
+def _between_step(b: TraceBuilder, start: int, end: int, text: str, added: list[int]) -> None:
+    roles = sorted({b.messages[i].get("role") for i in added})
+    info = StepInfo(imported=True)
     if roles and roles != ["tool"]:
-        info["roles"] = roles  # a user/system turn between assistant turns, not only tool output
-    return Step(
-        index=index, state="processing_tools", start=a, end=b, mask=0, text=text, messages_added=added,
-        tool_results=_results_of(messages, added), info=info,
-    )
+        info.roles = roles  # a user/system turn between assistant turns, not only tool output
+    b.add_step(b.step(
+        StepState.PROCESSING_TOOLS, start=start, end=end, mask=0, text=text, messages_added=added,
+        tool_results=_results_of(b.messages, added), info=info,
+    ))
 
 
-def _message_only_steps(conv: Conversation) -> list[Step]:
+def _message_only_steps(b: TraceBuilder, conv: Conversation) -> None:
     """Steps without tokens, for a trace the template could not render."""
     messages = conv.messages
-    steps = [Step(index=0, state="pending", info={"imported": True})]
+    pre: list[int] = []
+    pending = b.step(StepState.PENDING)
     seen_asst = False
     pending_tools: list[int] = []
-    pre: list[int] = []
+
+    def tool_step() -> None:
+        b.add_step(b.step(StepState.PROCESSING_TOOLS, messages_added=pending_tools,
+                          tool_results=_results_of(messages, pending_tools)))
+
     for i, m in enumerate(messages):
         if m.get("role") == "assistant":
-            if pending_tools and seen_asst:
-                steps.append(Step(index=len(steps), state="processing_tools", messages_added=pending_tools, tool_results=_results_of(messages, pending_tools), info={"imported": True}))
-            elif not seen_asst:
-                steps[0].messages_added = pre
+            if not seen_asst:
+                pending.messages_added = pre
+                b.add_step(pending)
+            elif pending_tools:
+                tool_step()
             pending_tools = []
             seen_asst = True
-            steps.append(
-                Step(index=len(steps), state="generating", messages_added=[i], tool_calls=_calls_of(m), parse_errors=list(conv.parse_errors.get(i, [])), info={"imported": True})
-            )
+            b.add_step(b.step(StepState.GENERATING, messages_added=[i], tool_calls=_calls_of(m),
+                              parse_errors=list(conv.parse_errors.get(i, []))))
         elif seen_asst:
             pending_tools.append(i)
         else:
             pre.append(i)
     if not seen_asst:
-        steps[0].messages_added = pre
+        pending.messages_added = pre
+        b.add_step(pending)
     elif pending_tools:
-        steps.append(Step(index=len(steps), state="processing_tools", messages_added=pending_tools, tool_results=_results_of(messages, pending_tools), info={"imported": True}))
-    steps.append(Step(index=len(steps), state="terminated", info={"reason": conv.termination_reason, "imported": True}))
-    return steps
+        tool_step()
+    b.terminate(conv.termination_reason)
 
 
 # ---- given token ids ----------------------------------------------------------------------------
@@ -458,36 +439,21 @@ def tool_responses_in(text: str) -> list[str] | None:
     return found or None
 
 
-def content_keeping_errors(text: str, res: Any) -> str:
-    """The parser's content, except when some call could not be read: then the turn's text with
-    only the well-formed calls (and the reasoning block) cut out, so the unreadable call stays
-    visible in the message (a parser drops it from ``content``)."""
-    if not any(e.severity == "error" for e in res.errors):  # a warning's call was read: nothing to keep
-        return res.content
-    cuts = [c.span for c in res.tool_calls if c.span is not None]
-    if res.reasoning is not None and "</think>" in text:
-        cuts.append((0, text.index("</think>") + len("</think>")))
-    out, pos = [], 0
-    for a, b in sorted(cuts):
-        if a >= pos:
-            out.append(text[pos:a])
-            pos = b
-    out.append(text[pos:])
-    return "".join(out).strip()
-
-
-def assistant_message(text: str, parser: Any, eos: str | None) -> tuple[dict[str, Any], list[ParseError]]:
-    """An assistant message from a generated turn's text (EOS stripped), via the tool-call parser."""
-    body = text
-    if eos and body.endswith(eos):
-        body = body[: -len(eos)]
-    res = parser.parse(body)
-    msg: dict[str, Any] = {"role": "assistant", "content": content_keeping_errors(body, res)}
-    if res.reasoning is not None:
-        msg["reasoning_content"] = res.reasoning
-    if res.tool_calls:
-        msg["tool_calls"] = [c.to_message_call() for c in res.tool_calls]
-    return msg, list(res.errors)
+def system_or_tool_block(role: str, body: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None] | None:
+    """``(messages, tools)`` of a decoded system block (a ``<tools>`` block in it read into tools)
+    or of a user block that holds only ``<tool_response>`` blocks (tool messages); None for any
+    other block."""
+    if role == "system":
+        tools = tools_from_text(body)
+        if tools is None:
+            return [{"role": "system", "content": body}], None
+        head = body.split("# Tools", 1)[0].rstrip("\n")
+        return ([{"role": "system", "content": head}] if head else []), tools
+    if role == "user":
+        trs = tool_responses_in(body)
+        if trs is not None and not _TOOL_RESPONSE.sub("", body).strip():
+            return [{"role": "tool", "content": c} for c in trs], None
+    return None
 
 
 def messages_from_chatml(text: str, parser: Any, eos: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
@@ -497,25 +463,16 @@ def messages_from_chatml(text: str, parser: Any, eos: str | None) -> tuple[list[
     tools = None
     for m in _CHATML_BLOCK.finditer(text):
         role, body = m.group(1), m.group(2)
-        if role == "system":
-            t = tools_from_text(body)
-            if t is not None:
-                tools = t
-                head = body.split("# Tools", 1)[0].rstrip("\n")
-                if head:
-                    messages.append({"role": "system", "content": head})
-                continue
-            messages.append({"role": "system", "content": body})
+        block = system_or_tool_block(role, body)
+        if block is not None:
+            messages.extend(block[0])
+            tools = block[1] or tools
         elif role == "user":
-            trs = tool_responses_in(body)
-            if trs is not None and not _TOOL_RESPONSE.sub("", body).strip():
-                messages.extend({"role": "tool", "content": c} for c in trs)
-            else:
-                messages.append({"role": "user", "content": body})
+            messages.append({"role": "user", "content": body})
         elif role == "assistant":
             if not body and m.end() == len(text):
                 continue  # the generation prompt
-            msg, _ = assistant_message(body, parser, eos)
+            msg, _ = parse_assistant_text(body, parser, eos)
             messages.append(msg)
         else:
             messages.append({"role": role if role in ROLES else "user", "content": body})
@@ -540,20 +497,9 @@ def trace_from_ids(
     """A trace whose ids are kept exactly as given. Steps follow the mask runs (1: generating,
     0: processing_tools); messages are recovered from the decoded text unless given."""
     tok = bundle.tokenizer
-    vocab = len(tok)
-    for name, ids in (("prompt_ids", prompt_ids), ("response_ids", response_ids)):
-        for j, t in enumerate(ids):
-            if not isinstance(t, int) or isinstance(t, bool):
-                raise RecordError(f"{name}[{j}] is {t!r}, not an integer token id")
-            if t < 0 or t >= vocab:
-                raise RecordError(
-                    f"{name}[{j}] = {t} is outside the vocabulary of tokenizer {bundle.name!r} ({vocab} tokens); pass the tokenizer the ids came from"
-                )
-    if len(response_mask) != len(response_ids):
-        raise RecordError(f"response_mask has {len(response_mask)} entries but response_ids has {len(response_ids)}")
-    for j, m in enumerate(response_mask):
-        if m not in (0, 1):
-            raise RecordError(f"response_mask[{j}] is {m!r}; mask values must be 0 or 1")
+    b = TraceBuilder(vocab_size=len(tok), tokenizer_name=bundle.name, imported=True)
+    b.set_prompt(prompt_ids)
+    b.set_response(response_ids, response_mask)
     eos = getattr(tok, "eos_token", None)
 
     def decode(ids: list[int]) -> str:
@@ -565,51 +511,34 @@ def trace_from_ids(
     recovered = messages is None
     if messages is None:
         messages = rec_msgs if rec_msgs else [{"role": "user", "content": prompt_text}]
-    messages = copy.deepcopy(messages)
-    prompt_msg_count = len(messages)
-    steps = [Step(index=0, state="pending", start=0, end=p, text=prompt_text, messages_added=list(range(prompt_msg_count)), info={"imported": True})]
-    spans: list[MessageSpan] = [MessageSpan(message=-1, start=0, end=p)] if p else []
-    # runs of equal mask bits
-    runs: list[tuple[int, int, int]] = []
-    j = 0
-    while j < len(response_mask):
-        k = j
-        while k < len(response_mask) and response_mask[k] == response_mask[j]:
-            k += 1
-        runs.append((j, k, response_mask[j]))
-        j = k
+    b.messages = copy.deepcopy(messages)
+    b.add_step(b.step(StepState.PENDING, start=0, end=p, text=prompt_text, messages_added=list(range(len(b.messages)))))
+    if p:
+        b.add_span(MessageSpan(message=-1, start=0, end=p))
     turn = 0
-    for a, b, bit in runs:
-        seg = response_ids[a:b]
-        text = decode(seg)
-        start, end = p + a, p + b
+    a = 0
+    for bit, length in mask_runs(response_mask):
+        start, end = p + a, p + a + length
+        text = decode(response_ids[a : a + length])
         if bit == 1:
             turn += 1
-            msg, errs = assistant_message(text, parser, eos)
+            msg, errs = parse_assistant_text(text, parser, eos)
             calls = [ToolCall(name=c["function"]["name"], arguments=c["function"]["arguments"], id=f"call_{turn}_{i}") for i, c in enumerate(msg.get("tool_calls", []))]
             if calls:
                 msg["tool_calls"] = [c.to_message_call() for c in calls]
-            added: list[int] = []
-            if recovered:
-                messages.append(msg)
-                added = [len(messages) - 1]
-                spans.append(MessageSpan(message=added[0], start=start, end=end))
-            lp = logprobs[a:b] if logprobs is not None and len(logprobs) >= b else None
-            steps.append(
-                Step(
-                    index=len(steps), state="generating", start=start, end=end, mask=1, text=text, messages_added=added,
-                    tool_calls=calls, parse_errors=errs, logprobs=lp, finish_reason="stop" if eos and text.endswith(eos) else None,
-                    info={"imported": True},
-                )
-            )
+            lp = logprobs[a : a + length] if logprobs is not None and len(logprobs) >= a + length else None
+            b.add_step(b.step(
+                StepState.GENERATING, start=start, end=end, mask=1, text=text,
+                messages_added=b.add_messages([msg], start, end) if recovered else [],
+                tool_calls=calls, parse_errors=errs, logprobs=lp, finish_reason="stop" if eos and text.endswith(eos) else None,
+            ))
         else:
-            added = []
-            results: list[ToolResult] = []
+            added: list[int] = []
             if recovered:
                 trs = tool_responses_in(text)
                 new: list[dict[str, Any]]
                 if trs is not None:
-                    prev_calls = steps[-1].tool_calls if steps and steps[-1].state == "generating" else []
+                    prev_calls = b.steps[-1].tool_calls if b.steps[-1].state == StepState.GENERATING else []
                     new = []
                     for i, c in enumerate(trs):
                         m: dict[str, Any] = {"role": "tool", "content": c}
@@ -621,22 +550,15 @@ def trace_from_ids(
                 else:
                     new_msgs, _ = messages_from_chatml(text, parser, eos)
                     new = new_msgs or [{"role": "user", "content": text}]
-                first = len(messages)
-                messages.extend(new)
-                added = list(range(first, len(messages)))
-                for i in added:
-                    spans.append(MessageSpan(message=i, start=start, end=end))
-                results = _results_of(messages, added)
-            steps.append(Step(index=len(steps), state="processing_tools", start=start, end=end, mask=0, text=text, messages_added=added, tool_results=results, info={"imported": True}))
-    total = p + len(response_ids)
-    steps.append(Step(index=len(steps), state="terminated", start=total, end=total, info={"reason": termination_reason, "imported": True}))
+                added = b.add_messages(new, start, end)
+            b.add_step(b.step(StepState.PROCESSING_TOOLS, start=start, end=end, mask=0, text=text, messages_added=added,
+                              tool_results=_results_of(b.messages, added)))
+        a += length
+    b.terminate(termination_reason)
     meta = {"source": source, **(metadata or {}), "ids": "given"}
     meta.setdefault("mask", "given")
     if recovered:
         meta["messages"] = "decoded"
     kw = {"id": trace_id} if trace_id else {}
-    return Trace(
-        messages=messages, tools=tools if tools is not None else (rec_tools or []), prompt_ids=list(prompt_ids),
-        response_ids=list(response_ids), response_mask=list(response_mask), steps=steps, message_spans=spans,
-        termination_reason=termination_reason, tokenizer=bundle.info(), metadata=meta, **kw,
-    )
+    return b.build(termination_reason=termination_reason, tools=tools if tools is not None else (rec_tools or []),
+                   tokenizer=bundle.info(), metadata=meta, **kw)

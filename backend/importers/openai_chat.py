@@ -26,13 +26,14 @@ from backend.importers.common import (
     check_messages,
     fill_tool_message_names,
     normalize_tools,
-    parse_json_arguments,
     record_id,
     text_of,
 )
 from backend.trace import ParseError
+from backend.trace.messages import decode_arguments
+from backend.trace.model import TerminationReason
 
-FINISH_TO_TERMINATION = {"length": "response_length", "content_filter": "content_filter"}
+FINISH_TO_TERMINATION = {"length": TerminationReason.RESPONSE_LENGTH, "content_filter": TerminationReason.CONTENT_FILTER}
 
 
 def normalize_messages(raw: Any, where: str = "messages") -> tuple[list[dict[str, Any]], dict[int, list[ParseError]]]:
@@ -77,7 +78,7 @@ def normalize_messages(raw: Any, where: str = "messages") -> tuple[list[dict[str
                     name = fn.get("name")
                     if not isinstance(name, str) or not name:
                         raise RecordError(f"{w}.tool_calls[{j}] has no function name")
-                    args, err = parse_json_arguments(fn.get("arguments"))
+                    args, err = decode_arguments(fn.get("arguments"))
                     call: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": args}}
                     if isinstance(c.get("id"), str):
                         call["id"] = c["id"]

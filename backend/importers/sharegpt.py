@@ -24,15 +24,14 @@ from backend.importers.common import (
     Conversation,
     RecordError,
     check_messages,
-    content_keeping_errors,
     fill_tool_message_names,
     normalize_tools,
-    parse_json_arguments,
     record_id,
     tool_responses_in,
     tools_from_text,
 )
 from backend.trace import ParseError
+from backend.trace.messages import assistant_message, decode_arguments
 
 ROLE_MAP = {
     "human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "model": "assistant",
@@ -82,11 +81,7 @@ class _Builder:
         if res is None:
             self.messages.append({"role": "assistant", "content": value})
             return
-        msg: dict[str, Any] = {"role": "assistant", "content": content_keeping_errors(value, res)}
-        if res.reasoning is not None:
-            msg["reasoning_content"] = res.reasoning
-        if res.tool_calls:
-            msg["tool_calls"] = [self._call(c.name, c.arguments) for c in res.tool_calls]
+        msg = assistant_message(res, text=value, calls=[self._call(c.name, c.arguments) for c in res.tool_calls])
         if res.errors:
             self.errors[len(self.messages)] = list(res.errors)
         self.messages.append(msg)
@@ -104,7 +99,7 @@ class _Builder:
         for j, c in enumerate(calls):
             if not isinstance(c, dict) or not isinstance(c.get("name"), str):
                 raise RecordError(f"{where}: function_call {j} has no name")
-            args, err = parse_json_arguments(c.get("arguments", c.get("parameters")))
+            args, err = decode_arguments(c.get("arguments", c.get("parameters")))
             out.append(self._call(c["name"], args))
             if err:
                 errs.append(ParseError(message=f"tool call {j} ({c['name']!r}): {err}"))

@@ -27,11 +27,12 @@ from backend.importers.common import (
     RecordError,
     messages_from_chatml,
     record_id,
+    system_or_tool_block,
     tool_responses_in,
-    tools_from_text,
     trace_from_ids,
 )
 from backend.parsers import get_format
+from backend.trace.messages import parse_assistant_text
 
 _ID_KEYS = ("prompt_ids", "response_ids")
 _META_KEYS = ("num_turns", "reward_score", "score", "metrics", "extra_fields", "step", "uid", "data_source", "acc")
@@ -40,7 +41,6 @@ _META_KEYS = ("num_turns", "reward_score", "score", "metrics", "extra_fields", "
 _HERMES = get_format("hermes")
 _S, _E, _RO, _RC = (re.escape(t) for t in (_HERMES.turn_open, _HERMES.turn_close, _HERMES.response_open, _HERMES.response_close))
 _TOOL_TURN = re.compile(rf"(?:{_E})?\n?(?:{_S})?user\n((?:\s*{_RO}.*?{_RC})+)\s*(?:{_E})?\n?(?:{_S})?assistant\n", re.S)
-_RESPONSES = _HERMES.responses_regex()
 _ROLE_LINE = re.compile(r"(?:^|\n)(system|user|assistant)\n")
 
 
@@ -54,13 +54,11 @@ def _ints(v: Any, name: str) -> list[int]:
 
 def _response_segments(text: str, parser: Any, eos: str | None) -> list[dict[str, Any]]:
     """Assistant turns and tool messages out of a decoded multi-turn response."""
-    from backend.importers.common import assistant_message
-
     msgs: list[dict[str, Any]] = []
     pos = 0
     n_calls = 0
     for m in _TOOL_TURN.finditer(text):
-        a, _ = assistant_message(text[pos : m.start()], parser, eos)
+        a, _ = parse_assistant_text(text[pos : m.start()], parser, eos)
         for c in a.get("tool_calls", []):
             n_calls += 1
             c["id"] = f"call_{n_calls}"
@@ -73,7 +71,7 @@ def _response_segments(text: str, parser: Any, eos: str | None) -> list[dict[str
                 tm["tool_call_id"] = calls[i]["id"]
             msgs.append(tm)
         pos = m.end()
-    a, _ = assistant_message(text[pos:], parser, eos)
+    a, _ = parse_assistant_text(text[pos:], parser, eos)
     for c in a.get("tool_calls", []):
         n_calls += 1
         c["id"] = f"call_{n_calls}"
@@ -94,20 +92,12 @@ def _prompt_messages(text: str, parser: Any, eos: str | None) -> tuple[list[dict
         for role, body in zip(parts[1::2], parts[2::2]):
             if role == "assistant" and not body.strip():
                 continue  # the generation prompt
-            if role == "system":
-                t = tools_from_text(body)
-                if t is not None:
-                    tools = t
-                    head = body.split("# Tools", 1)[0].rstrip("\n")
-                    if head:
-                        msgs.append({"role": "system", "content": head})
-                    continue
-            if role == "user":
-                trs = tool_responses_in(body)
-                if trs is not None and not _RESPONSES.sub("", body).strip():
-                    msgs.extend({"role": "tool", "content": c} for c in trs)
-                    continue
-            msgs.append({"role": role, "content": body})
+            block = system_or_tool_block(role, body)
+            if block is not None:
+                msgs.extend(block[0])
+                tools = block[1] or tools
+            else:
+                msgs.append({"role": role, "content": body})
         if msgs:
             return msgs, tools, "role_lines"
     return [{"role": "user", "content": text}], None, "whole_text"

@@ -28,7 +28,7 @@ def to_arguments(args: Any) -> tuple[dict[str, Any] | None, str | None]:
         if err is not None:
             return None, f"arguments string is not a JSON object ({err})"
         if not isinstance(value, dict):
-            return None, f"arguments string holds a JSON {type_name(value)}, not an object"
+            return None, f"arguments string holds {type_name(value)}, not an object"
         return value, None
     if args is None:
         return {}, None

@@ -15,6 +15,7 @@ from typing import Any
 
 from backend.parsers.base import ParseResult
 from backend.trace import ParseError, ToolCall
+from backend.trace.messages import json_type as type_name
 
 # ---- strict JSON ------------------------------------------------------------------------------
 
@@ -135,22 +136,6 @@ class Finder:
         return self._at
 
 
-def type_name(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, list):
-        return "list"
-    if isinstance(v, dict):
-        return "object"
-    return type(v).__name__
-
-
 # ---- validating one call ----------------------------------------------------------------------
 
 
@@ -188,7 +173,7 @@ def validate_call(
         if err is not None:
             return f'tool call {name!r}: "{key}" is a string that is not a JSON object ({err})'
         if not isinstance(decoded, dict):
-            return f'tool call {name!r}: "{key}" is a string holding a JSON {type_name(decoded)}, not an object'
+            return f'tool call {name!r}: "{key}" is a string holding {type_name(decoded)}, not an object'
         args = decoded
     elif not isinstance(args, dict):
         return f'tool call {name!r}: "{key}" must be a JSON object, got {type_name(args)}'

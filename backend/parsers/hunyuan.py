@@ -64,7 +64,7 @@ class HunyuanParser(ToolCallParser):
             if text[i] != "[":
                 value, end, err = decode_at(text, i)
                 if err is None:
-                    err = f"expected a JSON list of calls after {OPEN}, got a JSON {type_name(value)}"
+                    err = f"expected a JSON list of calls after {OPEN}, got {type_name(value)}"
                     return finish(col, start, end, err, True)
                 return finish(col, start, after, err, True)
             end, status = parse_call_list(col, i, block_end, what=f"{OPEN} list")

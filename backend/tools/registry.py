@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from backend.trace import ToolCall, ToolResult
 from backend.tools._runtime import TRUNCATE_SIDES, truncate_tool_response
 from backend.tools.base import Tool, ToolLoadError, check_unique_names
 from backend.tools.dialect import TypeMapping
@@ -46,6 +44,8 @@ from backend.tools.loaders import (
     tools_from_verl_config,
 )
 from backend.tools.outcome import CallOptions, Outcome, exception_outcome, safe_str
+from backend.trace import ToolCall, ToolResult
+from backend.trace.messages import decode_arguments
 
 
 class ToolRegistry:
@@ -249,33 +249,12 @@ def _to_result(out: Outcome, *, call_id, name, tool, t0, notes, max_response_len
 
 def _arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
     """The call's arguments as an object, or a problem description."""
-    if raw is None:
-        return {}, None
-    if isinstance(raw, str):
-        if not raw.strip():
-            return {}, None
-        try:
-            raw = json.loads(raw)
-        except (ValueError, RecursionError):
-            return {}, "the arguments are not valid JSON"
-    if not isinstance(raw, dict):
-        return {}, f"the arguments must be a JSON object, got {_json_type(raw)}"
-    bad = [k for k in raw if not isinstance(k, str)]
-    if bad:
+    value, problem = decode_arguments(raw)
+    if problem is not None:
+        return {}, f"the {problem}"
+    if any(not isinstance(k, str) for k in value):
         return {}, "argument names must be strings"
-    return raw, None
-
-
-def _json_type(v: Any) -> str:
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, (int, float)):
-        return "a number"
-    if isinstance(v, list):
-        return "an array"
-    if isinstance(v, str):
-        return "a string"
-    return type(v).__name__
+    return value, None
 
 
 __all__ = ["ToolRegistry"]

@@ -43,7 +43,7 @@ from backend.trace.limits import (
     record_tokens_problem,
     too_many_tokens,
 )
-from backend.trace.model import Refused, Trace, TraceFormatError, parse_json_record
+from backend.trace.model import Refused, StepState, Trace, TraceFormatError, parse_json_record
 
 # DEFAULT_MAX_FILE_BYTES / DEFAULT_MAX_LINE_BYTES are read from this module at each call (tests
 # and embedders set them here).
@@ -420,7 +420,7 @@ def summary_of_record(d: dict[str, Any], counts: dict[str, int] | None = None) -
     on a record of the wrong shape (it is then converted in full, for its reason)."""
     turns = errors = 0
     for s in d.get("steps") or ():
-        if s.get("state") == "generating":
+        if s.get("state") == StepState.GENERATING:
             turns += 1
         for e in s.get("parse_errors") or ():  # warnings (a repaired call) are not errors
             errors += e.get("severity", "error") == "error"

@@ -15,9 +15,25 @@ import codecs
 import json
 import uuid
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+from backend.errors import UserError
+from backend.trace.messages import json_type
 
 FORMAT_VERSION = 1
 
@@ -25,7 +41,100 @@ FORMAT_VERSION = 1
 # cannot be a token id of any tokenizer and would overflow int32 tensors downstream.
 MAX_TOKEN_ID = 2**31 - 1
 
-StepState = Literal["pending", "generating", "processing_tools", "terminated"]
+
+
+# ---- the string codes a trace carries (values are what files hold; never rename one) ------------
+
+
+class StepState(StrEnum):
+    """The state a step records (the loop's state machine)."""
+
+    PENDING = "pending"
+    GENERATING = "generating"
+    PROCESSING_TOOLS = "processing_tools"
+    TERMINATED = "terminated"
+
+
+class TerminationReason(StrEnum):
+    """Why a run ended (``Trace.termination_reason``; verl's codes where verl has one). Each
+    member carries its words for people and its outcome: ``"ok"`` (a normal end), ``"limit"``
+    (stopped on a limit or on request) or ``"failure"``. A file may carry a reason not listed
+    here: it loads and is kept as a plain string."""
+
+    def __new__(cls, value: str, words: str = "", outcome: str = "failure") -> TerminationReason:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.words = words
+        member.outcome = outcome
+        return member
+
+    words: str
+    outcome: str
+
+    # the engine's
+    NO_TOOL_CALLS = "no_tool_calls", "answered", "ok"
+    CANCELLED = "cancelled", "stopped by user", "limit"
+    TIME_LIMIT = "time_limit", "stopped at the server's time limit", "limit"  # run(time_limit_s=...) passed
+    RESPONSE_LENGTH = "response_length", "hit response_length", "limit"
+    MAX_ASSISTANT_TURNS = "max_assistant_turns", "hit max_assistant_turns", "limit"
+    MAX_USER_TURNS = "max_user_turns", "hit max_user_turns", "limit"
+    MALFORMED_TOOL_CALL = "malformed_tool_call", "malformed tool call"
+    TOOL_ERROR = "tool_error", "tool error"
+    GENERATION_ERROR = "generation_error", "generation error"
+    RENDER_ERROR = "render_error", "template error"
+    # backend.rollout: the run raised before it could end on its own
+    ERROR = "error", "failed"
+    # imported from chat-completions logs (finish_reason)
+    CONTENT_FILTER = "content_filter", "stopped by the content filter"
+
+
+class FindingCode(StrEnum):
+    """What :func:`backend.diagnostics.check` can report (see that module for each one)."""
+
+    ORPHAN_TOOL_MESSAGE = "orphan_tool_message"
+    TOOL_CALL_WITHOUT_RESPONSE = "tool_call_without_response"
+    UNKNOWN_TOOL = "unknown_tool"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    MALFORMED_TOOL_CALL = "malformed_tool_call"
+    TRUNCATED_TOOL_RESPONSE = "truncated_tool_response"
+    HIT_RESPONSE_LENGTH = "hit_response_length"
+    EMPTY_RESPONSE = "empty_response"
+    RETOKENIZATION_DRIFT = "retokenization_drift"
+    MASK_MISMATCH = "mask_mismatch"
+    THINKING_STRIPPED = "thinking_stripped"
+    STEP_ERROR = "step_error"
+    TOOL_ERROR = "tool_error"
+    CUT_TOOL_CALL = "cut_tool_call"
+    REPAIRED_TOOL_CALL = "repaired_tool_call"
+    CHECK_SKIPPED = "check_skipped"
+
+
+def _known_reason(v: Any) -> Any:
+    # a known code becomes its member; anything else stays as it is (a str field keeps it)
+    if type(v) is str:
+        try:
+            return TerminationReason(v)
+        except ValueError:
+            return v
+    return v
+
+
+_STATES = ", ".join(f"'{s.value}'" for s in list(StepState)[:-1]) + f" or '{list(StepState)[-1].value}'"
+
+
+def _state(v: Any) -> Any:
+    if isinstance(v, StepState):
+        return v
+    if type(v) is str:
+        try:
+            return StepState(v)
+        except ValueError:
+            pass
+    raise ValueError(f"Input should be {_STATES}")
+
+
+Reason = Annotated[TerminationReason | str, BeforeValidator(_known_reason)]
+State = Annotated[StepState, BeforeValidator(_state)]
 
 
 def _span_from_json(v: Any) -> Any:
@@ -107,11 +216,131 @@ class MessageSpan(_Model):
     char_end: int | None = None
 
 
+class StepInfo(_Model):
+    """What a step knows beyond its typed fields. Only the keys that were set are written, in the
+    order they were set, so a file's ``info`` object is written back exactly as it was read; keys
+    this version does not know are kept (extra)."""
+
+    # every step of an imported trace (an importer made it, not our engine)
+    imported: bool | None = None
+    # terminated: the run's termination reason
+    reason: Reason | None = None
+    # pending: whether the template rendered each message's span exactly
+    spans_exact: bool | None = None
+    # generating: the token budget of the request, and the generator's backend details
+    max_tokens: int | None = None
+    constraint: str | None = None  # the kind of decoding constraint the backend applied
+    server_url: str | None = None
+    routing: str | None = None
+    failover_from: str | None = None
+    failover_reason: str | None = None
+    # generating, cut by Stop / the time limit: the unfinished call(s), as ParseError dicts
+    cut_tool_call: list[dict[str, Any]] | None = None
+    # processing_tools: calls over max_parallel_calls not run; a turn not appended, and why
+    dropped_calls: int | None = None
+    not_appended: str | None = None
+    would_append_tokens: int | None = None
+    # processing_tools: how the tool turn was tokenized (backend.rendering.render_tool_turn)
+    method: str | None = None  # "verl" or "diff"
+    stripped_prefix_tokens: int | None = None
+    prefix_mismatch: bool | None = None
+    verl_error: str | None = None
+    # imported processing_tools step: the roles of its messages when not only tool output
+    roles: list[str] | None = None
+
+    _order: list[str] = PrivateAttr(default_factory=list)  # the keys set, in order
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_order(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> StepInfo:
+        info = handler(data)
+        if type(data) is dict:
+            info.__pydantic_private__["_order"] = list(data)
+        return info
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # what pydantic does for an unvalidated assignment, without its general path (a step
+        # sets a few keys per turn)
+        if name in _INFO_FIELDS:
+            self.__dict__[name] = value
+            self.__pydantic_fields_set__.add(name)
+        elif name.startswith("_"):
+            super().__setattr__(name, value)
+            return
+        else:
+            self.__pydantic_extra__[name] = value
+        order = self.__pydantic_private__["_order"]
+        if name not in order:
+            order.append(name)
+
+    @classmethod
+    def empty(cls) -> StepInfo:
+        """No key set (every step's default), built without validation: a step is made per
+        turn, and validating nothing cost more than the rest of the step."""
+        info = cls.__new__(cls)
+        _set = object.__setattr__
+        _set(info, "__dict__", _NO_INFO.copy())
+        _set(info, "__pydantic_fields_set__", set())
+        _set(info, "__pydantic_extra__", {})
+        _set(info, "__pydantic_private__", {"_order": []})
+        return info
+
+    def __copy__(self) -> StepInfo:  # model_copy(): a copy with its own key order
+        info = super().__copy__()
+        info.__pydantic_private__["_order"] = list(self.__pydantic_private__["_order"])
+        return info
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> StepInfo:
+        info = super().model_copy(deep=deep)
+        for k, v in (update or {}).items():
+            setattr(info, k, v)
+        return info
+
+    def keys(self) -> list[str]:
+        """The keys that were set, in the order they were set."""
+        return list(self.__pydantic_private__["_order"])
+
+    def update(self, other: StepInfo | dict[str, Any]) -> None:
+        """Set every key of ``other`` (a generator's info dict, another StepInfo)."""
+        if isinstance(other, StepInfo):
+            for k in other.__pydantic_private__["_order"]:
+                setattr(self, k, getattr(other, k))
+            return
+        for k, v in other.items():
+            setattr(self, k, _known_reason(v) if k == "reason" else v)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        d = handler(self)
+        return {k: d[k] for k in self.__pydantic_private__["_order"]}
+
+    def __eq__(self, other: Any) -> bool:  # as the dict it was: same keys and values, any order
+        if isinstance(other, StepInfo):
+            return self.to_dict() == other.to_dict()
+        if isinstance(other, dict):
+            return self.to_dict() == other
+        return NotImplemented
+
+    def __bool__(self) -> bool:
+        return bool(self.keys())
+
+    def __repr_args__(self):  # only the keys that were set
+        d = self.model_dump()
+        return [(k, d[k]) for k in self.keys()]
+
+
+_INFO_FIELDS = frozenset(StepInfo.model_fields)
+_NO_INFO = dict.fromkeys(StepInfo.model_fields)
+
+
 class Step(_Model):
     """One transition of the agent loop state machine."""
 
     index: int
-    state: StepState
+    state: State
     start: int = 0  # token span [start, end) into prompt_ids + response_ids
     end: int = 0
     mask: Literal[0, 1] | None = None  # mask bit of the tokens it appended; None if it appended none
@@ -126,7 +355,7 @@ class Step(_Model):
     started_at: JsonFloat | None = None  # unix seconds
     duration_s: JsonFloat = 0.0
     error: str | None = None
-    info: dict[str, Any] = Field(default_factory=dict)
+    info: StepInfo = Field(default_factory=StepInfo.empty)
 
     @field_validator("mask", mode="before")
     @classmethod
@@ -165,7 +394,7 @@ class Trace(_Model):
     response_mask: list[int] = Field(default_factory=list)
     steps: list[Step] = Field(default_factory=list)
     message_spans: list[MessageSpan] = Field(default_factory=list)
-    termination_reason: str | None = None
+    termination_reason: Reason | None = None
     config: dict[str, Any] = Field(default_factory=dict)
     tokenizer: TokenizerInfo = Field(default_factory=TokenizerInfo)
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -222,7 +451,7 @@ class Trace(_Model):
     @property
     def num_turns(self) -> int:
         """Assistant turns generated (or present, for imported traces)."""
-        gen = sum(1 for s in self.steps if s.state == "generating")
+        gen = sum(1 for s in self.steps if s.state == StepState.GENERATING)
         if gen:
             return gen
         return sum(1 for m in self.messages if m.get("role") == "assistant")
@@ -270,30 +499,13 @@ class Trace(_Model):
         return cls.from_dict(data)
 
 
-class TraceFormatError(ValueError):
+class TraceFormatError(UserError):
     """A record that is not a valid trace; the message says why in plain words."""
 
 
 @dataclass
 class Refused:
     reason: str
-
-
-def json_type(v: Any) -> str:
-    """The JSON name of a parsed value's type (for messages: never a Python class name)."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, (int, float)):
-        return "a number"
-    if isinstance(v, str):
-        return "a string"
-    if isinstance(v, list):
-        return "an array"
-    if isinstance(v, dict):
-        return "an object"
-    return type(v).__name__
 
 
 def json_error_reason(e: BaseException) -> str:
