@@ -24,10 +24,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from backend.errors import UserError
 from backend import models
+from backend.errors import UserError
 from backend.parsers import DEFAULT_FORMAT, guess_parser
 from backend.trace import TokenizerInfo
+
 
 class TokenizerLoadError(UserError):
     """A tokenizer or template could not be loaded; the message says what to do."""

@@ -75,7 +75,6 @@ def vllm_server(request, tiny_model_dir):
     on a free port of 127.0.0.1; waits for /health; stopped by PID at the end. Its log is a temp
     file whose tail is printed if any test failed (or if it does not start)."""
     import vllm  # noqa: F401 - fail loudly (not skip) when vLLM is missing
-
     from vllm_servers import LocalVLLMServer
 
     server = LocalVLLMServer(

@@ -14,10 +14,10 @@ import uuid
 
 import httpx
 import pytest
+from vllm_servers import free_port
 
 from backend.generators.base import Constraint, GenerationError, SamplingParams
 from backend.generators.vllm_server import VLLMServerGenerator
-from vllm_servers import free_port
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

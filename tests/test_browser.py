@@ -598,7 +598,7 @@ def xss_trace_file(tmp_path_factory) -> Path:
     rec["steps"][1]["error"] = "Step error " + PAYLOAD
     bad = {"format_version": 1, "id": IMG, "prompt_ids": SCRIPT, "response_ids": [], "response_mask": []}
     d = tmp_path_factory.mktemp("xss")
-    f = d / f'x"><img src=x onerror=window.__xss=1>.jsonl'
+    f = d / 'x"><img src=x onerror=window.__xss=1>.jsonl'
     f.write_text(json.dumps(rec, ensure_ascii=False) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
     return f
 

@@ -26,7 +26,6 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-
 from test_browser import (  # noqa: F401 - fixtures, used by name
     CHROMIUM,
     IMG,
@@ -248,7 +247,7 @@ def check_contrast(app: App, targets: list[dict], where: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_every_view_is_readable_in_both_themes(open_app, shots, scheme):
+def test_every_view_is_readable_in_both_themes(open_app, shots, scheme):  # noqa: F811 (shots: a fixture)
     app = open_app(scheme)
     assert app.js("document.body.classList.contains('dark')") == (scheme == "dark")
     app.tab("Inspector")

@@ -16,7 +16,19 @@ from typing import Any
 import pytest
 
 import backend.parsers
-from backend.parsers import ParseResult, ToolCallFormat, ToolCallParser, get_format, get_parser, guess_format, guess_parser, parser_for_vllm, register_parser, tool_call_formats, unregister_parser
+from backend.parsers import (
+    ParseResult,
+    ToolCallFormat,
+    ToolCallParser,
+    get_format,
+    get_parser,
+    guess_format,
+    guess_parser,
+    parser_for_vllm,
+    register_parser,
+    tool_call_formats,
+    unregister_parser,
+)
 from backend.tokenizers import load_tokenizer, read_trl_template
 from backend.tool_choice import ToolChoiceError, build_constraint, check_ids
 from backend.trace import ToolCall

@@ -4,17 +4,17 @@ from a dead URL to the next one on the ring, remembered for the later turns)."""
 
 from __future__ import annotations
 
-from collections import Counter
 import itertools
+from collections import Counter
 
 import pytest
+from vllm_servers import free_port
 
 from backend.engine import AgentLoop, LoopConfig
 from backend.generators.base import Generation, Generator, conversation_key
 from backend.generators.routing import LRU, HashRing
 from backend.generators.vllm_server import VLLMServerGenerator
 from backend.tokenizers import load_tokenizer
-from vllm_servers import free_port
 
 URLS = ["http://gpu1:8000", "http://gpu2:8000", "http://gpu3:8000"]
 KEYS = [f"conversation-{i}" for i in range(3000)]

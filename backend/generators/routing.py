@@ -11,8 +11,8 @@ hash is blake2b, so the mapping is the same in every process and every run.
 from __future__ import annotations
 
 import bisect
-from collections import OrderedDict
 import hashlib
+from collections import OrderedDict
 from collections.abc import Iterable
 
 ROUTINGS = ("sticky", "least_outstanding")

@@ -28,6 +28,7 @@ from backend.generators.base import Constraint, Generation, GenerationError, Gen
 from backend.generators.constraints import structured_outputs
 from backend.generators.vllm_cpu import configure_cpu_env, cpu_auto_dtype, on_cpu
 
+
 def to_vllm_sampling_params(params: SamplingParams, constraint: Constraint | None = None, **extra: Any):
     """Our sampling parameters (+ constraint) as ``vllm.SamplingParams`` (DELTA streaming)."""
     from vllm.sampling_params import RequestOutputKind

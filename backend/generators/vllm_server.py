@@ -35,6 +35,7 @@ from backend.generators.base import (
 from backend.generators.constraints import structured_outputs
 from backend.generators.routing import DEFAULT_ROUTING, LRU, HashRing, check_routing
 
+
 def completion_payload(
     model: str, prompt_ids: list[int], params: SamplingParams, constraint: Constraint | None = None, *, stream: bool = True
 ) -> dict[str, Any]:

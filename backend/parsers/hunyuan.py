@@ -18,7 +18,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend.parsers._common import Collector, Finder, as_doc, decode_at, dumps, parse_call_list, rstrip_end, scan_tagged, skip_ws, type_name
+from backend.parsers._common import (
+    Collector,
+    Finder,
+    as_doc,
+    decode_at,
+    dumps,
+    parse_call_list,
+    rstrip_end,
+    scan_tagged,
+    skip_ws,
+    type_name,
+)
 from backend.parsers.base import ParseResult, ToolCallParser, register_parser
 from backend.parsers.format import ToolCallFormat
 

@@ -770,8 +770,7 @@ def make_parquet_bomb(path: Path, n: int = BOMB_IDS) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from backend.trace import write_parquet
-    from backend.trace import load_traces
+    from backend.trace import load_traces, write_parquet
 
     small = path.with_suffix(".small.parquet")
     write_parquet([load_traces(str(SAMPLE_DIR / "01_weather.jsonl")).traces[0]], str(small))
