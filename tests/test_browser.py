@@ -147,6 +147,9 @@ def shots(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("screenshots")
 
 
+_NAVIGATION_ABORT = re.compile(r"AbortError: signal is aborted without reason|Unexpected error Connection errored out")
+
+
 class App:
     """One browser page on the app (a new Gradio session), with the JS errors it collected."""
 
@@ -159,6 +162,17 @@ class App:
         page.set_default_timeout(30_000)
         page.goto(url)
         page.wait_for_selector("#pg-send")
+
+    def reload(self) -> None:
+        """Reload the page. Gradio's client logs the requests that the navigation itself aborted
+        ("AbortError: signal is aborted", "Connection errored out") when the reload lands while
+        the app's load event is still in flight: those say nothing about the app and are dropped;
+        any other error during the reload is kept."""
+        n = len(self.errors)
+        self.page.reload()
+        self.page.wait_for_selector("#pg-send", state="visible")
+        self.next_frame()
+        self.errors[n:] = [e for e in self.errors[n:] if not _NAVIGATION_ABORT.search(e)]
 
     def tab(self, name: str) -> None:
         self.page.get_by_role("tab", name=name, exact=True).click()

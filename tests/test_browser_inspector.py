@@ -527,8 +527,7 @@ def test_a_first_visit_stays_on_the_playground(open_app):
     app = open_app()
     app.page.wait_for_function("document.querySelector('#pg-send') !== null")
     assert "trace=" not in app.js("location.href")
-    app.page.reload()
-    app.page.wait_for_selector("#pg-send", state="visible")
+    app.reload()
     assert not app.page.locator("#tab-inspector").is_visible()
     app.assert_clean()
 
