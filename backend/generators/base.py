@@ -143,6 +143,14 @@ class Generator:
     # given text (``scripted``) checks the text against the constraint itself, and its info is
     # left as the hook made it.
     decodes: bool = True
+    # What the backend's logprobs are: vLLM's ``logprobs_mode`` (``raw_logprobs`` by default:
+    # before temperature / top-k / top-p; ``processed_logprobs``: after them). transformers
+    # returns the raw logits (``output_logits``), so its logprobs are raw.
+    logprobs_mode: str = "raw_logprobs"
+
+    def logprob_kind(self) -> str:
+        """``"raw"`` or ``"processed"``: what :attr:`logprobs_mode` means for a trainer."""
+        return "processed" if str(self.logprobs_mode).startswith("processed") else "raw"
 
     async def generate(
         self,

@@ -136,6 +136,8 @@ class VLLMEngineGenerator(Generator):
         self.enforce_eager = enforce_eager
         self.seed = seed
         self.extra_engine_args = dict(extra_engine_args or {})
+        # vLLM's own default when the engine args do not name one
+        self.logprobs_mode = str(self.extra_engine_args.get("logprobs_mode", "raw_logprobs"))
         self.engine: Any = None  # vllm.v1.engine.async_llm.AsyncLLM once started
         self.start_seconds: float | None = None
         self.env_set: dict[str, str] = {}
