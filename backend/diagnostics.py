@@ -49,7 +49,9 @@ Codes (severity):
   Mask-0 tokens are never counted (:mod:`backend.logprobs`).
 * ``logprob_semantics`` (warning) — the recorded logprobs cannot match a trainer's whatever the
   numerics: ``raw`` logprobs (taken before temperature / top-k / top-p) of a run sampled with
-  temperature ≠ 1 or with top-k / top-p filtering. One per trace, at the first such step.
+  temperature ≠ 1 or with top-k / top-p filtering, or logprobs a decoding constraint masked
+  (vLLM applies the grammar bitmask before taking even its raw logprobs). One per trace, at
+  the first such step.
 """
 
 from __future__ import annotations
@@ -699,8 +701,10 @@ def _check_logprobs(trace: Trace, ix: _Index, th: LogprobThresholds) -> list[Fin
             sem = s.info.logprob_semantics
             out.append(Finding(
                 C.LOGPROB_SEMANTICS, "warning",
-                f"step {s.index}: {sem.backend} recorded raw logprobs (before temperature / top-k / top-p) but sampled with {why}: "
-                "a trainer's logprobs cannot match them (use vLLM logprobs_mode='processed_logprobs')",
+                (f"step {s.index}: {sem.backend}'s logprobs were taken under {why}: a trainer's logprobs cannot match them"
+                 if sem.constrained else
+                 f"step {s.index}: {sem.backend} recorded raw logprobs (before temperature / top-k / top-p) but sampled with {why}: "
+                 "a trainer's logprobs cannot match them (use vLLM logprobs_mode='processed_logprobs')"),
                 ix.at_step(s.index), {"steps": n, "semantics": sem.model_dump(mode="json")},
             ))
             break

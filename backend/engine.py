@@ -327,6 +327,7 @@ class AgentLoop:
             step.info.logprob_semantics = LogprobSemantics(
                 backend=self.generator.name, mode=self.generator.logprob_kind(),
                 temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
+                constrained=self.generator.logprobs_constrained(bool(gen.info.get("constraint"))),
             )
         step.info.update(gen.info)
         step.info.max_tokens = params.max_tokens

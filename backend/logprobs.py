@@ -260,8 +260,14 @@ def has_logprob_pairs(trace: Trace) -> bool:
 
 
 def semantics_problem(sem: Any) -> str | None:
-    """Why logprobs with these semantics cannot match a trainer's, or None."""
-    if sem is None or getattr(sem, "mode", None) != "raw":
+    """Why logprobs with these semantics cannot match a trainer's, or None: raw logprobs
+    (before temperature / top-k / top-p) of a run sampled with temperature ≠ 1 or with top-k /
+    top-p; any logprobs a decoding constraint masked (renormalised over the allowed tokens)."""
+    if sem is None:
+        return None
+    if getattr(sem, "constrained", False):
+        return "a decoding constraint (the grammar renormalised them over the tokens it allowed; a trainer does not)"
+    if getattr(sem, "mode", None) != "raw":
         return None
     why = []
     if sem.temperature > 0 and abs(sem.temperature - 1.0) > 1e-9:

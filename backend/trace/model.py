@@ -232,6 +232,10 @@ class LogprobSemantics(_Model):
     temperature: JsonFloat = 1.0
     top_p: JsonFloat = 1.0
     top_k: int = -1
+    # a decoding constraint (tool_choice grammar) masked the distribution the logprobs were
+    # taken from: vLLM applies the grammar bitmask to the logits before its sampler, so even its
+    # raw logprobs are renormalised over the allowed tokens (transformers' raw ones are not)
+    constrained: bool = False
 
     def filtered(self) -> bool:
         """Whether top-k or top-p cut the distribution the tokens were sampled from."""
