@@ -24,7 +24,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="model folder (default: the embedded SmolLM2-135M-Instruct)")
     ap.add_argument("--gen-tokens", type=int, default=128)
-    ap.add_argument("--score-tokens", type=int, nargs="+", default=[1024, 4096])
+    ap.add_argument("--score-tokens", type=int, nargs="*", default=[1024, 4096], help="none: the recording part only")
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
 
