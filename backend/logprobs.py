@@ -6,6 +6,8 @@
   float32, and the logprob of each response token. Every step with response tokens is scored
   (mask-0 steps for information); the result goes to ``StepInfo.trainer_logprobs`` and the
   scorer's description to ``Trace.scorer``.
+* :class:`VLLMPromptScorer`: the second scorer, vLLM's ``prompt_logprobs`` over the same ids
+  from an in-process engine (raw logprobs: temperature 1 only; another is refused).
 * :func:`compare`: per token Δ = trainer − rollout and the importance ratio exp(Δ); per step and
   per trace: mean / max |Δ|, verl's ``rollout_probs_diff_max/mean/std`` (|exp(rollout) −
   exp(trainer)| over the response mask; std is torch's unbiased one), the share of tokens whose
@@ -119,7 +121,35 @@ class TransformersScorer:
         return Scorer(kind=self.kind, model=self.model_name, dtype=self.dtype, temperature=temperature)
 
 
-def score_trace(trace: Trace, scorer: TransformersScorer, temperature: float | None = None) -> Trace:
+class VLLMPromptScorer:
+    """The second scorer: vLLM's ``prompt_logprobs`` of the trace's ids from a
+    :class:`~backend.generators.vllm_engine.VLLMEngineGenerator` (its weights, its dtype, its
+    kernels). vLLM's prompt logprobs are taken before any temperature, so this scorer stands for
+    a trainer only at temperature 1: another temperature is refused, not approximated."""
+
+    kind = "vllm prompt_logprobs"
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.model_name = str(getattr(engine, "model", ""))
+        self.dtype = str(getattr(engine, "dtype", "auto"))
+
+    def token_logprobs(self, ids: list[int], start: int, temperature: float = 1.0) -> list[float]:
+        import asyncio
+
+        if abs(temperature - 1.0) > 1e-9:
+            raise ScoreError(f"vLLM prompt_logprobs are raw (no temperature); the rollout sampled at temperature {temperature:g}: "
+                             "use --scorer transformers")
+        if len(ids) - start <= 0:
+            return []
+        lps = asyncio.run(self.engine.prompt_logprobs(list(ids)))  # lps[i - 1] scores ids[i]
+        return [float(x) for x in lps[start - 1 :]]
+
+    def describe(self, temperature: float) -> Scorer:
+        return Scorer(kind=self.kind, model=self.model_name, dtype=self.dtype, temperature=temperature)
+
+
+def score_trace(trace: Trace, scorer: TransformersScorer | VLLMPromptScorer, temperature: float | None = None) -> Trace:
     """A copy of ``trace`` whose response steps carry ``info.trainer_logprobs`` and whose
     ``scorer`` says how they were computed. ``temperature``: the rollout's when None."""
     t = rollout_temperature(trace) if temperature is None else float(temperature)
@@ -281,5 +311,5 @@ def semantics_problem(sem: Any) -> str | None:
 
 __all__ = [
     "DEFAULT_CAP", "DTYPES", "Comparison", "LogprobStats", "ScoreError", "TokenDelta", "TransformersScorer",
-    "compare", "has_logprob_pairs", "rollout_temperature", "score_trace", "semantics_problem", "token_deltas",
+    "VLLMPromptScorer", "compare", "has_logprob_pairs", "rollout_temperature", "score_trace", "semantics_problem", "token_deltas",
 ]

@@ -18,7 +18,7 @@ import pytest
 from backend.config import LoopConfig
 from backend.diagnostics import check
 from backend.engine import AgentLoop
-from backend.logprobs import TransformersScorer, compare, score_trace
+from backend.logprobs import ScoreError, TransformersScorer, VLLMPromptScorer, compare, score_trace
 from backend.tokenizers import load_tokenizer
 from backend.trace.model import FindingCode, StepState
 
@@ -27,7 +27,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 # vLLM's CPU kernels (attention, matmuls, its sampler's float32 log-softmax) against transformers'
 # eager float32 forward pass of the same weights: float32 rounding only. Measured (56 tokens):
 # mean |Δ| 5.6e-6, max 1.9e-5 nats; bfloat16 rescoring of the same run: mean 0.036, max 0.105.
-# The bound is 50x the measured max and 36x below the bf16 mean.
+# The bound is 50x the measured max and 36x below the bf16 mean. The second scorer, the same
+# engine's prompt_logprobs (prefill) against its own decode-time logprobs: mean 5.4e-6, max 2.1e-5.
 VLLM_FLOAT32_TOL = 1e-3
 
 
@@ -40,6 +41,12 @@ def test_vllm_run_rescored_in_float32_and_bfloat16(smollm2_model_dir):
     try:
         engine.start_sync()
         t = asyncio.run(AgentLoop(engine, bundle, config=cfg).run([{"role": "user", "content": "Write two sentences about Paris."}]))
+        # the second scorer: the same engine's prompt_logprobs over the run's ids
+        cv = compare(score_trace(t, VLLMPromptScorer(engine))).trace
+        print(f"\nvLLM prompt_logprobs vs vLLM rollout: {cv}")
+        assert cv.tokens > 10 and cv.max_abs_delta < VLLM_FLOAT32_TOL, cv
+        with pytest.raises(ScoreError):
+            score_trace(t, VLLMPromptScorer(engine), temperature=0.7)
     finally:
         engine.shutdown()
     gens = [s for s in t.steps if s.state == StepState.GENERATING and s.end > s.start]

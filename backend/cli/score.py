@@ -25,7 +25,8 @@ def register(sub) -> None:
     )
     p.add_argument("traces", metavar="TRACES", help="trace file (.jsonl, .json or .parquet)")
     p.add_argument("--out", required=True, help="output trace file (.jsonl); appended to, traces in it are skipped")
-    p.add_argument("--scorer", choices=SCORERS, default="transformers")
+    p.add_argument("--scorer", choices=SCORERS, default="transformers",
+                   help="transformers (any temperature) or vllm (prompt_logprobs of an in-process engine; temperature 1 only)")
     p.add_argument("--model", default=None, help="model folder or hub id (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     p.add_argument("--device", default="cpu", help="torch device (cpu, cuda, ...)")
@@ -49,11 +50,9 @@ def run(args) -> int:
     from tqdm import tqdm
 
     from backend.importers import load_any
-    from backend.logprobs import ScoreError, TransformersScorer, compare, score_trace
+    from backend.logprobs import ScoreError, TransformersScorer, VLLMPromptScorer, compare, score_trace
     from backend.trace import TraceFileError, append_jsonl
 
-    if args.scorer == "vllm":
-        raise CLIError("--scorer vllm (prompt_logprobs) is not available yet; use --scorer transformers")
     if not os.path.exists(args.traces):
         raise CLIError(f"trace file not found: {args.traces}")
     if not args.out.endswith(".jsonl"):
@@ -82,8 +81,15 @@ def run(args) -> int:
         model = str(models.default_model_path())
     scored = []
     if todo:
+        engine = None
         try:
-            scorer = TransformersScorer(model, args.dtype, args.device)
+            if args.scorer == "vllm":
+                from backend.generators.vllm_engine import VLLMEngineGenerator
+
+                engine = VLLMEngineGenerator(model, dtype=args.dtype).start_sync()
+                scorer = VLLMPromptScorer(engine)
+            else:
+                scorer = TransformersScorer(model, args.dtype, args.device)
         except ScoreError as e:
             raise CLIError(str(e)) from None
         bar = tqdm(total=len(todo), unit="trace", desc="score", file=sys.stderr, disable=args.no_progress)
@@ -98,6 +104,8 @@ def run(args) -> int:
                            "rollout_probs_diff_max": c.rollout_probs_diff_max, "kl_k3": c.kl_k3})
             bar.update(1)
         bar.close()
+        if engine is not None:
+            engine.shutdown()
     summary = {"file": args.traces, "out": args.out, "scored": len(scored), "skipped": len(res.traces) - len(todo),
                "model": model, "dtype": args.dtype, "traces": scored, "problems": problems}
     lines = [f"scored {len(scored)} trace(s) into {args.out} ({summary['skipped']} already there); model {model}, {args.dtype}"]
