@@ -42,15 +42,27 @@ Codes (severity):
 * ``repaired_tool_call`` (warning) — a call the parser kept only after a repair the model did not
   write (no arguments key, read as ``{}``): a warning-severity parse error on the step.
 * ``check_skipped`` (info) — a token-level check that could not run, and why.
+* ``logprob_mismatch`` (warning) — a step whose trainer-view logprobs (``info.trainer_logprobs``:
+  ``python -m backend score``, or verl's ``old_log_probs``) differ from the rollout's: a mask-1
+  token's |Δ| over ``token_threshold`` (default ln 2: the importance ratio leaves [1/2, 2]) or the
+  step's mean |Δ| over ``step_threshold`` (default 0.1); one per step, at its worst token.
+  Mask-0 tokens are never counted (:mod:`backend.logprobs`).
+* ``logprob_semantics`` (warning) — the recorded logprobs cannot match a trainer's whatever the
+  numerics: ``raw`` logprobs (taken before temperature / top-k / top-p) of a run sampled with
+  temperature ≠ 1 or with top-k / top-p filtering, or logprobs a decoding constraint masked
+  (vLLM applies the grammar bitmask before taking even its raw logprobs). One per trace, at
+  the first such step.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from backend import seqdiff
+from backend.logprobs import DEFAULT_CAP, compare, semantics_problem
 from backend.trace import Trace
 from backend.trace.builder import mask_runs
 from backend.trace.messages import decode_arguments
@@ -657,7 +669,15 @@ def _check_thinking(trace: Trace, bundle: Any, ix: _Index, rendered_text: str) -
 # ---- entry point --------------------------------------------------------------------------------
 
 
-def check(trace: Trace, bundle: Any = None) -> list[Finding]:
+@dataclass(frozen=True)
+class LogprobThresholds:
+    """When ``logprob_mismatch`` fires (|Δ| in nats; see :mod:`backend.logprobs`)."""
+
+    token: float = math.log(DEFAULT_CAP)  # one mask-1 token's |trainer - rollout|
+    step_mean: float = 0.1  # a step's mean |Δ| over its mask-1 tokens
+
+
+def check(trace: Trace, bundle: Any = None, *, logprob_thresholds: LogprobThresholds | None = None) -> list[Finding]:
     """All findings for ``trace``, most severe first, then by position. Never raises for a
     trace that loaded; a check that cannot run becomes a ``check_skipped`` info finding."""
     ix = _Index(trace)
@@ -665,10 +685,50 @@ def check(trace: Trace, bundle: Any = None) -> list[Finding]:
     findings += _check_tool_pairing(trace, ix)
     findings += _check_calls(trace, ix)
     findings += _check_lengths(trace, ix)
+    findings += _check_logprobs(trace, ix, logprob_thresholds or LogprobThresholds())
     if bundle is not None:
         findings += _token_checks(trace, bundle, ix)
     findings.sort(key=lambda f: (_SEV_ORDER.get(f.severity, 9), f.location.token if f.location.token is not None else 1 << 60, f.location.message if f.location.message is not None else 1 << 30))
     return findings
+
+
+def _check_logprobs(trace: Trace, ix: _Index, th: LogprobThresholds) -> list[Finding]:
+    out: list[Finding] = []
+    for s in trace.steps:
+        why = semantics_problem(s.info.logprob_semantics) if s.logprobs is not None else None
+        if why:
+            n = sum(1 for x in trace.steps if x.logprobs is not None and semantics_problem(x.info.logprob_semantics))
+            sem = s.info.logprob_semantics
+            out.append(Finding(
+                C.LOGPROB_SEMANTICS, "warning",
+                (f"step {s.index}: {sem.backend}'s logprobs were taken under {why}: a trainer's logprobs cannot match them"
+                 if sem.constrained else
+                 f"step {s.index}: {sem.backend} recorded raw logprobs (before temperature / top-k / top-p) but sampled with {why}: "
+                 "a trainer's logprobs cannot match them (use vLLM logprobs_mode='processed_logprobs')"),
+                ix.at_step(s.index), {"steps": n, "semantics": sem.model_dump(mode="json")},
+            ))
+            break
+    if not any(s.info.trainer_logprobs is not None for s in trace.steps):
+        return out
+    cmp = compare(trace)
+    for i, st in cmp.steps.items():
+        if not st.tokens:
+            continue
+        over_token = st.max_abs_delta > th.token
+        over_mean = st.mean_abs_delta > th.step_mean
+        if not (over_token or over_mean):
+            continue
+        worst = next(t for t in cmp.tokens if t.pos == st.max_at)
+        what = (f"token {worst.pos} has |Δ| {abs(worst.delta):.3g} (rollout {worst.rollout:.3f}, trainer {worst.trainer:.3f}, ratio {worst.ratio:.3g})"
+                if over_token else f"mean |Δ| {st.mean_abs_delta:.3g} over {st.tokens} tokens (worst: token {worst.pos}, |Δ| {abs(worst.delta):.3g})")
+        out.append(Finding(
+            C.LOGPROB_MISMATCH, "warning", f"step {i}: the trainer's logprobs differ from the rollout's: {what}",
+            ix.at_step(i, worst.pos),
+            {"token": worst.pos, "rollout": worst.rollout, "trainer": worst.trainer, "delta": worst.delta, "ratio": worst.ratio,
+             "step_mean_abs_delta": st.mean_abs_delta, "tokens": st.tokens,
+             "thresholds": {"token": th.token, "step_mean": th.step_mean}},
+        ))
+    return out
 
 
 def _token_checks(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:

@@ -31,7 +31,7 @@ from backend.tool_choice import ToolChoiceError, build_constraint, choice_for_tu
 from backend.trace import Step, ToolCall, ToolResult, Trace, new_trace_id
 from backend.trace.builder import TraceBuilder
 from backend.trace.messages import assistant_message, strip_suffix
-from backend.trace.model import StepState, TerminationReason
+from backend.trace.model import LogprobSemantics, StepState, TerminationReason
 
 R = TerminationReason  # recorded in Trace.termination_reason
 S = StepState
@@ -323,6 +323,12 @@ class AgentLoop:
         _, step.end = run.trace.append(ids, 1)
         step.finish_reason = gen.finish_reason
         step.logprobs = gen.logprobs
+        if gen.logprobs is not None:
+            step.info.logprob_semantics = LogprobSemantics(
+                backend=self.generator.name, mode=self.generator.logprob_kind(),
+                temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
+                constrained=self.generator.logprobs_constrained(bool(gen.info.get("constraint"))),
+            )
         step.info.update(gen.info)
         step.info.max_tokens = params.max_tokens
         step.error = error

@@ -87,7 +87,28 @@ def verl_row(t: Trace) -> dict[str, Any]:
                 lps.extend([0.0] * (s.end - s.start))
     if have_lp and lps and len(lps) == len(t.response_ids):
         row["response_logprobs"] = lps
+        row["rollout_log_probs"] = lps  # the name verl's trainer batch gives them
+    old = _trainer_logprobs(t)
+    if old is not None:
+        row["old_log_probs"] = old
     return row
+
+
+def _trainer_logprobs(t: Trace) -> list[float] | None:
+    """verl's ``old_log_probs`` from the steps' ``info.trainer_logprobs`` (mask-0 tokens that
+    were not scored: 0.0, as verl pads), or None when a generated turn has none."""
+    out: list[float] = []
+    p = len(t.prompt_ids)
+    for s in t.steps:
+        if s.end > s.start and s.start >= p:
+            tr = s.info.trainer_logprobs
+            if tr is not None and len(tr) == s.end - s.start:
+                out.extend(tr)
+            elif s.state == StepState.GENERATING:
+                return None
+            else:
+                out.extend([0.0] * (s.end - s.start))
+    return out if out and len(out) == len(t.response_ids) else None
 
 
 def _write_jsonl_rows(rows: Iterable[dict[str, Any]], path: str) -> int:

@@ -518,3 +518,27 @@ def test_a_call_left_by_the_time_limit_is_info(qwen3):
     t = trace(SEATTLE + [asst_call()], [WEATHER], termination_reason="time_limit")
     (f,) = only(check(t), "tool_call_without_response")
     assert f.severity == "info" and "time_limit" in f.message
+
+
+def test_logprob_mismatch_and_logprob_semantics(seed001):
+    """Structural: both codes on hand-set logprobs (tests/test_logprobs.py has them on a real model)."""
+    from backend.trace.model import LogprobSemantics
+
+    t = seed001.model_copy(deep=True)
+    p = len(t.prompt_ids)
+    gens = [s for s in t.steps if s.state == "generating" and s.end > s.start]
+    for s in t.steps:
+        if s.start >= p and s.end > s.start:
+            s.info.trainer_logprobs = [-1.0] * (s.end - s.start)
+            if s in gens:
+                s.logprobs = [-1.0] * (s.end - s.start)
+                s.info.logprob_semantics = LogprobSemantics(backend="vllm", mode="processed", temperature=0.7)
+            else:
+                s.logprobs = [0.0] * (s.end - s.start)  # mask-0 tokens far off: never counted
+    assert not codes(check(t)) & {"logprob_mismatch", "logprob_semantics"}
+    gens[0].logprobs = [-1.0] + [-3.0] + [-1.0] * (len(gens[0].logprobs) - 2)
+    (f,) = only(check(t), "logprob_mismatch")
+    assert f.location.token == gens[0].start + 1 and f.details["delta"] == 2.0
+    gens[1].info.logprob_semantics = LogprobSemantics(backend="vllm", mode="raw", temperature=0.7)
+    (f,) = only(check(t), "logprob_semantics")
+    assert f.location.step == gens[1].index and "temperature 0.7" in f.message

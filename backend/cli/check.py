@@ -5,6 +5,7 @@ file, no readable trace, or none of the ``--id``\ s)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -26,6 +27,10 @@ def register(sub) -> None:
     p.add_argument("--template", help="override the chat template (trl name, .jinja file, or Jinja text)")
     p.add_argument("--no-tokens", action="store_true", help="structural checks only (no re-rendering)")
     p.add_argument("--id", action="append", default=[], help="only these trace ids (repeatable)")
+    p.add_argument("--logprob-token-threshold", type=float, default=None, metavar="NATS",
+                   help="logprob_mismatch when a mask-1 token's |trainer - rollout| logprob passes this (default ln 2)")
+    p.add_argument("--logprob-step-threshold", type=float, default=None, metavar="NATS",
+                   help="logprob_mismatch when a step's mean |trainer - rollout| passes this (default 0.1)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -55,7 +60,7 @@ def _bundle_for(trace, args, cache: dict):
 
 
 def run(args) -> int:
-    from backend.diagnostics import Finding, FindingCode, Location, check, summarize
+    from backend.diagnostics import Finding, FindingCode, Location, LogprobThresholds, check, summarize
     from backend.importers import load_any
     from backend.trace import TraceFileError
 
@@ -65,6 +70,13 @@ def run(args) -> int:
         res = load_any(args.traces)
     except TraceFileError as e:
         raise CLIError(str(e)) from None
+    th = LogprobThresholds()
+    for name, key in (("token", "logprob_token_threshold"), ("step_mean", "logprob_step_threshold")):
+        v = getattr(args, key, None)
+        if v is not None:
+            if not v > 0:
+                raise CLIError(f"--{key.replace('_', '-')} must be above 0")
+            th = dataclasses.replace(th, **{name: v})
     cache: dict = {}
     out = []
     totals = {"error": 0, "warning": 0, "info": 0}
@@ -74,7 +86,7 @@ def run(args) -> int:
         if wanted and t.id not in wanted:
             continue
         bundle, why = _bundle_for(t, args, cache)
-        fs = check(t, bundle)
+        fs = check(t, bundle, logprob_thresholds=th)
         if why:
             fs.append(Finding(FindingCode.CHECK_SKIPPED, "info", why, Location(), {"check": "tokenizer"}))
         counts = summarize(fs)

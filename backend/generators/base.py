@@ -143,6 +143,21 @@ class Generator:
     # given text (``scripted``) checks the text against the constraint itself, and its info is
     # left as the hook made it.
     decodes: bool = True
+    # What the backend's logprobs are: vLLM's ``logprobs_mode`` (``raw_logprobs`` by default:
+    # before temperature / top-k / top-p; ``processed_logprobs``: after them). transformers
+    # returns the raw logits (``output_logits``), so its logprobs are raw.
+    logprobs_mode: str = "raw_logprobs"
+    # whether a decoding constraint's mask reaches the raw logprobs too (vLLM: the bitmask is
+    # applied to the logits before the sampler takes them); processed ones always see it
+    raw_logprobs_see_constraint: bool = True
+
+    def logprob_kind(self) -> str:
+        """``"raw"`` or ``"processed"``: what :attr:`logprobs_mode` means for a trainer."""
+        return "processed" if str(self.logprobs_mode).startswith("processed") else "raw"
+
+    def logprobs_constrained(self, constrained_turn: bool) -> bool:
+        """Whether a constrained turn's logprobs are the grammar's (renormalised over the allowed tokens)."""
+        return constrained_turn and (self.logprob_kind() == "processed" or self.raw_logprobs_see_constraint)
 
     async def generate(
         self,

@@ -89,7 +89,9 @@ class XGrammarLogitsProcessor:
             return scores
         if self.matcher.fill_next_token_bitmask(self.bitmask, 0):
             device = scores.device
-            s = scores if device.type in ("cpu", "cuda") else scores.to("cpu")
+            # a copy: generate() hands the processors the very tensor it keeps as the raw logits
+            # (output_logits), and masking it in place made "raw" logprobs the grammar's
+            s = scores.clone() if device.type in ("cpu", "cuda") else scores.to("cpu")
             width = min(s.shape[-1], self.vocab_size)
             view = s[..., :width]
             self._xgr.apply_token_bitmask_inplace(view, self.bitmask.to(s.device), vocab_size=width)
@@ -111,13 +113,23 @@ class _Stop:
         return torch.full((input_ids.shape[0],), self.flag.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
+LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
+
+
 class TransformersGenerator(Generator):
     """A Hugging Face causal LM (local folder or hub id), generated with ``model.generate``."""
 
     name = "transformers"
     label = "transformers"
+    raw_logprobs_see_constraint = False  # output_logits are taken before the processors (a copy is masked)
 
-    def __init__(self, model_or_path: str, *, device: str = "auto", dtype: Any = "auto") -> None:
+    def __init__(self, model_or_path: str, *, device: str = "auto", dtype: Any = "auto", logprobs_mode: str = "raw_logprobs") -> None:
+        if logprobs_mode not in LOGPROBS_MODES:
+            raise ValueError(f"logprobs_mode must be one of {', '.join(LOGPROBS_MODES)}, got {logprobs_mode!r}")
+        # raw_logprobs: log-softmax of the model's logits (generate's output_logits), before
+        # temperature / top-k / top-p; processed_logprobs: of the scores the token was sampled
+        # from (output_scores: after the logits processors, the decoding constraint included)
+        self.logprobs_mode = logprobs_mode
         self.model_name = model_or_path
         self.device_request = device
         self.dtype_request = dtype
@@ -241,12 +253,14 @@ class TransformersGenerator(Generator):
                 do_sample=not greedy,
                 temperature=None if greedy else params.temperature,
                 top_p=None if greedy or params.top_p >= 1.0 else params.top_p,
-                top_k=None if greedy or not params.top_k or params.top_k <= 0 else params.top_k,
+                # 0, not None: None means transformers' default top_k of 50, a filter nobody asked for
+                top_k=None if greedy else (params.top_k if params.top_k and params.top_k > 0 else 0),
                 repetition_penalty=None if params.repetition_penalty == 1.0 else params.repetition_penalty,
                 eos_token_id=None if params.ignore_eos else (eos or None),
                 pad_token_id=pad,
                 bos_token_id=None,
-                output_logits=params.logprobs is not None,
+                output_logits=params.logprobs is not None and self.logprobs_mode == "raw_logprobs",
+                output_scores=params.logprobs is not None and self.logprobs_mode == "processed_logprobs",
                 return_dict_in_generate=True,
                 stop_strings=list(params.stop) or None,
             )
@@ -274,9 +288,10 @@ class TransformersGenerator(Generator):
             elapsed = time.perf_counter() - t0
             ids = [int(x) for x in out.sequences[0, input_ids.shape[1] :].tolist()]
             logprobs = None
-            if params.logprobs is not None and out.logits is not None:
+            per_token = out.logits if self.logprobs_mode == "raw_logprobs" else out.scores
+            if params.logprobs is not None and per_token is not None:
                 logprobs = []
-                for step, tid in zip(out.logits, ids, strict=False):
+                for step, tid in zip(per_token, ids, strict=False):
                     logprobs.append(float(torch.log_softmax(step[0].float(), dim=-1)[tid]))
             return {"ids": ids, "logprobs": logprobs, "elapsed_s": elapsed, "eos": eos, "cancelled": cancel.is_set()}
 

@@ -136,6 +136,8 @@ class VLLMEngineGenerator(Generator):
         self.enforce_eager = enforce_eager
         self.seed = seed
         self.extra_engine_args = dict(extra_engine_args or {})
+        # vLLM's own default when the engine args do not name one
+        self.logprobs_mode = str(self.extra_engine_args.get("logprobs_mode", "raw_logprobs"))
         self.engine: Any = None  # vllm.v1.engine.async_llm.AsyncLLM once started
         self.start_seconds: float | None = None
         self.env_set: dict[str, str] = {}
@@ -302,6 +304,7 @@ class VLLMEngineGenerator(Generator):
 
         ids: list[int] = []
         logprobs: list[float] = []
+        prompt_lps: list[float] | None = None
         finish_reason = None
         stop_reason = None
         num_cached = None
@@ -310,6 +313,8 @@ class VLLMEngineGenerator(Generator):
             async for out in self.engine.generate(TokensPrompt(prompt_token_ids=list(prompt_ids)), vparams, request_id):
                 if num_cached is None:
                     num_cached = getattr(out, "num_cached_tokens", None)
+                if prompt_lps is None and getattr(out, "prompt_logprobs", None) is not None:
+                    prompt_lps = sampled_logprobs(list(prompt_ids)[1:], out.prompt_logprobs[1:])
                 if not out.outputs:
                     continue
                 c = out.outputs[0]
@@ -331,6 +336,7 @@ class VLLMEngineGenerator(Generator):
                     "ttft_s": clock.ttft_s,
                     "elapsed_s": clock.elapsed_s,
                     "num_cached_tokens": num_cached,
+                    "prompt_logprobs": prompt_lps,
                 }
             )
         except asyncio.CancelledError:
@@ -385,6 +391,41 @@ class VLLMEngineGenerator(Generator):
             except Exception:
                 pass
             raise
+
+    async def prompt_logprobs(self, ids: list[int]) -> list[float]:
+        """vLLM's ``prompt_logprobs`` of ``ids``: log p(ids[i] | ids[:i]) for i >= 1, in this
+        engine's ``logprobs_mode`` (raw by default: no temperature). One token is generated and
+        dropped."""
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import SamplingParams as VSamplingParams
+
+        await self.start()
+        vparams = VSamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False,
+                                  output_kind=RequestOutputKind.FINAL_ONLY)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+
+        def push(item: Any) -> None:
+            if isinstance(item, list):
+                return
+            def settle() -> None:
+                if not done.done():
+                    done.set_result(item)
+            try:
+                loop.call_soon_threadsafe(settle)
+            except RuntimeError:
+                pass
+
+        request_id = f"{self._prefix}score-{uuid.uuid4().hex[:12]}"
+        assert self._thread is not None
+        self._thread.submit(self._produce(request_id, list(ids), vparams, push))
+        item = await done
+        if isinstance(item, BaseException):
+            raise self._failure(item) if isinstance(item, Exception) else item
+        lps = item.get("prompt_logprobs")
+        if lps is None or len(lps) != len(ids) - 1:
+            raise GenerationError("vLLM returned no prompt logprobs for the request")
+        return lps
 
     def _failure(self, e: Exception) -> GenerationError:
         # vLLM wraps what went wrong in an EngineGenerateError: report the cause

@@ -93,7 +93,10 @@ class VLLMServerGenerator(Generator):
         backoff_s: float = 0.25,
         routing: str = DEFAULT_ROUTING,
         max_failovers: int = 100_000,
+        logprobs_mode: str = "raw_logprobs",
     ) -> None:
+        # the servers' --logprobs-mode (not visible over HTTP: say it when it is not vLLM's default)
+        self.logprobs_mode = logprobs_mode
         if isinstance(base_urls, str):
             base_urls = [base_urls]
         urls = [self._normalize(u) for u in base_urls if u and u.strip()]

@@ -5,7 +5,9 @@
   are kept exactly as given (``metadata.ids = "given"``); text is decoded with the chosen
   tokenizer only to show it, and messages/tool calls are recovered from the decoded text
   (ChatML templates). A missing mask is taken as all ones (``metadata.mask = "assumed"``).
-  ``response_logprobs`` become per-step logprobs; ``num_turns``, ``reward_score``, ``metrics``
+  ``rollout_log_probs`` (or ``response_logprobs``) become per-step rollout logprobs and
+  ``old_log_probs`` (the actor's recompute) per-step ``info.trainer_logprobs``, shown side by
+  side without recomputing (``trace.scorer.kind = "verl old_log_probs"``); ``num_turns``, ``reward_score``, ``metrics``
   and ``extra_fields`` go to metadata.
 * **Rollout dumps** (``trainer.rollout_data_dir`` / ``validation_data_dir`` JSONL: ``input``,
   ``output``, ``score``, ``step``, ``gts`` and reward extras; text decoded with
@@ -33,6 +35,7 @@ from backend.importers.common import (
 )
 from backend.parsers import get_format
 from backend.trace.messages import parse_assistant_text
+from backend.trace.model import Scorer
 
 _ID_KEYS = ("prompt_ids", "response_ids")
 _META_KEYS = ("num_turns", "reward_score", "score", "metrics", "extra_fields", "step", "uid", "data_source", "acc")
@@ -42,6 +45,23 @@ _HERMES = get_format("hermes")
 _S, _E, _RO, _RC = (re.escape(t) for t in (_HERMES.turn_open, _HERMES.turn_close, _HERMES.response_open, _HERMES.response_close))
 _TOOL_TURN = re.compile(rf"(?:{_E})?\n?(?:{_S})?user\n((?:\s*{_RO}.*?{_RC})+)\s*(?:{_E})?\n?(?:{_S})?assistant\n", re.S)
 _ROLE_LINE = re.compile(r"(?:^|\n)(system|user|assistant)\n")
+
+
+def _floats(v: Any, name: str, n: int) -> list[float] | None:
+    """A per-response-token float column (verl pads it to the response length: cut to ``n``);
+    None when absent or shorter than the response."""
+    if v is None:
+        return None
+    if hasattr(v, "tolist"):
+        v = v.tolist()
+    if not isinstance(v, list):
+        raise RecordError(f"{name} must be a list of numbers, got {type(v).__name__}")
+    if len(v) < n:
+        return None
+    v = v[:n]
+    if not all(type(x) in (int, float) for x in v):
+        raise RecordError(f"{name} must be a list of numbers")
+    return [float(x) for x in v]
 
 
 def _ints(v: Any, name: str) -> list[int]:
@@ -131,17 +151,24 @@ class VerlImporter(Importer):
                 mask = [1] * len(response_ids)
                 meta["mask"] = "assumed"
             mask = _ints(mask, "response_mask")
-            lp = record.get("response_logprobs")
-            lp = lp.tolist() if hasattr(lp, "tolist") else lp
+            key = "rollout_log_probs" if record.get("rollout_log_probs") is not None else "response_logprobs"
+            lp = _floats(record.get(key), key, len(response_ids))
+            old = _floats(record.get("old_log_probs"), "old_log_probs", len(response_ids))
             bundle = ctx.bundle
             parser = ctx.parser
             tr = record.get("termination_reason")
             trace = trace_from_ids(
                 prompt_ids, response_ids, mask, bundle, self.name, parser=parser, trace_id=record_id(record, keys=("id", "trace_id", "request_id")),
                 metadata=meta, termination_reason=tr if isinstance(tr, str) else None,
-                logprobs=lp if isinstance(lp, list) else None,
+                logprobs=lp,
                 tools=record.get("tools") if isinstance(record.get("tools"), list) else None,
             )
+            if old is not None:
+                p = len(prompt_ids)
+                for s in trace.steps:
+                    if s.end > s.start and s.start >= p:
+                        s.info.trainer_logprobs = old[s.start - p : s.end - p]
+                trace.scorer = Scorer(kind="verl old_log_probs")
             return [trace]
         inp, out = record.get("input"), record.get("output")
         if not isinstance(inp, str) or not isinstance(out, str):

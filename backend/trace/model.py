@@ -107,6 +107,8 @@ class FindingCode(StrEnum):
     CUT_TOOL_CALL = "cut_tool_call"
     REPAIRED_TOOL_CALL = "repaired_tool_call"
     CHECK_SKIPPED = "check_skipped"
+    LOGPROB_MISMATCH = "logprob_mismatch"
+    LOGPROB_SEMANTICS = "logprob_semantics"
 
 
 def _known_reason(v: Any) -> Any:
@@ -216,6 +218,39 @@ class MessageSpan(_Model):
     char_end: int | None = None
 
 
+class LogprobSemantics(_Model):
+    """What a generated step's ``logprobs`` are: which backend produced them and whether they
+    are ``raw`` (log-softmax of the model's logits, before temperature / top-k / top-p: vLLM's
+    default ``raw_logprobs``, and what transformers' ``output_logits`` give) or ``processed``
+    (after those: vLLM ``processed_logprobs``), with the sampling settings they were taken
+    under. A trainer divides the logits by the temperature and applies no top-k / top-p, so
+    only ``processed`` logprobs at any temperature, or ``raw`` ones at temperature 1 without
+    filtering, can match its numbers."""
+
+    backend: str
+    mode: Literal["raw", "processed"]
+    temperature: JsonFloat = 1.0
+    top_p: JsonFloat = 1.0
+    top_k: int = -1
+    # a decoding constraint (tool_choice grammar) masked the distribution the logprobs were
+    # taken from: vLLM applies the grammar bitmask to the logits before its sampler, so even its
+    # raw logprobs are renormalised over the allowed tokens (transformers' raw ones are not)
+    constrained: bool = False
+
+    def filtered(self) -> bool:
+        """Whether top-k or top-p cut the distribution the tokens were sampled from."""
+        return (self.top_k is not None and self.top_k > 0) or self.top_p < 1.0
+
+
+class Scorer(_Model):
+    """Who computed a trace's trainer-view logprobs (``StepInfo.trainer_logprobs``)."""
+
+    kind: str  # "transformers"; "verl old_log_probs" for an import that carried them
+    model: str | None = None
+    dtype: str | None = None  # "float32", "bfloat16"
+    temperature: JsonFloat = 1.0  # the logits were divided by it before the log-softmax
+
+
 class StepInfo(_Model):
     """What a step knows beyond its typed fields. Only the keys that were set are written, in the
     order they were set, so a file's ``info`` object is written back exactly as it was read; keys
@@ -247,6 +282,11 @@ class StepInfo(_Model):
     verl_error: str | None = None
     # imported processing_tools step: the roles of its messages when not only tool output
     roles: list[str] | None = None
+    # generating, with Step.logprobs: what those logprobs are (backend, raw/processed, sampling)
+    logprob_semantics: LogprobSemantics | None = None
+    # any step with tokens, after backend.logprobs.score_trace: the trainer-view logprob of each
+    # of its tokens (Trace.scorer says how they were computed); imported ``old_log_probs`` too
+    trainer_logprobs: list[JsonFloat] | None = None
 
     _order: list[str] = PrivateAttr(default_factory=list)  # the keys set, in order
 
@@ -398,6 +438,16 @@ class Trace(_Model):
     config: dict[str, Any] = Field(default_factory=dict)
     tokenizer: TokenizerInfo = Field(default_factory=TokenizerInfo)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    scorer: Scorer | None = None  # who computed the steps' trainer_logprobs (backend.logprobs)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_scorer(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # a trace nobody scored is written as it was before the key existed (files read and
+        # written back stay byte-for-byte the same)
+        d = handler(self)
+        if d.get("scorer", 0) is None:
+            del d["scorer"]
+        return d
 
     @field_validator("prompt_ids", "response_ids")
     @classmethod
