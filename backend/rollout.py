@@ -32,6 +32,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -314,6 +315,10 @@ class ShardSink:
         self.count = 0  # traces in it
         self.f: TextIO | None = None
         self.files: list[str] = []  # shards written to in this run
+        # Full Parquet shards are converted on one worker thread, in order, so the event loop
+        # that writes traces is not blocked (~0.6 s per 1,000 traces); close() waits for them.
+        self._converter: ThreadPoolExecutor | None = None
+        self._pending: list[Future] = []
 
     def name(self, index: int, kind: str) -> str:
         return os.path.join(self.folder, f"part-{index:05d}.{kind}")
@@ -416,16 +421,38 @@ class ShardSink:
             self.index += 1
             self.count = 0
 
-    def _finish_shard(self) -> None:
+    def _finish_shard(self, wait: bool = False) -> None:
         if self.f is None:
             return
         self.f.close()
         self.f = None
-        if self.fmt == "parquet":
-            convert_journal(self._path(), self.name(self.index, "parquet"))
+        if self.fmt != "parquet":
+            return
+        journal, target = self._path(), self.name(self.index, "parquet")
+        if wait:
+            convert_journal(journal, target)
+            return
+        if self._converter is None:
+            self._converter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-convert")
+        self._pending = [f for f in self._pending if not f.done() or f.exception() is not None]
+        self._check_pending()
+        self._pending.append(self._converter.submit(convert_journal, journal, target))
+
+    def _check_pending(self) -> None:
+        for f in self._pending:
+            if f.done() and f.exception() is not None:
+                raise f.exception()  # a failed conversion stops the run (its journal is kept for resume)
 
     def close(self) -> None:
-        self._finish_shard()
+        try:
+            self._finish_shard(wait=True)
+        finally:
+            if self._converter is not None:
+                self._converter.shutdown(wait=True)
+                self._converter = None
+        pending, self._pending = self._pending, []
+        for f in pending:
+            f.result()
 
 
 def open_output(out: str, *, shard_size: int | None = None, fmt: str = "jsonl") -> JsonlSink | ShardSink:

@@ -432,6 +432,41 @@ def test_parquet_shards_are_trace_parquet_readable_everywhere(tmp_path, qwen3, t
     assert sorted(folder_ids(out)) == sorted(f"p{i}" for i in range(13))
 
 
+def test_full_parquet_shards_convert_off_the_event_loop_and_close_waits(tmp_path, qwen3, tools, monkeypatch):
+    """A full shard's conversion runs on a worker thread (the loop keeps generating meanwhile);
+    the run ends only once every shard is Parquet; a conversion that fails fails the run."""
+    import threading
+
+    import backend.rollout as ro
+
+    real = ro.convert_journal
+    threads = []
+
+    def spy(journal, target, keep=None):
+        threads.append(threading.current_thread().name)
+        return real(journal, target, keep)
+
+    monkeypatch.setattr(ro, "convert_journal", spy)
+    out = tmp_path / "pq"
+    st = run(run_rollouts(items(9), bundle=qwen3, out_path=str(out), make_generator=scripted(qwen3), tools=tools, shard_size=4, fmt="parquet"))
+    assert st.done == 9 and shard_files(out) == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    assert sorted(folder_ids(out)) == sorted(f"p{i}" for i in range(9))
+    # the two full shards on the converter thread, the last (partial) one at close
+    assert sorted(t.startswith("shard-convert") for t in threads) == [False, True, True], threads
+
+    def broken(journal, target, keep=None):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ro, "convert_journal", broken)
+    out2 = tmp_path / "pq2"
+    with pytest.raises(OSError, match="disk full"):
+        run(run_rollouts(items(5), bundle=qwen3, out_path=str(out2), make_generator=scripted(qwen3), tools=tools, shard_size=4, fmt="parquet"))
+    # nothing lost: the journals are still there for a resume to convert
+    monkeypatch.setattr(ro, "convert_journal", real)
+    st = run(run_rollouts(items(5), bundle=qwen3, out_path=str(out2), make_generator=scripted(qwen3), tools=tools, shard_size=4, fmt="parquet"))
+    assert st.skipped == 5 and sorted(folder_ids(out2)) == sorted(f"p{i}" for i in range(5))
+
+
 def test_retry_errors_across_shards(tmp_path, qwen3, tools):
     out = tmp_path / "r"
 
