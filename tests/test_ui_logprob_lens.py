@@ -142,11 +142,11 @@ def test_mask0_tokens_never_reach_what_the_lens_shows(scored, bundle):
     dirty = L.lens_view(dirty_trace, bundle.tokenizer)
     for k, _, _ in L.METRICS:
         assert cell(dirty.numbers, k) == cell(clean.numbers, k), k
-    assert f"mask-0 tokens left out: {n0:,}" in dirty.numbers
+    assert f"mask-0 tokens with both logprobs, left out of every number: {n0:,}" in dirty.numbers
     assert 'data-skipped-mask0="0"' in clean.numbers and f'data-skipped-mask0="{n0}"' in dirty.numbers
 
     def same(h: str) -> str:  # all but the count of mask-0 tokens left out
-        return re.sub(r'mask-0 tokens left out: [\d,]+|data-skipped-mask0="\d+"', "", h)
+        return re.sub(r'left out of every number: [\d,]+|data-skipped-mask0="\d+"', "", h)
 
     assert same(dirty.numbers) == same(clean.numbers)
     assert dirty.worst == clean.worst
@@ -261,14 +261,16 @@ def test_the_inspector_shows_the_lens_for_the_sessions_trace(scored, ctx_samples
     sess.current = label
     with gr.Blocks():
         ui = inspector.build(ctx, gr.State(sess))
-    out = inspector.show_trace(ctx, sess, label, "auto")
-    assert len(out) == len(ui.trace_outputs())
-    i = ui.trace_outputs().index(ui.lens.numbers)
+    # the trace views keep their positions (API clients index them); the lens has its own outputs
+    assert len(inspector.show_trace(ctx, sess, label, "auto")) == len(ui.trace_outputs())
+    assert not set(map(id, ui.lens.outputs())) & set(map(id, ui.trace_outputs()))
+    out = inspector.show_lens(ctx, sess, "auto")
+    assert len(out) == len(ui.lens.outputs())
+    i = ui.lens.outputs().index(ui.lens.numbers)
     assert out[i] == L.lens_view(scored, None, sess.lens_cap).numbers
-    assert 'data-status="ok"' in out[ui.trace_outputs().index(ui.lens.status)]
+    assert 'data-status="ok"' in out[ui.lens.outputs().index(ui.lens.status)]
     sess.lens_cap = 3.0
-    out = inspector.show_trace(ctx, sess, label, "auto")
-    assert "C = 3" in out[i]
+    assert "C = 3" in inspector.show_lens(ctx, sess, "auto")[i]
 
 
 @pytest.fixture(scope="module")
@@ -278,3 +280,36 @@ def ctx_samples():
     samples, problems = load_samples()
     assert not problems and samples
     return samples
+
+
+def test_score_cli_end_to_end_matches_the_lens(weather, scored, tmp_path):
+    """``python -m backend score --scorer transformers`` on a small trace file (no --model: the
+    embedded model): the file it writes shows in the lens with the numbers the CLI printed, and
+    the same trainer logprobs as the app's button (float32; another process, so another thread
+    count: equal to float32 noise, not bit for bit)."""
+    import os
+    import subprocess
+    import sys
+
+    from backend.trace import load_traces, write_jsonl
+
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_jsonl([weather], str(src))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-m", "backend", "score", str(src), "--out", str(out), "--scorer", "transformers",
+                        "--dtype", "float32", "--json"], capture_output=True, text=True, cwd=root, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads(r.stdout)
+    assert summary["scored"] == 1 and summary["dtype"] == "float32" and "score" in r.stderr  # the progress bar
+    (t,) = load_traces(str(out)).traces
+    assert t.id == weather.id and t.scorer.kind == "transformers" and t.scorer.dtype == "float32"
+    view = L.lens_view(t)
+    (row,) = summary["traces"]
+    assert cell(view.numbers, "tokens") == row["tokens"] == policy_tokens(weather)
+    for k in ("mean_abs_delta", "max_abs_delta", "rollout_probs_diff_max", "kl_k3"):
+        assert cell(view.numbers, k) == pytest.approx(row[k], rel=1e-12, abs=0), k
+    app_side = {x.pos: x.trainer for x in compare(scored).tokens}
+    cli_side = {x.pos: x.trainer for x in compare(t).tokens}
+    assert app_side.keys() == cli_side.keys()
+    assert max(abs(app_side[p] - cli_side[p]) for p in app_side) < 1e-4

@@ -73,12 +73,10 @@ class InspectorUI:
     lens: LensUI
 
     def trace_outputs(self) -> list[Any]:
-        # the lens's outputs sit between the download and the step's: callers index both ends
+        # API outputs of /inspector_open and /app_load, by position: the lens is not among them
+        # (it follows the summary, see _wire_lens)
         return [self.trace_dd, self.summary, self.steps_df, self.step_dd, self.chat, self.tokens, self.plot_tokens,
-                self.plot_timeline, self.diagnostics, self.download, *self.lens_outputs(), *self.step_outputs()]
-
-    def lens_outputs(self) -> list[Any]:
-        return self.lens.outputs()
+                self.plot_timeline, self.diagnostics, self.download, *self.step_outputs()]
 
     def step_outputs(self) -> list[Any]:
         return [self.step_header, self.step_text, self.step_tokens, self.step_calls, self.step_results]
@@ -350,12 +348,10 @@ def _download_file(trace: Trace | None, session: Session) -> str | None:
 
 def show_trace(
     ctx: AppContext, session: Session, label: str | None, decode: str | None, *, step: int | None = None, note: str = "",
-    lens_status: str | None = None,
 ) -> list[Any]:
     """All outputs of :meth:`InspectorUI.trace_outputs` for trace ``label`` (a label that is not
     one of the session's traces shows the session's current one), with ``step`` selected when
-    the trace has it (else :func:`default_step`); ``lens_status``: the logprob lens's status line
-    (html), instead of the one the trace's logprobs give."""
+    the trace has it (else :func:`default_step`)."""
     if label and label in session.traces:
         session.current = label
     label = session.current
@@ -381,7 +377,6 @@ def show_trace(
         charts.step_timeline(trace),
         diagnostics_rows(trace, bundle),
         gr.update(value=_download_file(trace, session), interactive=trace is not None),
-        *logprob_lens.lens_view(trace, tok, session.lens_cap, lens_status).values(),
         *step_detail(trace, step, bundle),
     ]
 
@@ -595,20 +590,29 @@ def _build_lens() -> LensUI:
     return LensUI(dtype, cap, button, status, numbers, scatter, ratios, per_step, worst)
 
 
+def show_lens(ctx: AppContext, session: Session, decode: str | None, status: str | None = None) -> list[Any]:
+    """The logprob lens's outputs (:meth:`LensUI.outputs`) for the session's current trace."""
+    trace = session.get(session.current)
+    bundle = ctx.trace_bundle(trace, decode)[0] if trace is not None else None
+    tok = bundle.tokenizer if bundle is not None else None
+    return logprob_lens.lens_view(trace, tok, session.lens_cap, status).values()
+
+
 def _wire_lens(ctx: AppContext, session: gr.State, ui: InspectorUI) -> None:
     L = logprob_lens
     lens = ui.lens
-    keep = [gr.update() for _ in ui.trace_outputs()]
-    status_at = ui.trace_outputs().index(lens.status)
+    outputs = [session, *ui.trace_outputs(), *lens.outputs()]
+    status_at = outputs.index(lens.status)
 
     async def on_score(sess: Session, dtype: str | None, step: int | None, decode: str | None):
         label = sess.current
         trace = sess.get(label)
 
         def only_status(kind: str, text: str) -> list[Any]:
-            out = list(keep)
+            out: list[Any] = [gr.update() for _ in outputs]
+            out[0] = sess
             out[status_at] = L.status_html(kind, text)
-            return [sess, *out]
+            return out
 
         if trace is None:
             yield only_status("err", "no trace selected")
@@ -629,22 +633,25 @@ def _wire_lens(ctx: AppContext, session: gr.State, ui: InspectorUI) -> None:
         st = L.compare(scored, sess.lens_cap).trace
         done = L.status_html("ok", f"scored {st.tokens:,} mask-1 tokens ({scored.scorer.dtype}): mean |Δ| {L.fmt('x', st.mean_abs_delta)}, "
                                    f"max |Δ| {L.fmt('x', st.max_abs_delta)}")
-        yield [sess, *show_trace(ctx, sess, label, decode, step=step_number(scored, step), lens_status=done)]
+        yield [sess, *show_trace(ctx, sess, label, decode, step=step_number(scored, step)), *show_lens(ctx, sess, decode, done)]
 
     def on_cap(sess: Session, cap: Any, decode: str | None):
-        trace = sess.get(sess.current)
         try:
             sess.lens_cap = L.valid_cap(cap)
         except UserError as e:
-            return L.lens_view(trace, None, sess.lens_cap, L.status_html("err", str(e))).values()
-        bundle = ctx.trace_bundle(trace, decode)[0] if trace is not None else None
-        return L.lens_view(trace, bundle.tokenizer if bundle is not None else None, sess.lens_cap).values()
+            return show_lens(ctx, sess, decode, L.status_html("err", str(e)))
+        return show_lens(ctx, sess, decode)
 
-    # API name, kept stable: /inspector_score (dtype, step, decode) -> the trace's views, scored
-    lens.button.click(on_score, [session, lens.dtype, ui.step_dd, ui.decode_dd], [session, *ui.trace_outputs()],
-                      api_name="inspector_score", concurrency_limit=2)
+    # API name, kept stable: /inspector_score (dtype, step, decode) -> the trace's views (as
+    # /inspector_open gives them), then the lens's
+    lens.button.click(on_score, [session, lens.dtype, ui.step_dd, ui.decode_dd], outputs, api_name="inspector_score",
+                      concurrency_limit=2)
     lens.cap.submit(on_cap, [session, lens.cap, ui.decode_dd], lens.outputs(), api_visibility="undocumented")
     lens.cap.blur(on_cap, [session, lens.cap, ui.decode_dd], lens.outputs(), api_visibility="undocumented")
+    # whatever showed a trace (a pick, a link, a file, a run) rewrote the summary: the lens follows
+    # (not among those events' outputs, whose positions API clients rely on)
+    ui.summary.change(lambda sess, decode: show_lens(ctx, sess, decode), [session, ui.decode_dd], lens.outputs(),
+                      api_visibility="undocumented")
 
 
 

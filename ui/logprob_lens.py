@@ -255,7 +255,7 @@ def numbers_html(trace: Trace, cmp: Comparison) -> str:
     extra = f"C = {st.cap:g}"
     if st.max_at is not None:
         extra += f" · max |Δ| at token #{st.max_at}"
-    extra += f" · mask-0 tokens left out: {st.skipped_mask0:,}"
+    extra += f" · mask-0 tokens with both logprobs, left out of every number: {st.skipped_mask0:,}"
     if st.nonfinite:
         extra += f" · non-finite logprobs left out: {st.nonfinite:,}"
     head = "".join(f"<th>{e(label)}</th>" for _, label, _ in METRICS)
@@ -354,7 +354,8 @@ def ratio_figure(cmp: Comparison) -> go.Figure:
         return _empty(title, "no mask-1 token has both logprobs")
     top = 2 * cap
     ratios = [min(t.ratio, top) for t in pol]
-    fig = go.Figure(go.Histogram(x=ratios, nbinsx=60, marker=dict(color=CHART["render"]),
+    # fixed bins over [0, 2C] (a bin edge at 1: ratios just below and above it are told apart)
+    fig = go.Figure(go.Histogram(x=ratios, xbins=dict(start=0.0, end=top * (1 + 1e-9), size=top / 60), marker=dict(color=CHART["render"]),
                                  hovertemplate="ratio %{x}<br>%{y} tokens<extra></extra>"))
     for x in (1.0 / cap, cap):
         fig.add_vline(x=x, line=dict(color=CHART["injected"], dash="dash", width=1))
@@ -376,7 +377,7 @@ def steps_figure(cmp: Comparison) -> go.Figure:
     ))
     fig.update_layout(title=title, **_LAYOUT)
     fig.update_xaxes(title="step", type="category")
-    fig.update_yaxes(title="mean |Δ| (nats)")
+    fig.update_yaxes(title="mean |Δ| (nats)", exponentformat="e")
     return fig
 
 
@@ -461,14 +462,14 @@ element.addEventListener('click', (e) => {
   const index = +b.dataset.pos, step = b.dataset.step;
   const TV = window.__aliTV;
   if (tv.dataset.sel !== step) {
-    if (TV) { TV.selectStep(tv, step, false); TV.sent(tv.id, step); }
+    if (TV && TV.selectStep && TV.sent) { TV.selectStep(tv, step, false); TV.sent(tv.id, step); }
     tv.dispatchEvent(new CustomEvent('ali-step', {bubbles: true, detail: {view: tv.id, step: +step}}));
   }
   tv.dispatchEvent(new CustomEvent('tv-select', {detail: {index: index}}));
   element.querySelectorAll('button.ali-lens-tok.sel').forEach((x) => x.classList.remove('sel'));
   b.classList.add('sel');
   requestAnimationFrame(() => {
-    if (!TV) return;
+    if (!TV || !TV.current || !TV.indexOf || !TV.tokenAt || !TV.selectToken) return;
     const cur = TV.current(tv);
     if (cur && TV.indexOf(cur) + +(tv.dataset.first || 0) === index) return;
     const el = TV.tokenAt(tv, index - +(tv.dataset.first || 0));
