@@ -650,8 +650,10 @@ def _wire_lens(ctx: AppContext, session: gr.State, ui: InspectorUI) -> None:
     lens.cap.blur(on_cap, [session, lens.cap, ui.decode_dd], lens.outputs(), api_visibility="undocumented")
     # whatever showed a trace (a pick, a link, a file, a run) rewrote the summary: the lens follows
     # (not among those events' outputs, whose positions API clients rely on)
-    ui.summary.change(lambda sess, decode: show_lens(ctx, sess, decode), [session, ui.decode_dd], lens.outputs(),
-                      api_visibility="undocumented")
+    def lens_follows(sess: Session, decode: str | None):
+        return show_lens(ctx, sess, decode)
+
+    ui.summary.change(lens_follows, [session, ui.decode_dd], lens.outputs(), api_visibility="undocumented")
 
 
 
