@@ -393,6 +393,8 @@ class Session:
     # the routing key of the conversation (every message is a run; all of them go to one vLLM
     # server, which holds the conversation's prefix); a new one on Reset
     conversation_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # the logprob lens's truncation cap C (ui/logprob_lens.py), as the visitor set it
+    lens_cap: float = 2.0
 
     def temp_dir(self, kind: str) -> str:
         from backend import lifecycle

@@ -23,15 +23,33 @@ from backend.labels import termination_label, trace_termination_label
 from backend.trace import Step, Trace
 from backend.trace.builder import mask_runs  # noqa: F401  (ui.inspector.mask_runs: tests, callers)
 from backend.trace.model import StepState as S
-from ui import charts, token_view
+from ui import charts, logprob_lens, token_view
 from ui.chat import trace_to_chat
-from ui.context import AppContext, Session, short_error, trace_file_name
+from ui.context import AppContext, Session, UserError, short_error, trace_file_name
 
 PREFIX = "insp"  # token view anchors: insp-step-<n>
 STEP_PREFIX = "inspstep"
 STEP_COLUMNS = ["step", "state", "tokens", "added", "mask", "tool calls", "finish", "duration ms", "errors"]
 DIAG_COLUMNS = ["severity", "code", "message", "step", "message #", "token"]
 DECODE_CHOICES = ["auto", "qwen3", "qwen3-thinking", "qwen2.5", "smollm2"]
+
+
+@dataclass
+class LensUI:
+    """The logprob lens's widgets (ui/logprob_lens.py renders them)."""
+
+    dtype: gr.Radio
+    cap: gr.Number
+    button: gr.Button
+    status: gr.HTML
+    numbers: gr.HTML
+    scatter: gr.Plot
+    ratios: gr.Plot
+    per_step: gr.Plot
+    worst: gr.HTML
+
+    def outputs(self) -> list[Any]:
+        return [self.status, self.numbers, self.scatter, self.ratios, self.per_step, self.worst]
 
 
 @dataclass
@@ -52,8 +70,11 @@ class InspectorUI:
     plot_timeline: gr.Plot
     diagnostics: gr.Dataframe
     download: gr.DownloadButton
+    lens: LensUI
 
     def trace_outputs(self) -> list[Any]:
+        # API outputs of /inspector_open and /app_load, by position: the lens is not among them
+        # (it follows the summary, see _wire_lens)
         return [self.trace_dd, self.summary, self.steps_df, self.step_dd, self.chat, self.tokens, self.plot_tokens,
                 self.plot_timeline, self.diagnostics, self.download, *self.step_outputs()]
 
@@ -549,6 +570,93 @@ KEYS_HELP = ("Click a token (or tap it) to select it: the line above the tokens 
 # ---- layout -------------------------------------------------------------------------------------
 
 
+def _build_lens() -> LensUI:
+    L = logprob_lens
+    with gr.Accordion("Logprob lens: rollout vs trainer", open=True, elem_id="insp-lens"):
+        gr.Markdown(L.HELP, elem_id="insp-lens-help")
+        with gr.Row(equal_height=True):
+            dtype = gr.Radio(list(L.DTYPE_CHOICES), value="float32", label="Trainer dtype", elem_id="insp-lens-dtype", scale=2)
+            cap = gr.Number(value=L.DEFAULT_CAP, label="Truncation cap C", minimum=1.01, maximum=1e6, step=0.5,
+                            elem_id="insp-lens-cap", scale=1)
+            button = gr.Button("Score with trainer view", variant="primary", elem_id="insp-lens-score", scale=2)
+        status = gr.HTML(L.status_html("info", "no trace"), elem_id="insp-lens-status")
+        numbers = gr.HTML("", elem_id="insp-lens-numbers", css_template=L.CSS)
+        with gr.Row():
+            scatter = gr.Plot(label="rollout vs trainer logprob", show_label=False, elem_id="insp-lens-scatter")
+            ratios = gr.Plot(label="ratio histogram", show_label=False, elem_id="insp-lens-ratios")
+            per_step = gr.Plot(label="mean |Δ| per step", show_label=False, elem_id="insp-lens-steps")
+        gr.Markdown("**Worst tokens** (mask 1, largest |Δ|; click one to select it in the token view)")
+        worst = gr.HTML("", elem_id="insp-lens-worst", css_template=L.CSS, js_on_load=L.JS.replace("VIEW", "insp-tokens"))
+    return LensUI(dtype, cap, button, status, numbers, scatter, ratios, per_step, worst)
+
+
+def show_lens(ctx: AppContext, session: Session, decode: str | None, status: str | None = None) -> list[Any]:
+    """The logprob lens's outputs (:meth:`LensUI.outputs`) for the session's current trace."""
+    trace = session.get(session.current)
+    bundle = ctx.trace_bundle(trace, decode)[0] if trace is not None else None
+    tok = bundle.tokenizer if bundle is not None else None
+    return logprob_lens.lens_view(trace, tok, session.lens_cap, status).values()
+
+
+def _wire_lens(ctx: AppContext, session: gr.State, ui: InspectorUI) -> None:
+    L = logprob_lens
+    lens = ui.lens
+    outputs = [session, *ui.trace_outputs(), *lens.outputs()]
+    status_at = outputs.index(lens.status)
+
+    async def on_score(sess: Session, dtype: str | None, step: int | None, decode: str | None):
+        label = sess.current
+        trace = sess.get(label)
+
+        def only_status(kind: str, text: str) -> list[Any]:
+            out: list[Any] = [gr.update() for _ in outputs]
+            out[0] = sess
+            out[status_at] = L.status_html(kind, text)
+            return out
+
+        if trace is None:
+            yield only_status("err", "no trace selected")
+            return
+        n = len(trace.input_ids)
+        yield only_status("info", f"scoring {n:,} tokens with the trainer's view ({dtype or 'float32'}): loading the model "
+                                  "on first use, then one forward pass…")
+        try:
+            scored = await L.score(ctx, trace, str(dtype or "float32"))
+        except UserError as e:
+            yield only_status("err", f"not scored: {e}")
+            return
+        except Exception as e:  # noqa: BLE001 - a message, never a traceback
+            yield only_status("err", f"not scored: {short_error(e)}")
+            return
+        if sess.get(label) is trace:  # the session's trace is replaced by the scored one (a new Trace)
+            sess.traces[label] = scored
+        st = L.compare(scored, sess.lens_cap).trace
+        done = L.status_html("ok", f"scored {st.tokens:,} mask-1 tokens ({scored.scorer.dtype}): mean |Δ| {L.fmt('x', st.mean_abs_delta)}, "
+                                   f"max |Δ| {L.fmt('x', st.max_abs_delta)}")
+        yield [sess, *show_trace(ctx, sess, label, decode, step=step_number(scored, step)), *show_lens(ctx, sess, decode, done)]
+
+    def on_cap(sess: Session, cap: Any, decode: str | None):
+        try:
+            sess.lens_cap = L.valid_cap(cap)
+        except UserError as e:
+            return show_lens(ctx, sess, decode, L.status_html("err", str(e)))
+        return show_lens(ctx, sess, decode)
+
+    # API name, kept stable: /inspector_score (dtype, step, decode) -> the trace's views (as
+    # /inspector_open gives them), then the lens's
+    lens.button.click(on_score, [session, lens.dtype, ui.step_dd, ui.decode_dd], outputs, api_name="inspector_score",
+                      concurrency_limit=2)
+    lens.cap.submit(on_cap, [session, lens.cap, ui.decode_dd], lens.outputs(), api_visibility="undocumented")
+    lens.cap.blur(on_cap, [session, lens.cap, ui.decode_dd], lens.outputs(), api_visibility="undocumented")
+    # whatever showed a trace (a pick, a link, a file, a run) rewrote the summary: the lens follows
+    # (not among those events' outputs, whose positions API clients rely on)
+    def lens_follows(sess: Session, decode: str | None):
+        return show_lens(ctx, sess, decode)
+
+    ui.summary.change(lens_follows, [session, ui.decode_dd], lens.outputs(), api_visibility="undocumented")
+
+
+
 def build(ctx: AppContext, session: gr.State) -> InspectorUI:
     with gr.Row():
         trace_dd = gr.Dropdown(label="Trace", choices=[], value=None, scale=4, elem_id="insp-trace")
@@ -587,6 +695,7 @@ def build(ctx: AppContext, session: gr.State) -> InspectorUI:
     gr.Markdown("### All tokens\nColour = mask: grey prompt, green generated (mask 1), orange injected (mask 0); "
                 "violet frame = special token; underlined = the selected step. " + KEYS_HELP, elem_id="insp-tokens-help")
     tokens = gr.HTML(token_view.empty_view("no trace"), elem_id="insp-tokens", css_template=token_view.CSS, js_on_load=token_view.JS)
+    lens = _build_lens()
     with gr.Row():
         plot_tokens = gr.Plot(label="Tokens per step", show_label=False, elem_id="insp-plot-tokens")
         plot_timeline = gr.Plot(label="Step timeline", show_label=False, elem_id="insp-plot-timeline")
@@ -595,7 +704,7 @@ def build(ctx: AppContext, session: gr.State) -> InspectorUI:
                                column_widths=["8%", "16%", "58%", "6%", "6%", "6%"])
 
     ui = InspectorUI(trace_dd, decode_dd, summary, steps_df, step_dd, chat, step_header, step_text, step_tokens,
-                     step_calls, step_results, tokens, plot_tokens, plot_timeline, diagnostics, download)
+                     step_calls, step_results, tokens, plot_tokens, plot_timeline, diagnostics, download, lens)
 
     def on_trace(sess: Session, label: str | None, decode: str | None):
         return [sess, *show_trace(ctx, sess, label, decode)]
@@ -623,6 +732,7 @@ def build(ctx: AppContext, session: gr.State) -> InspectorUI:
     step_dd.input(on_step, [session, step_dd, decode_dd], ui.step_outputs(), trigger_mode="always_last")
     step_req.change(on_request, [session, step_req, decode_dd], [step_dd, *ui.step_outputs()], trigger_mode="always_last",
                    api_visibility="undocumented").then(None, [step_req], None, js=SHOW_DETAILS_JS)
+    _wire_lens(ctx, session, ui)
     # whatever changed them (a user or a handler): highlight, scroll, link
     step_dd.change(None, [trace_dd, step_dd], None, js=SYNC_JS)
     trace_dd.change(None, [trace_dd, step_dd], None, js=SYNC_JS)
