@@ -313,3 +313,33 @@ def test_score_cli_end_to_end_matches_the_lens(weather, scored, tmp_path):
     cli_side = {x.pos: x.trainer for x in compare(t).tokens}
     assert app_side.keys() == cli_side.keys()
     assert max(abs(app_side[p] - cli_side[p]) for p in app_side) < 1e-4
+
+
+def test_the_playground_records_logprobs_when_asked_and_the_lens_scores_that_run():
+    """The Playground's "record logprobs" box: off, a run of the embedded model has no
+    logprobs; on, every generated step has one per generated token and the lens can score it."""
+    from playground_support import fresh, run_all, settings
+
+    from backend.errors import UserError
+    from ui import playground
+
+    ctx = app_ctx()
+    off = playground.loop_config(settings(backend="transformers"))
+    assert "logprobs" not in off.sampling
+    with pytest.raises(UserError, match="logprobs"):
+        playground.loop_config(settings(backend="transformers", logprobs="yes"))
+    runs = {}
+    for flag in (False, True):
+        sess = fresh(ctx)
+        s = settings(backend="transformers", logprobs=flag, temperature=1.0, seed=5, max_tokens=24, tools="[]")
+        asyncio.run(run_all(ctx, sess, "Say hello.", s))
+        runs[flag] = sess.get(sess.current)
+    gen = [st for st in runs[False].steps if st.state == "generating"]
+    assert gen and all(st.logprobs is None for st in gen)
+    gen = [st for st in runs[True].steps if st.state == "generating"]
+    assert gen and all(st.logprobs is not None and len(st.logprobs) == st.end - st.start for st in gen)
+    assert all(lp <= 0.0 for st in gen for lp in st.logprobs)
+    scored = asyncio.run(L.score(ctx, runs[True], "float32"))
+    from backend.logprobs import compare
+
+    assert compare(scored).trace.tokens == sum(st.end - st.start for st in gen)

@@ -107,6 +107,7 @@ class PlaygroundUI:
     top_p: gr.Slider
     max_tokens: gr.Number
     seed: gr.Number
+    logprobs: gr.Checkbox  # record the sampled tokens' logprobs (sampling logprobs=0), for the logprob lens
     loop: dict[str, Any]  # LoopConfig field name → its widget (built from backend.config.FIELDS)
     chat: gr.Chatbot
     message: gr.Textbox
@@ -132,6 +133,7 @@ class PlaygroundUI:
 _OWN_SETTINGS: list[tuple[str, Any]] = [
     ("backend", "scripted"), ("script", ""), ("token_delay", 0.0), ("tokenizer", "qwen3"), ("template", ""), ("system", ""),
     ("tools", "[]"), ("temperature", 0.7), ("top_p", 1.0), ("max_tokens", 512), ("seed", None),
+    ("logprobs", False),
 ]
 _TEXT_SETTINGS = ("script", "system", "tools", "code_tools", "template")  # size-checked like the message
 
@@ -205,6 +207,10 @@ def loop_config(s: Any, has_tools: bool = True) -> LoopConfig:
     sampling: dict[str, Any] = {"temperature": float(s.temperature), "top_p": float(s.top_p), "max_tokens": int(s.max_tokens or 512)}
     if s.seed not in (None, ""):
         sampling["seed"] = int(s.seed)
+    if s.logprobs not in (None, False, "", 0):
+        if s.logprobs is not True:
+            raise UserError("logprobs: true or false")
+        sampling["logprobs"] = 0  # the sampled token's logprob, for the Inspector's logprob lens
     values = {n: FIELDS[n].parse(getattr(s, n), has_tools=has_tools) for n in LOOP_WIDGETS}
     try:
         return LoopConfig(**values, sampling=sampling)
@@ -571,6 +577,7 @@ def build(ctx: AppContext) -> PlaygroundUI:
                 top_p = gr.Slider(R["top_p"].lo, R["top_p"].hi, value=1.0, step=0.05, label="top_p", elem_id="pg-top-p")
                 max_tokens = gr.Number(512, precision=0, **_bounds(R["max_tokens"]), label="max_tokens per turn", elem_id="pg-max-tokens")
                 seed = gr.Number(None, precision=0, **_bounds(R["seed"]), label="seed (empty: random)", elem_id="pg-seed")
+                logprobs = gr.Checkbox(False, label="record logprobs (for the Inspector's logprob lens)", elem_id="pg-logprobs")
             with gr.Accordion("Loop limits (LoopConfig)", open=False):
                 loop_widgets("limits")
         with gr.Column(scale=3):
@@ -590,7 +597,7 @@ def build(ctx: AppContext) -> PlaygroundUI:
             settings_json = gr.JSON(visible=False, label="settings")
             run_api = gr.Button(visible=False, elem_id="pg-run-api")
     return PlaygroundUI(backend, model_status, script, token_delay, tokenizer, template, system, tools, code_tools,
-                        temperature, top_p, max_tokens, seed, loop, chat, message, send, stop, reset, save, status,
+                        temperature, top_p, max_tokens, seed, logprobs, loop, chat, message, send, stop, reset, save, status,
                         settings_json, run_api, choice_note)
 
 
