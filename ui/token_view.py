@@ -19,14 +19,18 @@ way. Tokenizers of any other kind fall back to ``decode([id])``.
 
 from __future__ import annotations
 
+import base64
 import html
+import math
 import re
 import threading
 import weakref
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from backend.logprobs import position_logprobs
 from backend.trace.model import StepState as S
 
 PROMPT, GENERATED, INJECTED = 0, 1, 2
@@ -306,8 +310,118 @@ def _legend(counts: TokenCounts) -> str:
     return "".join(items)
 
 
+# ---- colour modes (logprobs) -------------------------------------------------------------------
+
+# |Δ| = |trainer − rollout| per token, binned h0..h4; the last bin starts at ln 2, where the
+# importance ratio exp(Δ) leaves [1/2, 2] (the default truncation cap of backend.logprobs).
+HEAT_EDGES = (0.01, 0.05, 0.2, math.log(2.0))
+HEAT_LABELS = ("< 0.01", "< 0.05", "< 0.2", "< ln 2 (ratio in [½, 2])", "≥ ln 2 (ratio outside [½, 2])")
+# probability exp(logprob) of the token (the rollout's; the trainer's where the rollout has none),
+# binned q0 (likely) .. q4 (unlikely): the same warm scale, hot = worth a look
+PROB_EDGES = (0.9, 0.5, 0.2, 0.05)
+PROB_LABELS = ("p ≥ 0.9", "≥ 0.5", "≥ 0.2", "≥ 0.05", "< 0.05")
+
+
+def heat_bin(abs_delta: float) -> int:
+    for b, edge in enumerate(HEAT_EDGES):
+        if abs_delta < edge:
+            return b
+    return len(HEAT_EDGES)
+
+
+def prob_bin(logprob: float) -> int:
+    p = math.exp(min(logprob, 0.0))
+    for b, edge in enumerate(PROB_EDGES):
+        if p >= edge:
+            return b
+    return len(PROB_EDGES)
+
+
+@dataclass
+class LogprobData:
+    """What the view needs of a sequence's logprobs: per-token bin classes, and the numbers for
+    the info line as two little-endian float32 arrays (base64) over ``[lo, hi)``: ``r`` the
+    rollout logprob, ``x`` Δ where both exist, the trainer logprob where only it does (NaN where
+    absent). The info line rebuilds the trainer logprob as r + Δ: Δ keeps its own precision."""
+
+    classes: list[str]  # " h2 q3" (leading space) or "" per token
+    lo: int
+    hi: int
+    r: str
+    x: str
+    rollout: int  # tokens with a rollout logprob
+    trainer: int
+    pairs: int
+
+
+def logprob_data(rollout: Sequence[float | None], trainer: Sequence[float | None], n: int) -> LogprobData | None:
+    """None when no token has a (finite) logprob: the view then has no colour modes."""
+    if len(rollout) != n or len(trainer) != n:
+        raise ValueError(f"{n} token ids but {len(rollout)} rollout and {len(trainer)} trainer logprobs")
+    fin = math.isfinite
+    ro = [v if v is not None and fin(v) else None for v in rollout]
+    tr = [v if v is not None and fin(v) else None for v in trainer]
+    have = [i for i in range(n) if ro[i] is not None or tr[i] is not None]
+    if not have:
+        return None
+    lo, hi = have[0], have[-1] + 1
+    nan = float("nan")
+    r_arr, x_arr = array("f"), array("f")
+    classes = [""] * n
+    n_r = n_t = n_pairs = 0
+    for i in range(lo, hi):
+        a, b = ro[i], tr[i]
+        if a is None and b is None:
+            r_arr.append(nan)
+            x_arr.append(nan)
+            continue
+        c = ""
+        if a is not None and b is not None:
+            d = b - a
+            c = f" h{heat_bin(abs(d))}"
+            n_pairs += 1
+            r_arr.append(a)
+            x_arr.append(d)
+        elif a is not None:
+            r_arr.append(a)
+            x_arr.append(nan)
+        else:
+            r_arr.append(nan)
+            x_arr.append(b)
+        n_r += a is not None
+        n_t += b is not None
+        classes[i] = c + f" q{prob_bin(a if a is not None else b)}"
+    if r_arr.itemsize != 4:  # pragma: no cover - array('f') is a C float everywhere we run
+        raise RuntimeError("float32 array expected")
+    if array("H", [1]).tobytes() != b"\x01\x00":  # pragma: no cover - big-endian host
+        r_arr.byteswap()
+        x_arr.byteswap()
+    enc = lambda a: base64.b64encode(a.tobytes()).decode("ascii")  # noqa: E731
+    return LogprobData(classes, lo, hi, enc(r_arr), enc(x_arr), n_r, n_t, n_pairs)
+
+
+def _mode_bar(lp: LogprobData) -> str:
+    """The colour mode switch and the legends of the two logprob modes (each shown in its mode)."""
+    opts = '<option value="mask" selected>mask</option><option value="prob">probability</option>'
+    if lp.pairs:
+        opts += '<option value="heat">|Δ| heat</option>'
+    src = "rollout" if lp.rollout else "trainer"
+    if lp.rollout and lp.trainer > lp.pairs:
+        src = "rollout; trainer where no rollout"
+    sw = lambda k, b, text: f'<span class="tv-sw {k}{b}">{text}</span>'  # noqa: E731
+    prob = "".join(sw("q", b, html.escape(t, quote=False)) for b, t in enumerate(PROB_LABELS))
+    heat = "".join(sw("h", b, html.escape(t, quote=False)) for b, t in enumerate(HEAT_LABELS))
+    m0 = '<span class="tv-sw tv-sw-m0">mask 0</span><span class="tv-sw tv-sw-none">no value</span>'
+    return (
+        f'<label class="tv-mode-label" title="colour the tokens by their mask, probability or trainer−rollout |Δ|">colour '
+        f'<select class="tv-mode" aria-label="token colour">{opts}</select></label>'
+        f'<div class="tv-lg tv-lg-prob" data-legend="prob"><b>probability</b> <small>({src})</small> {prob}{m0}</div>'
+        f'<div class="tv-lg tv-lg-heat" data-legend="heat"><b>|Δ| = |trainer − rollout|</b> {heat}{m0}</div>'
+    )
+
+
 # The info line before anything is selected: also the view's one line of help.
-INFO_HELP = "hover or click a token for its index, id, bytes, mask and step · keys in the token box: ← → token, [ ] step, Esc clear"
+INFO_HELP = "hover or click a token for its index, id, bytes, mask, step (and logprobs) · keys in the token box: ← → token, [ ] step, Esc clear"
 
 
 def render_tokens(
@@ -323,6 +437,7 @@ def render_tokens(
     selected_step: int | None = None,
     first_index: int = 0,
     step_index: int | None = None,
+    logprobs: tuple[Sequence[float | None], Sequence[float | None]] | None = None,
 ) -> str:
     """The whole view: toolbar (counts, whitespace toggle, step jumps), then the tokens.
 
@@ -331,6 +446,9 @@ def render_tokens(
     ``selected_step`` is highlighted (its anchor, chip and tokens); ``first_index`` is the
     position of ``ids[0]`` in its trace and ``step_index`` the step all of them belong to, for a
     view of one step's tokens (the info line then gives trace positions and that step).
+    ``logprobs``: ``(rollout, trainer)`` per token (None where absent), as
+    :func:`backend.logprobs.position_logprobs` gives them; with any value the view gets its
+    colour modes (probability, and |Δ| heat where both exist), switched client side.
     """
     if len(kinds) != len(ids):
         raise ValueError(f"{len(ids)} token ids but {len(kinds)} mask entries")
@@ -338,6 +456,8 @@ def render_tokens(
     dec = decoder_for(tokenizer)
     frags = dec.fragments(ids)
     counts = count_tokens(kinds, frags)
+    lp = logprob_data(logprobs[0], logprobs[1], len(ids)) if logprobs is not None else None
+    lpc = lp.classes if lp is not None else None
 
     # step starts → anchor markup, inserted before the step's first token
     marks: dict[int, list[str]] = {}
@@ -364,8 +484,11 @@ def render_tokens(
         m = marks.get(i)
         if m:
             append("".join(m))
+        extra = lpc[i] if lpc is not None else ""
         if frag[2]:
-            append(f'<span class="{cls[(k, i & 1)]} s" title="{frag[1]}">{frag[0]}</span>')
+            append(f'<span class="{cls[(k, i & 1)]}{extra} s" title="{frag[1]}">{frag[0]}</span>')
+        elif extra:
+            append(f'<span class="{cls[(k, i & 1)]}{extra}" title="{frag[1]}">{frag[0]}</span>')
         else:
             append(f'<span class={cls[(k, i & 1)]} title="{frag[1]}">{frag[0]}</span>')
         if i + 1 >= next_cut and frag[0].endswith("\n") and i + 1 < n:
@@ -397,11 +520,15 @@ def render_tokens(
         attrs += f' data-step="{int(step_index)}"'
     if selected_step is not None and any(s.index == selected_step for s in steps):
         attrs += f' data-sel="{int(selected_step)}"'
+    modes = ""
+    if lp is not None:
+        attrs += f' data-lp-lo="{lp.lo}" data-lp-hi="{lp.hi}" data-lp-r="{lp.r}" data-lp-x="{lp.x}"'
+        modes = _mode_bar(lp)
     return (
         f'<div class="tv{ws_cls}" id="{prefix}"{attrs}>'
         f"{head}"
         f'<div class="tv-bar">{_legend(counts)}'
-        f'<label class="tv-ws-label"><input type="checkbox" class="tv-ws-toggle"{checked}> show whitespace</label></div>'
+        f'<label class="tv-ws-label"><input type="checkbox" class="tv-ws-toggle"{checked}> show whitespace</label>{modes}</div>'
         f"{note_html}{jump}"
         f'<div class="tv-info" aria-live="polite">{INFO_HELP}</div>'
         f'<div class="tv-body">{"".join(out)}</div></div>'
@@ -436,10 +563,14 @@ def render_trace(
     trace: Any, tokenizer: Any | None, *, prefix: str = "tv", note: str = "", show_whitespace: bool = False,
     selected_step: int | None = None,
 ) -> str:
+    """The trace's tokens, with its step marks; with rollout and/or trainer logprobs (recorded,
+    imported or scored), the colour modes too."""
     ids = trace.prompt_ids + trace.response_ids
+    rollout, trainer = position_logprobs(trace)
+    has_lp = any(v is not None for v in rollout) or any(v is not None for v in trainer)
     return render_tokens(
         ids, trace_kinds(trace), tokenizer, steps=trace_steps(trace), prefix=prefix, note=note,
-        show_whitespace=show_whitespace, selected_step=selected_step,
+        show_whitespace=show_whitespace, selected_step=selected_step, logprobs=(rollout, trainer) if has_lp else None,
     )
 
 
@@ -464,6 +595,47 @@ def mark_special_text(text: str, tokenizer: Any | None, *, extra: Sequence[str] 
 
 
 # ---- styling and behaviour for gr.HTML ---------------------------------------------------------
+
+# The colour modes' scale (background, text), the same for |Δ| (h0..h4) and probability (q0..q4,
+# likely to unlikely): pairs of the theme's colours that hold >= 4.5:1 in light and dark
+# (tests/test_browser_token_view.py measures them); bin 3 mixes two of them.
+BIN_COLOURS = (
+    ("var(--ali-g0)", "var(--ali-g-fg)"),
+    ("var(--ali-hl-bg)", "var(--ali-hl-fg)"),
+    ("var(--ali-j0)", "var(--ali-j-fg)"),
+    ("color-mix(in srgb, var(--ali-j1), var(--ali-mark-sel-bg))", "var(--ali-tv-fg)"),
+    ("var(--ali-step-sel)", "var(--ali-chip-sel-fg)"),
+)
+
+
+def _mode_css() -> str:
+    """Rules of the colour modes: the view's root carries ``tv-m-prob`` or ``tv-m-heat`` (the
+    mode switch sets it, client side). Tokens without the mode's value are plain (subdued text,
+    alternating neutral shades); mask-0 tokens are italic with a dotted underline in every
+    colour mode, so they stay told apart from the policy's tokens."""
+    modes = {"prob": "q", "heat": "h"}
+    tok = lambda m: f".tv-m-{m} .tv-c > span"  # noqa: E731
+    rules = [
+        ".tv-mode-label { font-size: 12px; cursor: pointer; color: var(--ali-fg); }",
+        ".tv-mode { font: inherit; font-size: 12px; padding: 0 4px; border-radius: 6px; border: 1px solid var(--ali-chip-border); "
+        "background: var(--ali-chip-bg); color: var(--ali-chip-fg); }",
+        ".tv-lg { display: none; flex-basis: 100%; flex-wrap: wrap; gap: 4px; align-items: center; font-size: 12px; color: var(--ali-fg); }",
+        ".tv-lg small { color: var(--ali-subdued); }",
+        ".tv-m-prob .tv-lg-prob, .tv-m-heat .tv-lg-heat { display: flex; }",
+        ".tv-sw { padding: 0 6px; border-radius: 4px; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }",
+        ", ".join([tok(m) for m in modes] + [".tv-sw-none", ".tv-sw-m0"])
+        + " { background: var(--ali-tv-bg); color: var(--ali-subdued); }",
+        ", ".join(f"{tok(m)}:is(.p1, .g1, .j1)" for m in modes) + " { background: var(--ali-p0); }",
+        ".tv-sw-none, .tv-sw-m0 { border: 1px solid var(--ali-chip-border); }",
+    ]
+    for b, (bg, fg) in enumerate(BIN_COLOURS):
+        sel = [f".tv-sw.{k}{b}" for k in modes.values()] + [f"{tok(m)}.{k}{b}" for m, k in modes.items()]
+        rules.append(", ".join(sel) + f" {{ background: {bg}; color: {fg}; }}")
+    rules.append(", ".join(f"{tok(m)}:is(.j0, .j1)" for m in modes) + ", .tv-sw-m0"
+                 " { font-style: italic; text-decoration: underline dotted 1.5px; text-underline-offset: 3px; }")
+    rules.append(", ".join(f"{tok(m)}.tv-in-sel" for m in modes) + " { text-decoration: underline 2px var(--ali-tok-sel); }")
+    return "\n".join(rules) + "\n"
+
 
 # css_template of gr.HTML is scoped to the component; no "${" or "{{" may appear (it is a template).
 # Colours come from the --ali-* variables of ui/theme.py (light and dark); every state sets its
@@ -509,7 +681,7 @@ i.ws, i.wn, i.wt, i.we { font-style: normal; }
 .tv-text { white-space: pre-wrap; word-break: break-word; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12.5px; line-height: 1.5; max-height: 420px; overflow: auto; padding: 8px; margin: 0; border: 1px solid var(--border-color-primary); border-radius: 6px; background: var(--ali-tv-bg); color: var(--ali-tv-fg); }
 .tv-text * { color: inherit; }
 .tv-text .tv-sp { background: var(--ali-tsp-bg); color: var(--ali-tsp-fg); font-weight: 600; border-radius: 3px; padding: 0 1px; }
-"""
+""" + _mode_css()
 
 # Behaviour shared by every token view on the page and by the events' ``js=`` (select_step_js):
 # installed once, as window.__aliTV. Reads only data attributes and text of our own markup.
@@ -549,6 +721,26 @@ if (!window.__aliTV) window.__aliTV = (() => {
     for (const a of marks(tv)) { if (idx >= +a.dataset.start && idx < +a.dataset.end) return a.dataset.step; }
     return tv.dataset.step === undefined ? null : tv.dataset.step;
   };
+  // logprobs (data-lp-*: float32 arrays over [lo, hi), base64): r rollout, x = delta where both
+  // exist, the trainer's where only it does; NaN where absent
+  const f32 = (s) => { const b = atob(s), u = new Uint8Array(b.length);
+                       for (let i = 0; i < b.length; i++) u[i] = b.charCodeAt(i);
+                       return new Float32Array(u.buffer); };
+  const lpData = (tv) => {
+    if (tv.__lp === undefined) { const d = tv.dataset; tv.__lp = d.lpR === undefined ? null : {lo: +d.lpLo, r: f32(d.lpR), x: f32(d.lpX)}; }
+    return tv.__lp;
+  };
+  const num = (x) => (x === 0 || Math.abs(x) >= 0.001 ? x.toFixed(4) : x.toExponential(2));
+  const sgn = (x) => (x > 0 ? '+' : '') + num(x);
+  const prob = (x) => ' (p ' + Math.exp(x).toPrecision(3) + ')';
+  const lpText = (tv, idx) => {
+    const L = lpData(tv); if (!L) return '';
+    const k = idx - L.lo, r = k >= 0 && k < L.r.length ? L.r[k] : NaN, x = k >= 0 && k < L.x.length ? L.x[k] : NaN;
+    if (isNaN(r) && isNaN(x)) return '  no logprob';
+    if (isNaN(r)) return '  rollout –  trainer ' + num(x) + prob(x);
+    if (isNaN(x)) return '  rollout ' + num(r) + prob(r) + '  trainer –';
+    return '  rollout ' + num(r) + prob(r) + '  trainer ' + num(r + x) + prob(r + x) + '  Δ ' + sgn(x) + '  ratio ' + Math.exp(x).toPrecision(5);
+  };
   const describe = (tv, el) => {
     const idx = indexOf(el);
     const title = el.getAttribute('title') || '';
@@ -556,7 +748,14 @@ if (!window.__aliTV) window.__aliTV = (() => {
     const bytes = title.includes(' bytes ') ? '' : '  bytes ' + hex(text);
     const step = stepOf(tv, idx);
     return '#' + (idx + +(tv.dataset.first || 0)) + '  ' + title + '  ' + JSON.stringify(text) + bytes + '  '
-      + (KIND[el.className[0]] || '') + (step === null ? '' : '  step ' + step);
+      + (KIND[el.className[0]] || '') + (step === null ? '' : '  step ' + step) + lpText(tv, idx);
+  };
+  // colour modes: a class on the view's root; the choice outlives a re-render of the same view
+  const modes = {};
+  const setMode = (tv, m, remember = true) => {
+    tv.classList.remove('tv-m-prob', 'tv-m-heat');
+    if (m === 'prob' || m === 'heat') tv.classList.add('tv-m-' + m);
+    if (remember && tv.id) modes[tv.id] = m;
   };
   const info = (tv, el) => {
     const box = tv.querySelector('.tv-info'); if (!box) return;
@@ -569,6 +768,22 @@ if (!window.__aliTV) window.__aliTV = (() => {
     const r = el.getBoundingClientRect(), b = body.getBoundingClientRect();
     if (r.top < b.top) body.scrollTop += r.top - b.top - 8;
     else if (r.bottom > b.bottom) body.scrollTop += r.bottom - b.bottom + 8;
+  };
+  // a token scrolled to the middle of its box, again on the next frames while lazily laid-out
+  // chunks above it take their real heights
+  const scrollToToken = (el, n = 0) => {
+    const body = el.closest('.tv-body'); if (!body) return;
+    const r = el.getBoundingClientRect(), b = body.getBoundingClientRect();
+    if (r.top < b.top + 8 || r.bottom > b.bottom - 8) body.scrollTop += (r.top + r.bottom) / 2 - (b.top + b.bottom) / 2;
+    if (n < 4) requestAnimationFrame(() => scrollToToken(el, n + 1));
+  };
+  // select the token at trace position `index` (the "tv-select" event), scrolled into view
+  const selectIndex = (tv, index) => {
+    const el = tokenAt(tv, Math.floor(+index) - +(tv.dataset.first || 0));
+    if (!el) return false;
+    selectToken(tv, el, false);
+    scrollToToken(el);
+    return true;
   };
   const selectToken = (tv, el, scroll = true) => {
     const old = current(tv); if (old) old.classList.remove('tv-tok-sel');
@@ -619,6 +834,10 @@ if (!window.__aliTV) window.__aliTV = (() => {
       b.setAttribute('aria-label', 'tokens' + (help ? ': ' + (help.dataset.help || help.textContent) : ''));
     });
     root.querySelectorAll('.tv[data-sel]').forEach((tv) => selectStep(tv, tv.dataset.sel, false));
+    root.querySelectorAll('.tv select.tv-mode').forEach((s) => {
+      const tv = s.closest('.tv'), m = modes[tv.id];
+      if (m && Array.from(s.options).some((o) => o.value === m)) { s.value = m; setMode(tv, m, false); }
+    });
   };
   // Steps picked in a view (chip, [ ]) and sent to the server, in order, per view id. The
   // server's answers come back as changes of the selected step: the view shows its own picks
@@ -634,7 +853,7 @@ if (!window.__aliTV) window.__aliTV = (() => {
     return null;
   };
   return {hex, indexOf, tokenAt, describe, info, current, selectToken, selectStep, selectById, apply, marks, scrollToMark,
-          sent, fromServer};
+          sent, fromServer, setMode, selectIndex, scrollToToken, lpText};
 })();
 """
 
@@ -670,8 +889,18 @@ element.addEventListener('change', (e) => {
   if (t && t.classList && t.classList.contains('tv-ws-toggle')) {
     const tv = t.closest('.tv');
     if (tv) tv.classList.toggle('tv-ws', t.checked);
+  } else if (t && t.classList && t.classList.contains('tv-mode')) {
+    const tv = t.closest('.tv');
+    if (tv) TV.setMode(tv, t.value);
   }
 });
+// another view (the logprob lens) selects a token: tv.dispatchEvent(new CustomEvent('tv-select',
+// {detail: {index}})), index a position in prompt_ids + response_ids. Captured here, so the event
+// needs no bubbling; it selects and scrolls, and focuses nothing.
+element.addEventListener('tv-select', (e) => {
+  const tv = e.target && e.target.closest ? e.target.closest('.tv') : null;
+  if (tv && element.contains(tv) && e.detail && e.detail.index !== undefined) TV.selectIndex(tv, e.detail.index);
+}, true);
 element.addEventListener('click', (e) => {
   const b = e.target.closest('[data-jump]');
   if (b && element.contains(b)) { e.preventDefault(); pick(b.closest('.tv'), b.dataset.step); return; }
