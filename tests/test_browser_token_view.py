@@ -1,0 +1,239 @@
+"""The token view's colour modes and its ``tv-select`` event in a real headless Chromium.
+
+The page holds the app's theme variables (``ui.theme.css_variables()``, light; ``class="dark"`` on
+``<body>`` as Gradio sets it for the dark theme), the token view's own CSS and JS
+(``ui.token_view.CSS`` / ``JS``, with the container as the ``element`` that ``gr.HTML`` gives
+``js_on_load``), and markup rendered by ``ui.token_view.render_trace`` from the weather sample
+(real Qwen3 tokenizer) with rollout and trainer logprobs on its response steps. Gradio scopes
+``css_template`` by nesting it under the component's id (``#id { & .rule }``), which changes no
+rule's meaning here.
+
+Checked: the mode switch paints each |Δ| and probability bin in its own colour (computed
+styles), mask-0 tokens stay told apart, hover shows both logprobs, Δ and the ratio, every token
+and legend text keeps a WCAG contrast ratio >= 4.5 in both themes, and ``tv-select`` selects and
+scrolls (on a long view). No timing is asserted (bench/bench_token_view.py times it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from test_browser import CHROMIUM, browser  # noqa: F401 - fixture, used by name
+from test_browser_inspector import CONTRAST_JS
+from test_ui_token_view import DELTAS, PROBS, _scored
+
+from backend.logprobs import position_logprobs
+from backend.tokenizers import load_tokenizer
+from backend.trace import load_traces
+from ui import theme
+from ui import token_view as tv
+from ui.context import SAMPLE_DIR
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (install it with: bash scripts/setup.sh --browser)"),
+]
+
+PAGE_BG = {"light": "#ffffff", "dark": "#0b0f19"}  # Gradio's page backgrounds
+
+PAGE = """<!doctype html><html style="background:%s"><head><meta charset="utf-8"><style>%s
+%s</style></head><body class="%s" style="margin:0;padding:16px;width:1100px;font-family:sans-serif">
+<div id="root"></div>
+<script>const element = document.getElementById('root');
+%s
+</script></body></html>"""
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return load_tokenizer("qwen3")
+
+
+@pytest.fixture(scope="module")
+def scored():
+    return _scored(load_traces(str(SAMPLE_DIR / "01_weather.jsonl")).traces[0])
+
+
+def open_view(browser, markup: str, scheme: str = "light", height: int = 900):  # noqa: F811
+    page = browser.new_page(viewport={"width": 1200, "height": height})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.set_content(PAGE % (PAGE_BG[scheme], theme.css_variables(), tv.CSS, "dark" if scheme == "dark" else "", tv.JS))
+    page.evaluate("(m) => { element.innerHTML = m; window.__aliTV.apply(element); }", markup)
+    page.__errors = errors  # type: ignore[attr-defined]
+    return page
+
+
+def styles(page, sel: str, props=("backgroundColor", "color", "fontStyle", "textDecorationStyle")) -> list[dict]:
+    return page.evaluate(
+        "([sel, props]) => Array.from(document.querySelectorAll(sel)).map((el) => {"
+        " const cs = getComputedStyle(el); return Object.fromEntries(props.map((p) => [p, cs[p]])); })",
+        [sel, list(props)],
+    )
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_heat_and_probability_modes_paint_each_bin(browser, qwen, scored, scheme):  # noqa: F811
+    page = open_view(browser, tv.render_trace(scored, qwen.tokenizer), scheme)
+    try:
+        mask_bg = styles(page, "#tv .tv-c > span.g0")[0]["backgroundColor"]
+        assert not page.evaluate("document.querySelector('#tv').matches('.tv-m-heat, .tv-m-prob')")  # mask by default
+        assert not page.is_visible("#tv .tv-lg-heat")
+        page.select_option("#tv select.tv-mode", "heat")
+        assert page.evaluate("document.querySelector('#tv').classList.contains('tv-m-heat')")
+        assert page.is_visible("#tv .tv-lg-heat") and not page.is_visible("#tv .tv-lg-prob")
+        heat = [styles(page, f"#tv .tv-c > span.h{b}")[0] for b in range(5)]
+        bgs = [h["backgroundColor"] for h in heat]
+        assert len(set(bgs)) == 5, bgs
+        # a bin's tokens and its legend swatch share the colour
+        assert [styles(page, f"#tv .tv-lg-heat .tv-sw.h{b}")[0]["backgroundColor"] for b in range(5)] == bgs
+        # tokens without a pair (the prompt) are plain, unlike any bin
+        plain = styles(page, "#tv .tv-c > span.p0")[0]["backgroundColor"]
+        assert plain not in bgs
+        # mask-0 tokens (scored for information, no rollout): italic, dotted underline, never a heat colour
+        m0 = styles(page, "#tv .tv-c > span.j0, #tv .tv-c > span.j1")
+        assert m0 and all(s["fontStyle"] == "italic" and s["textDecorationStyle"] == "dotted" for s in m0)
+        assert not {s["backgroundColor"] for s in m0} & set(bgs)
+        assert all(s["fontStyle"] == "normal" for s in styles(page, "#tv .tv-c > span.g0"))
+
+        page.select_option("#tv select.tv-mode", "prob")
+        prob = [styles(page, f"#tv .tv-c > span.q{b}:not(.j0):not(.j1)")[0]["backgroundColor"] for b in range(5)]
+        assert len(set(prob)) == 5 and page.is_visible("#tv .tv-lg-prob") and not page.is_visible("#tv .tv-lg-heat")
+        # mask-0 tokens have a probability (the trainer's) and stay marked as mask 0
+        m0q = styles(page, "#tv .tv-c > span.j0.q1, #tv .tv-c > span.j1.q1")
+        assert m0q and all(s["fontStyle"] == "italic" for s in m0q)
+
+        page.select_option("#tv select.tv-mode", "mask")
+        assert styles(page, "#tv .tv-c > span.g0")[0]["backgroundColor"] == mask_bg
+        assert not page.evaluate("document.querySelector('#tv').matches('.tv-m-heat, .tv-m-prob')")
+        assert page.__errors == []  # type: ignore[attr-defined]
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_colour_modes_are_readable_in_both_themes(browser, qwen, scored, scheme):  # noqa: F811
+    page = open_view(browser, tv.render_trace(scored, qwen.tokenizer), scheme)
+    try:
+        assert page.evaluate("document.body.classList.contains('dark')") == (scheme == "dark")
+        for mode, k in (("heat", "h"), ("prob", "q")):
+            page.select_option("#tv select.tv-mode", mode)
+            targets = []
+            for b in range(5):
+                targets.append({"what": f"{mode} token bin {b}", "sel": f"#tv .tv-c > span.{k}{b}", "max": 4})
+                targets.append({"what": f"{mode} special token bin {b}", "sel": f"#tv .tv-c > span.{k}{b}.s", "max": 2})
+                targets.append({"what": f"{mode} legend bin {b}", "sel": f"#tv .tv-lg-{mode} .tv-sw.{k}{b}"})
+            targets += [
+                {"what": f"{mode}: token without a value", "sel": "#tv .tv-c > span.p0", "max": 4},
+                {"what": f"{mode}: token without a value, other shade", "sel": "#tv .tv-c > span.p1", "max": 4},
+                {"what": f"{mode}: special token without a value", "sel": "#tv .tv-c > span.p0.s", "max": 2},
+                {"what": f"{mode}: mask-0 token", "sel": "#tv .tv-c > span.j0, #tv .tv-c > span.j1", "max": 6},
+                {"what": f"{mode} legend", "sel": f"#tv .tv-lg-{mode} > :is(b, small, .tv-sw)", "max": 12},
+                {"what": "mode switch", "sel": "#tv select.tv-mode"},
+                {"what": "mode label", "sel": "#tv .tv-mode-label"},
+            ]
+            res = page.evaluate(CONTRAST_JS, targets)
+            missing = [r for r in res if r.get("missing") or r.get("unparsed")]
+            # a bin may be empty of special tokens; every other target must exist
+            assert not [r for r in missing if "special token bin" not in r["what"]], missing
+            bad = [r for r in res if "ratio" in r and r["ratio"] < r["need"]]
+            assert not bad, f"{scheme}, {mode}: below 4.5:1:\n" + "\n".join(map(json.dumps, bad))
+            assert len([r for r in res if "ratio" in r]) >= 30
+    finally:
+        page.close()
+
+
+def test_hover_shows_both_logprobs_delta_and_ratio(browser, qwen, scored):  # noqa: F811
+    page = open_view(browser, tv.render_trace(scored, qwen.tokenizer))
+    try:
+        ro, tr = position_logprobs(scored)
+        p = len(scored.prompt_ids)
+        pos = p + 3  # a generated token (mask 1): both logprobs
+        assert scored.response_mask[3] == 1
+        page.locator("#tv .tv-c > span").nth(pos).hover()
+        info = page.text_content("#tv .tv-info")
+        d = tr[pos] - ro[pos]
+        assert info.startswith(f"#{pos}  id {scored.input_ids[pos]}"), info
+        assert f"rollout {ro[pos]:.4f}" in info and f"trainer {tr[pos]:.4f}" in info, info
+        assert f"Δ {d:+.4f}" in info and f"ratio {math.exp(d):.5g}" in info, info
+        assert abs(d) == pytest.approx(abs(DELTAS[pos % 5]))
+        shown_p = float(info.split("rollout ")[1].split("(p ")[1].split(")")[0])
+        assert shown_p == pytest.approx(PROBS[pos % 5], rel=1e-3)
+        # a mask-0 token: the trainer's logprob only
+        j = next(i for i in range(p, len(ro)) if ro[i] is None and tr[i] is not None)
+        page.locator("#tv .tv-c > span").nth(j).hover()
+        info = page.text_content("#tv .tv-info")
+        assert f"trainer {tr[j]:.4f}" in info and "rollout –" in info and "Δ" not in info, info
+        # the prompt: no logprob
+        page.locator("#tv .tv-c > span").nth(1).hover()
+        assert page.text_content("#tv .tv-info").endswith("no logprob")
+        # a click keeps the numbers in the info line after the pointer leaves
+        page.locator("#tv .tv-c > span").nth(pos).click()
+        page.mouse.move(5, 5)
+        assert f"rollout {ro[pos]:.4f}" in page.text_content("#tv .tv-info")
+        assert page.__errors == []  # type: ignore[attr-defined]
+    finally:
+        page.close()
+
+
+def _long_view(qwen, scored, n_tokens: int, prefix: str = "tv") -> tuple[str, list[int]]:
+    ids: list[int] = []
+    kinds: list[int] = []
+    ro: list = []
+    tr: list = []
+    r1, t1 = position_logprobs(scored)
+    k1 = tv.trace_kinds(scored)
+    while len(ids) < n_tokens:
+        ids += scored.input_ids
+        kinds += k1
+        ro += r1
+        tr += t1
+    ids, kinds, ro, tr = ids[:n_tokens], kinds[:n_tokens], ro[:n_tokens], tr[:n_tokens]
+    return tv.render_tokens(ids, kinds, qwen.tokenizer, prefix=prefix, logprobs=(ro, tr)), ids
+
+
+def test_tv_select_selects_and_scrolls(browser, qwen, scored):  # noqa: F811
+    markup, ids = _long_view(qwen, scored, 20000)
+    page = open_view(browser, markup)
+    try:
+        page.select_option("#tv select.tv-mode", "heat")
+        page.evaluate("document.activeElement.blur()")
+        before = page.evaluate("document.activeElement === document.body")
+        n1 = len(scored.input_ids)
+        target = (19000 // n1) * n1 + len(scored.prompt_ids) + 5  # a generated token of a late copy
+        page.evaluate("(i) => document.querySelector('#tv').dispatchEvent(new CustomEvent('tv-select', {detail: {index: i}}))", target)
+        page.wait_for_function("""(i) => { const el = document.querySelector('#tv .tv-tok-sel');
+          if (!el) return false; const r = el.getBoundingClientRect(), b = el.closest('.tv-body').getBoundingClientRect();
+          return r.top >= b.top && r.bottom <= b.bottom && window.__aliTV.indexOf(el) === i; }""", arg=target)
+        info = page.text_content("#tv .tv-info")
+        assert info.startswith(f"#{target}  id {ids[target]}") and "rollout" in info and "ratio" in info, info
+        assert page.evaluate("document.activeElement === document.body") == before  # focuses nothing
+        assert page.evaluate("document.querySelector('#tv .tv-body').scrollTop") > 1000
+        # the mode stays; a later event moves the selection (one token selected)
+        assert page.evaluate("document.querySelector('#tv').classList.contains('tv-m-heat')")
+        page.evaluate("() => document.querySelector('#tv').dispatchEvent(new CustomEvent('tv-select', {detail: {index: 3}}))")
+        page.wait_for_function("() => document.querySelector('#tv').scrollTop === 0 && "
+                               "window.__aliTV.indexOf(document.querySelector('#tv .tv-tok-sel')) === 3")
+        assert page.evaluate("document.querySelectorAll('#tv .tv-tok-sel').length") == 1
+        # an index outside the view changes nothing
+        page.evaluate("() => document.querySelector('#tv').dispatchEvent(new CustomEvent('tv-select', {detail: {index: 10 ** 9}}))")
+        assert page.evaluate("window.__aliTV.indexOf(document.querySelector('#tv .tv-tok-sel'))") == 3
+        assert page.__errors == []  # type: ignore[attr-defined]
+    finally:
+        page.close()
+
+
+def test_the_chosen_mode_survives_a_re_render(browser, qwen, scored):  # noqa: F811
+    """Gradio replaces the view's markup on every update (another step selected): the mode stays."""
+    markup = tv.render_trace(scored, qwen.tokenizer, prefix="insp")
+    page = open_view(browser, markup)
+    try:
+        page.select_option("#insp select.tv-mode", "heat")
+        page.evaluate("(m) => { element.innerHTML = m; window.__aliTV.apply(element); }",
+                      tv.render_trace(scored, qwen.tokenizer, prefix="insp", selected_step=3))
+        assert page.evaluate("document.querySelector('#insp').classList.contains('tv-m-heat')")
+        assert page.input_value("#insp select.tv-mode") == "heat"
+    finally:
+        page.close()
