@@ -25,7 +25,6 @@ import math
 import re
 import threading
 import weakref
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -339,12 +338,13 @@ def prob_bin(logprob: float) -> int:
 
 @dataclass
 class LogprobData:
-    """What the view needs of a sequence's logprobs: per-token bin classes, and the numbers for
+    """What the view needs of a sequence's logprobs: per-token bin codes, and the numbers for
     the info line as two little-endian float32 arrays (base64) over ``[lo, hi)``: ``r`` the
     rollout logprob, ``x`` Δ where both exist, the trainer logprob where only it does (NaN where
     absent). The info line rebuilds the trainer logprob as r + Δ: Δ keeps its own precision."""
 
-    classes: list[str]  # " h2 q3" (leading space) or "" per token
+    heat: Any  # numpy uint8 per token: 0 no |Δ|, else heat bin + 1
+    prob: Any  # numpy uint8 per token: 0 no probability, else probability bin + 1
     lo: int
     hi: int
     r: str
@@ -353,51 +353,41 @@ class LogprobData:
     trainer: int
     pairs: int
 
+    def classes(self) -> list[str]:
+        """`` h2 q3`` (leading space) or ``""`` per token."""
+        table = [(f" h{h - 1}" if h else "") + (f" q{q - 1}" if q else "") for h in range(6) for q in range(6)]
+        return [table[c] for c in (self.heat.astype("int64") * 6 + self.prob).tolist()]
+
 
 def logprob_data(rollout: Sequence[float | None], trainer: Sequence[float | None], n: int) -> LogprobData | None:
     """None when no token has a (finite) logprob: the view then has no colour modes."""
+    import numpy as np
+
     if len(rollout) != n or len(trainer) != n:
         raise ValueError(f"{n} token ids but {len(rollout)} rollout and {len(trainer)} trainer logprobs")
-    fin = math.isfinite
-    ro = [v if v is not None and fin(v) else None for v in rollout]
-    tr = [v if v is not None and fin(v) else None for v in trainer]
-    have = [i for i in range(n) if ro[i] is not None or tr[i] is not None]
-    if not have:
-        return None
-    lo, hi = have[0], have[-1] + 1
     nan = float("nan")
-    r_arr, x_arr = array("f"), array("f")
-    classes = [""] * n
-    n_r = n_t = n_pairs = 0
-    for i in range(lo, hi):
-        a, b = ro[i], tr[i]
-        if a is None and b is None:
-            r_arr.append(nan)
-            x_arr.append(nan)
-            continue
-        c = ""
-        if a is not None and b is not None:
-            d = b - a
-            c = f" h{heat_bin(abs(d))}"
-            n_pairs += 1
-            r_arr.append(a)
-            x_arr.append(d)
-        elif a is not None:
-            r_arr.append(a)
-            x_arr.append(nan)
-        else:
-            r_arr.append(nan)
-            x_arr.append(b)
-        n_r += a is not None
-        n_t += b is not None
-        classes[i] = c + f" q{prob_bin(a if a is not None else b)}"
-    if r_arr.itemsize != 4:  # pragma: no cover - array('f') is a C float everywhere we run
-        raise RuntimeError("float32 array expected")
-    if array("H", [1]).tobytes() != b"\x01\x00":  # pragma: no cover - big-endian host
-        r_arr.byteswap()
-        x_arr.byteswap()
+    with np.errstate(all="ignore"):
+        ro = np.fromiter((nan if v is None else v for v in rollout), dtype=np.float64, count=n)
+        tr = np.fromiter((nan if v is None else v for v in trainer), dtype=np.float64, count=n)
+        has_r, has_t = np.isfinite(ro), np.isfinite(tr)
+        ro[~has_r] = nan
+        tr[~has_t] = nan
+        anyv = has_r | has_t
+        if not anyv.any():
+            return None
+        both = has_r & has_t
+        where = np.flatnonzero(anyv)
+        lo, hi = int(where[0]), int(where[-1]) + 1
+        d = tr - ro
+        heat = np.where(both, np.searchsorted(np.array(HEAT_EDGES), np.abs(d), side="right") + 1, 0).astype(np.uint8)
+        p = np.exp(np.minimum(np.where(has_r, ro, tr), 0.0))
+        # probability bins count down from likely: bin b holds PROB_EDGES[b] <= p (< the edge before)
+        qb = np.searchsorted(-np.array(PROB_EDGES), -p, side="left")
+        prob = np.where(anyv, qb + 1, 0).astype(np.uint8)
+        r32 = ro[lo:hi].astype("<f4")
+        x32 = np.where(both, d, np.where(has_t, tr, nan))[lo:hi].astype("<f4")
     enc = lambda a: base64.b64encode(a.tobytes()).decode("ascii")  # noqa: E731
-    return LogprobData(classes, lo, hi, enc(r_arr), enc(x_arr), n_r, n_t, n_pairs)
+    return LogprobData(heat, prob, lo, hi, enc(r32), enc(x32), int(has_r.sum()), int(has_t.sum()), int(both.sum()))
 
 
 def _mode_bar(lp: LogprobData) -> str:
@@ -457,7 +447,7 @@ def render_tokens(
     frags = dec.fragments(ids)
     counts = count_tokens(kinds, frags)
     lp = logprob_data(logprobs[0], logprobs[1], len(ids)) if logprobs is not None else None
-    lpc = lp.classes if lp is not None else None
+    lpc = lp.classes() if lp is not None else None
 
     # step starts → anchor markup, inserted before the step's first token
     marks: dict[int, list[str]] = {}
