@@ -178,7 +178,9 @@ def test_hover_shows_both_logprobs_delta_and_ratio(browser, qwen, scored):  # no
         page.close()
 
 
-def _long_view(qwen, scored, n_tokens: int, prefix: str = "tv") -> tuple[str, list[int]]:
+def _long(qwen, scored, n_tokens: int) -> tuple[list[int], dict]:
+    """The scored weather trace repeated to ``n_tokens``: (ids, render_tokens keyword arguments
+    but the prefix), one step mark per copy."""
     ids: list[int] = []
     kinds: list[int] = []
     ro: list = []
@@ -190,8 +192,15 @@ def _long_view(qwen, scored, n_tokens: int, prefix: str = "tv") -> tuple[str, li
         kinds += k1
         ro += r1
         tr += t1
-    ids, kinds, ro, tr = ids[:n_tokens], kinds[:n_tokens], ro[:n_tokens], tr[:n_tokens]
-    return tv.render_tokens(ids, kinds, qwen.tokenizer, prefix=prefix, logprobs=(ro, tr)), ids
+    n1 = len(scored.input_ids)
+    steps = [tv.StepMark(i, a, min(a + n1, n_tokens), "generating") for i, a in enumerate(range(0, n_tokens, n1))]
+    return ids[:n_tokens], {"kinds": kinds[:n_tokens], "tokenizer": qwen.tokenizer, "steps": steps,
+                            "logprobs": (ro[:n_tokens], tr[:n_tokens])}
+
+
+def _long_view(qwen, scored, n_tokens: int, prefix: str = "tv", **kw) -> tuple[str, list[int]]:
+    ids, args = _long(qwen, scored, n_tokens)
+    return tv.render_tokens(ids, prefix=prefix, **args, **kw), ids
 
 
 def test_tv_select_selects_and_scrolls(browser, qwen, scored):  # noqa: F811
@@ -235,5 +244,87 @@ def test_the_chosen_mode_survives_a_re_render(browser, qwen, scored):  # noqa: F
                       tv.render_trace(scored, qwen.tokenizer, prefix="insp", selected_step=3))
         assert page.evaluate("document.querySelector('#insp').classList.contains('tv-m-heat')")
         assert page.input_value("#insp select.tv-mode") == "heat"
+    finally:
+        page.close()
+
+
+# ---- long traces: the windowed view (issue 16) ----------------------------------------------------
+
+ALL_SPANS_JS = """(id) => Array.from(document.querySelectorAll('#' + id + ' .tv-c > span'),
+  (s) => [s.className.replace(/ ?tv-(in|tok)-sel/g, ''), s.getAttribute('title'), s.textContent])"""
+
+
+def test_windowed_view_builds_the_same_tokens(browser, qwen, scored):  # noqa: F811
+    """Built chunk by chunk in the browser, a windowed view has the same spans (classes, titles,
+    text) and step anchors as the server-built view of the same tokens."""
+    markup, ids = _long_view(qwen, scored, 3000, prefix="full", window=False)
+    wmarkup, _ = _long_view(qwen, scored, 3000, prefix="win", window=True)
+    assert 'class="tv tv-win"' in wmarkup and "<span class=" not in wmarkup.split("</template>", 1)[1]
+    page = open_view(browser, markup + wmarkup, height=700)
+    try:
+        n_win = page.evaluate("document.querySelectorAll('#win .tv-c > span').length")
+        assert 0 < n_win < len(ids)  # only the chunks near the visible part are built
+        page.evaluate("() => { const tv = document.querySelector('#win'); tv.querySelectorAll('.tv-c').forEach((c) => window.__aliTV.fill(tv, c)); }")
+        full = page.evaluate(ALL_SPANS_JS, "full")
+        win = page.evaluate(ALL_SPANS_JS, "win")
+        assert len(full) == len(ids) and win == full
+        marks = ("(id) => Array.from(document.querySelectorAll('#' + id + ' .tv-body .tv-mark'),"
+                 " (a) => [a.dataset.start, a.nextElementSibling && a.nextElementSibling.title])")
+        assert page.evaluate(marks, "win") == page.evaluate(marks, "full")
+        assert len(page.evaluate(marks, "win")) == -(-3000 // len(scored.input_ids))
+        assert page.__errors == []  # type: ignore[attr-defined]
+    finally:
+        page.close()
+
+
+def test_128k_tokens_scroll_to_the_end_and_select_there(browser, qwen, scored):  # noqa: F811
+    """A 131,072-token view (windowed by default): the box scrolls to its end, the last tokens
+    are there, one near the end is selected by a click and by the arrow keys, the last step's
+    chip brings its anchor into view, tv-select reaches a token far away. No timing asserted
+    (bench/bench_token_view.py --tokens 131072)."""
+    n = 131072
+    markup, ids = _long_view(qwen, scored, n)
+    assert 'class="tv tv-win"' in markup and len(markup.encode()) < 8e6
+    page = open_view(browser, markup, height=900)
+    try:
+        assert page.evaluate("document.querySelectorAll('#tv .tv-c > span').length") < 5000
+        page.evaluate("document.querySelector('#tv .tv-body').scrollIntoView()")  # the box on screen, as a reader has it
+        page.evaluate("() => { const b = document.querySelector('#tv .tv-body'); b.scrollTop = b.scrollHeight; }")
+        page.wait_for_function("""(n) => { const b = document.querySelector('#tv .tv-body');
+          const last = b.querySelector('.tv-c:last-of-type > span:last-of-type');
+          if (!last || window.__aliTV.indexOf(last) !== n - 1) return false;
+          const r = last.getBoundingClientRect(), br = b.getBoundingClientRect();
+          return b.scrollTop + b.clientHeight >= b.scrollHeight - 2 && r.bottom <= br.bottom + 1 && r.top >= br.top; }""", arg=n)
+        # a visible token near the end, clicked
+        idx = page.evaluate("""(n) => { const b = document.querySelector('#tv .tv-body'), br = b.getBoundingClientRect();
+          const spans = Array.from(b.querySelectorAll('.tv-c > span')).filter((s) => { const r = s.getBoundingClientRect();
+            return r.top >= br.top && r.bottom <= br.bottom && r.width > 4 && window.__aliTV.indexOf(s) < n - 3; });
+          const s = spans[spans.length - 1]; s.setAttribute('data-pick', '1'); return window.__aliTV.indexOf(s); }""", n)
+        assert idx > n - 400
+        page.click("#tv [data-pick]")
+        info = page.text_content("#tv .tv-info")
+        assert info.startswith(f"#{idx}  id {ids[idx]}"), info
+        page.keyboard.press("ArrowRight")
+        page.keyboard.press("ArrowRight")
+        assert page.text_content("#tv .tv-info").startswith(f"#{idx + 2}  id {ids[idx + 2]}")
+        # whitespace toggle and heat mode still apply to the built tokens
+        page.check("#tv .tv-ws-toggle")
+        page.select_option("#tv select.tv-mode", "heat")
+        assert page.evaluate("document.querySelector('#tv').matches('.tv-ws.tv-m-heat')")
+        assert len({s["backgroundColor"] for b in range(5) for s in styles(page, f"#tv .tv-c > span.h{b}")[:1]}) == 5
+        # the last step's chip: its anchor comes into view
+        page.locator("#tv .tv-jump").last.click()
+        page.wait_for_function("""() => { const a = document.querySelector('#tv .tv-body .tv-mark.sel'); if (!a) return false;
+          const r = a.getBoundingClientRect(), b = a.closest('.tv-body').getBoundingClientRect();
+          return r.top >= b.top && r.bottom <= b.bottom; }""")
+        # tv-select far away (the box's start), then back near the end
+        for target in (200, n - 10):
+            page.evaluate("(i) => document.querySelector('#tv').dispatchEvent(new CustomEvent('tv-select', {detail: {index: i}}))", target)
+            page.wait_for_function("""(i) => { const el = document.querySelector('#tv .tv-tok-sel');
+              if (!el || window.__aliTV.indexOf(el) !== i) return false;
+              const r = el.getBoundingClientRect(), b = el.closest('.tv-body').getBoundingClientRect();
+              return r.top >= b.top && r.bottom <= b.bottom; }""", arg=target)
+            assert page.text_content("#tv .tv-info").startswith(f"#{target}  id {ids[target]}")
+        assert page.__errors == []  # type: ignore[attr-defined]
     finally:
         page.close()

@@ -428,6 +428,7 @@ def render_tokens(
     first_index: int = 0,
     step_index: int | None = None,
     logprobs: tuple[Sequence[float | None], Sequence[float | None]] | None = None,
+    window: bool | None = None,
 ) -> str:
     """The whole view: toolbar (counts, whitespace toggle, step jumps), then the tokens.
 
@@ -439,6 +440,9 @@ def render_tokens(
     ``logprobs``: ``(rollout, trainer)`` per token (None where absent), as
     :func:`backend.logprobs.position_logprobs` gives them; with any value the view gets its
     colour modes (probability, and |Δ| heat where both exist), switched client side.
+    ``window``: send compact per-token data and let the browser build the token spans of the
+    chunks near the visible part only (:func:`_windowed_body`); by default above
+    :data:`WINDOW_TOKENS` tokens.
     """
     if len(kinds) != len(ids):
         raise ValueError(f"{len(ids)} token ids but {len(kinds)} mask entries")
@@ -447,7 +451,8 @@ def render_tokens(
     frags = dec.fragments(ids)
     counts = count_tokens(kinds, frags)
     lp = logprob_data(logprobs[0], logprobs[1], len(ids)) if logprobs is not None else None
-    lpc = lp.classes() if lp is not None else None
+    windowed = len(ids) > WINDOW_TOKENS if window is None else bool(window)
+    lpc = lp.classes() if lp is not None and not windowed else None
 
     # step starts → anchor markup, inserted before the step's first token
     marks: dict[int, list[str]] = {}
@@ -461,33 +466,10 @@ def render_tokens(
             f'data-start="{s.start}" data-end="{s.end}" title="step {s.index}: tokens {s.start}–{s.end}">{label}</a>'
         )
 
-    # Tokens go in chunks (<div class=tv-c data-i=FIRST>) of about CHUNK_TOKENS, each ending
-    # after a token that ends a line, so the chunks stack exactly as the unbroken text would
-    # flow. The CSS gives chunks content-visibility: auto: the browser lays out and paints only
-    # the chunks near the visible part of the scroll box (32k tokens paint ~3x faster).
-    out: list[str] = ['<div class="tv-c" data-i="0">']
-    append = out.append
-    cls = {(k, p): f"{_KIND_CLASS.get(k, 'p')}{p}" for k in (PROMPT, GENERATED, INJECTED) for p in (0, 1)}
-    n = len(ids)
-    next_cut = CHUNK_TOKENS
-    for i, (frag, k) in enumerate(zip(frags, kinds)):
-        m = marks.get(i)
-        if m:
-            append("".join(m))
-        extra = lpc[i] if lpc is not None else ""
-        if frag[2]:
-            append(f'<span class="{cls[(k, i & 1)]}{extra} s" title="{frag[1]}">{frag[0]}</span>')
-        elif extra:
-            append(f'<span class="{cls[(k, i & 1)]}{extra}" title="{frag[1]}">{frag[0]}</span>')
-        else:
-            append(f'<span class={cls[(k, i & 1)]} title="{frag[1]}">{frag[0]}</span>')
-        if i + 1 >= next_cut and frag[0].endswith("\n") and i + 1 < n:
-            append(f'</div><div class="tv-c" data-i="{i + 1}">')
-            next_cut = i + 1 + CHUNK_TOKENS
-    tail = marks.get(n)
-    if tail:
-        append("".join(tail))
-    append("</div>")
+    if windowed:
+        body_attrs, out = _windowed_body(ids, kinds, frags, marks, lp, dec)
+    else:
+        body_attrs, out = "", _full_body(frags, kinds, marks, lpc)
 
     jump = ""
     if steps:
@@ -501,7 +483,7 @@ def render_tokens(
         jump = f'<div class="tv-steps" role="group" aria-label="steps">{chips}</div>'
     head = f'<div class="tv-title">{html.escape(title, quote=False)}</div>' if title else ""
     note_html = f'<div class="tv-note">{html.escape(note, quote=False)}</div>' if note else ""
-    ws_cls = " tv-ws" if show_whitespace else ""
+    ws_cls = (" tv-ws" if show_whitespace else "") + (" tv-win" if windowed else "")
     checked = " checked" if show_whitespace else ""
     attrs = f' data-tokens="{len(ids)}"'
     if first_index:
@@ -521,8 +503,93 @@ def render_tokens(
         f'<label class="tv-ws-label"><input type="checkbox" class="tv-ws-toggle"{checked}> show whitespace</label>{modes}</div>'
         f"{note_html}{jump}"
         f'<div class="tv-info" aria-live="polite">{INFO_HELP}</div>'
-        f'<div class="tv-body">{"".join(out)}</div></div>'
+        f'<div class="tv-body"{body_attrs}>{"".join(out)}</div></div>'
     )
+
+
+def _full_body(frags, kinds, marks: dict[int, list[str]], lpc: list[str] | None) -> list[str]:
+    """Every token's span, server side."""
+    # Tokens go in chunks (<div class=tv-c data-i=FIRST>) of about CHUNK_TOKENS, each ending
+    # after a token that ends a line, so the chunks stack exactly as the unbroken text would
+    # flow. The CSS gives chunks content-visibility: auto: the browser lays out and paints only
+    # the chunks near the visible part of the scroll box (32k tokens paint ~3x faster).
+    out: list[str] = ['<div class="tv-c" data-i="0">']
+    append = out.append
+    cls = {(k, p): f"{_KIND_CLASS.get(k, 'p')}{p}" for k in (PROMPT, GENERATED, INJECTED) for p in (0, 1)}
+    n = len(frags)
+    next_cut = CHUNK_TOKENS
+    for i, (frag, k) in enumerate(zip(frags, kinds)):
+        m = marks.get(i)
+        if m:
+            append("".join(m))
+        extra = lpc[i] if lpc is not None else ""
+        if frag[2]:
+            append(f'<span class="{cls[(k, i & 1)]}{extra} s" title="{frag[1]}">{frag[0]}</span>')
+        elif extra:
+            append(f'<span class="{cls[(k, i & 1)]}{extra}" title="{frag[1]}">{frag[0]}</span>')
+        else:
+            append(f'<span class={cls[(k, i & 1)]} title="{frag[1]}">{frag[0]}</span>')
+        if i + 1 >= next_cut and frag[0].endswith("\n") and i + 1 < n:
+            append(f'</div><div class="tv-c" data-i="{i + 1}">')
+            next_cut = i + 1 + CHUNK_TOKENS
+    tail = marks.get(n)
+    if tail:
+        append("".join(tail))
+    append("</div>")
+    return out
+
+
+# Above this many tokens the view is windowed: the server sends each distinct token's markup
+# once (a <template>), the sequence as indexes into it and one byte per token (kind, |Δ| bin,
+# probability bin), all base64; the browser builds the spans of a chunk when it comes near the
+# visible part of the token box (or when a step, a key or tv-select needs it).
+WINDOW_TOKENS = 32768
+_COLS = 120  # characters per row of the token box, for the estimated height of an unbuilt chunk
+_ROW_PX = 20.2  # 13 px × line-height 1.55
+
+
+def _chunk_starts(frags, n: int) -> list[int]:
+    starts = [0]
+    next_cut = CHUNK_TOKENS
+    for i in range(CHUNK_TOKENS - 1, n - 1):
+        if i + 1 >= next_cut and frags[i][0].endswith("\n"):
+            starts.append(i + 1)
+            next_cut = i + 1 + CHUNK_TOKENS
+    return starts
+
+
+def _windowed_body(ids, kinds, frags, marks: dict[int, list[str]], lp: LogprobData | None, dec: TokenDecoder):
+    """(attributes of .tv-body, its inner markup) of a windowed view: one empty chunk per
+    line-aligned chunk, with its step anchors and an estimated height; the tokens as data."""
+    import numpy as np
+
+    n = len(ids)
+    vocab: dict[int, int] = {}
+    seq = np.fromiter((vocab.setdefault(t, len(vocab)) for t in ids), dtype=np.uint32, count=n)
+    uniq = list(vocab)
+    tmpl = []
+    for t, f in zip(uniq, dec.fragments(uniq)):
+        tmpl.append(f'<span class=s title="{f[1]}">{f[0]}</span>' if f[2] else f'<span title="{f[1]}">{f[0]}</span>')
+    wide = len(uniq) > 0xFFFF
+    seq_b = seq.astype("<u4" if wide else "<u2").tobytes()
+    meta = np.fromiter(kinds, dtype=np.uint8, count=n) & 3
+    if lp is not None:
+        meta |= (lp.heat << 2) | (lp.prob << 5)
+    starts = _chunk_starts(frags, n)
+    texts = [i.text for i in dec.infos(ids)]
+    out = []
+    for c, a in enumerate(starts):
+        b = starts[c + 1] if c + 1 < len(starts) else n
+        rows = sum(max(1, -(-len(line) // _COLS)) for line in "".join(texts[a:b]).split("\n"))
+        anchors = "".join("".join(marks[i]) for i in range(a, b) if i in marks)
+        if b == n and n in marks:
+            anchors += "".join(marks[n])
+        out.append(f'<div class="tv-c tv-u" data-i="{a}" style="height:{round(rows * _ROW_PX)}px">{anchors}</div>')
+    if not starts or not n:
+        out = ['<div class="tv-c" data-i="0">' + "".join(marks.get(0, [])) + "</div>"]
+    enc = lambda x: base64.b64encode(x).decode("ascii")  # noqa: E731
+    attrs = (f' data-seq="{enc(seq_b)}" data-seq-bytes="{4 if wide else 2}" data-meta="{enc(meta.tobytes())}"')
+    return attrs, ['<template class="tv-vocab">', *tmpl, "</template>", *out]
 
 
 def empty_view(message: str) -> str:
@@ -699,10 +766,84 @@ if (!window.__aliTV) window.__aliTV = (() => {
     for (let n = el.previousElementSibling; n; n = n.previousElementSibling) { if (n.tagName === 'SPAN') idx++; }
     return idx;
   };
+  // A windowed view (.tv-win, long traces) arrives with empty chunks (.tv-u, an estimated height,
+  // their step anchors) and the tokens as data: the distinct tokens' markup in a <template>,
+  // data-seq (indexes into it, uint16/uint32) and data-meta (a byte per token: kind | (|Δ| bin + 1)
+  // << 2 | (probability bin + 1) << 5), base64. A chunk's spans are built when it comes near the
+  // visible part of the box (scroll handler: the same frame; an IntersectionObserver for the
+  // rest: a tab shown, a resize) or when a step, a key or tv-select needs one of its tokens.
+  const bytes = (s) => { const b = atob(s), u = new Uint8Array(b.length);
+                         for (let i = 0; i < b.length; i++) u[i] = b.charCodeAt(i);
+                         return u; };
+  const KL = ['p', 'g', 'j'];
+  const attr = (s) => s.replace(/&/g, '&amp;').replace(/"/g, '&quot;').replace(/</g, '&lt;');
+  const winData = (tv) => {
+    if (tv.__win !== undefined) return tv.__win;
+    const body = tv.querySelector('.tv-body'), tpl = tv.querySelector('template.tv-vocab');
+    if (!body || body.dataset.seq === undefined || !tpl) return (tv.__win = null);
+    const sb = bytes(body.dataset.seq);
+    const seq = body.dataset.seqBytes === '4' ? new Uint32Array(sb.buffer) : new Uint16Array(sb.buffer);
+    const vocab = Array.from(tpl.content.children, (el) => ({h: el.innerHTML, t: attr(el.getAttribute('title') || ''),
+                                                             s: el.classList.contains('s')}));
+    const chunks = Array.from(body.children).filter((c) => c.classList.contains('tv-c'));
+    return (tv.__win = {body, seq, meta: bytes(body.dataset.meta), vocab, chunks});
+  };
+  const fill = (tv, c) => {
+    if (!c || !c.classList.contains('tv-u')) return;
+    const W = winData(tv); if (!W) return;
+    const start = +c.dataset.i, nx = c.nextElementSibling;
+    const end = nx && nx.dataset.i !== undefined ? +nx.dataset.i : W.seq.length;
+    const anchors = Array.from(c.children).filter((a) => a.tagName === 'A');
+    let ai = 0, buf = '';
+    const flush = (before) => { if (buf) { if (before) before.insertAdjacentHTML('beforebegin', buf); else c.insertAdjacentHTML('beforeend', buf); } buf = ''; };
+    for (let i = start; i < end; i++) {
+      while (ai < anchors.length && +anchors[ai].dataset.start <= i) flush(anchors[ai++]);
+      const m = W.meta[i], v = W.vocab[W.seq[i]], h = (m >> 2) & 7, q = m >> 5;
+      buf += '<span class="' + KL[m & 3] + (i & 1) + (h ? ' h' + (h - 1) : '') + (q ? ' q' + (q - 1) : '') + (v.s ? ' s' : '')
+        + '" title="' + v.t + '">' + v.h + '</span>';
+    }
+    flush(ai < anchors.length ? anchors[ai] : null);
+    c.classList.remove('tv-u');
+    // off-screen, a built chunk is sized as estimated (content-visibility: auto skips it)
+    const est = c.style.height;
+    c.style.height = '';
+    if (est) c.style.containIntrinsicBlockSize = 'auto ' + est;
+    if (tv.__io) tv.__io.unobserve(c);
+    const rg = tv.__range;
+    if (rg && rg[0] < end && rg[1] > start) {
+      let i = start;
+      for (const n of c.children) {
+        if (n.tagName !== 'SPAN') continue;
+        if (i >= rg[0] && i < rg[1]) { n.classList.add('tv-in-sel'); (tv.__painted = tv.__painted || []).push(n); }
+        i++;
+      }
+    }
+  };
+  const fillVisible = (tv) => {
+    const W = winData(tv); if (!W) return;
+    const b = W.body.getBoundingClientRect(); if (!b.height) return;
+    const lo = b.top - 600, hi = b.bottom + 600, cs = W.chunks;
+    let l = 0, r = cs.length - 1;
+    while (l < r) { const m = (l + r) >> 1; if (cs[m].getBoundingClientRect().bottom < lo) l = m + 1; else r = m; }
+    for (let k = l; k < cs.length; k++) { if (cs[k].getBoundingClientRect().top > hi) break; fill(tv, cs[k]); }
+  };
+  const initWin = (tv) => {
+    if (tv.__winInit) return;
+    tv.__winInit = true;
+    const W = winData(tv); if (!W) return;
+    W.body.addEventListener('scroll', () => fillVisible(tv), {passive: true});
+    if (window.IntersectionObserver) {
+      tv.__io = new IntersectionObserver((es) => { for (const e of es) if (e.isIntersecting) fill(tv, e.target); },
+                                        {root: W.body, rootMargin: '600px 0px'});
+      W.chunks.forEach((c) => { if (c.classList.contains('tv-u')) tv.__io.observe(c); });
+    }
+    fillVisible(tv);
+  };
   const tokenAt = (tv, idx) => {
     let c = null;
     for (const ch of tv.querySelectorAll('.tv-body > .tv-c')) { if (+ch.dataset.i <= idx) c = ch; else break; }
     if (!c || idx < 0) return null;
+    fill(tv, c);
     let i = +c.dataset.i;
     for (const n of c.children) { if (n.tagName !== 'SPAN') continue; if (i === idx) return n; i++; }
     return null;
@@ -713,9 +854,7 @@ if (!window.__aliTV) window.__aliTV = (() => {
   };
   // logprobs (data-lp-*: float32 arrays over [lo, hi), base64): r rollout, x = delta where both
   // exist, the trainer's where only it does; NaN where absent
-  const f32 = (s) => { const b = atob(s), u = new Uint8Array(b.length);
-                       for (let i = 0; i < b.length; i++) u[i] = b.charCodeAt(i);
-                       return new Float32Array(u.buffer); };
+  const f32 = (s) => new Float32Array(bytes(s).buffer);
   const lpData = (tv) => {
     if (tv.__lp === undefined) { const d = tv.dataset; tv.__lp = d.lpR === undefined ? null : {lo: +d.lpLo, r: f32(d.lpR), x: f32(d.lpX)}; }
     return tv.__lp;
@@ -784,6 +923,7 @@ if (!window.__aliTV) window.__aliTV = (() => {
   // the selected step's tokens, underlined; only the chunks that overlap its range are visited
   const paint = (tv, start, end) => {
     (tv.__painted || []).forEach((s) => s.classList.remove('tv-in-sel'));
+    tv.__range = [start, end];
     const out = [];
     const chunks = tv.querySelectorAll('.tv-body > .tv-c');
     for (let c = 0; c < chunks.length; c++) {
@@ -823,6 +963,7 @@ if (!window.__aliTV) window.__aliTV = (() => {
       const help = b.parentElement.querySelector('.tv-info');
       b.setAttribute('aria-label', 'tokens' + (help ? ': ' + (help.dataset.help || help.textContent) : ''));
     });
+    root.querySelectorAll('.tv.tv-win').forEach(initWin);
     root.querySelectorAll('.tv[data-sel]').forEach((tv) => selectStep(tv, tv.dataset.sel, false));
     root.querySelectorAll('.tv select.tv-mode').forEach((s) => {
       const tv = s.closest('.tv'), m = modes[tv.id];
@@ -843,7 +984,7 @@ if (!window.__aliTV) window.__aliTV = (() => {
     return null;
   };
   return {hex, indexOf, tokenAt, describe, info, current, selectToken, selectStep, selectById, apply, marks, scrollToMark,
-          sent, fromServer, setMode, selectIndex, scrollToToken, lpText};
+          sent, fromServer, setMode, selectIndex, scrollToToken, lpText, fill, fillVisible};
 })();
 """
 
