@@ -16,11 +16,12 @@ scrolls (on a long view). No timing is asserted (bench/bench_token_view.py times
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
 import pytest
-from test_browser import CHROMIUM, browser  # noqa: F401 - fixture, used by name
+from test_browser import CHROMIUM, App, app_url, browser  # noqa: F401 - fixtures, used by name
 from test_browser_inspector import CONTRAST_JS
 from test_ui_token_view import DELTAS, PROBS, _scored
 
@@ -328,3 +329,75 @@ def test_128k_tokens_scroll_to_the_end_and_select_there(browser, qwen, scored): 
         assert page.__errors == []  # type: ignore[attr-defined]
     finally:
         page.close()
+
+
+# ---- in the app ---------------------------------------------------------------------------------
+
+
+def _long_trace_file(scored, path, n_tokens: int = 131072):
+    """A valid trace file: the scored weather run's response (generated, tool, generated steps
+    with their logprobs) repeated until ``n_tokens``."""
+    d = json.loads(scored.model_dump_json())
+    p, r = len(d["prompt_ids"]), len(d["response_ids"])
+    k = (n_tokens - p) // r + 1
+    steps = [d["steps"][0]]
+    for c in range(k):
+        for st in d["steps"][1:4]:
+            s2 = copy.deepcopy(st)
+            s2["start"] += c * r
+            s2["end"] += c * r
+            s2["index"] = len(steps)
+            steps.append(s2)
+    end = copy.deepcopy(d["steps"][4])
+    end.update(index=len(steps), start=p + k * r, end=p + k * r)
+    d.update(steps=steps + [end], response_ids=d["response_ids"] * k, response_mask=d["response_mask"] * k, id="long-scored-run")
+    path.write_text(json.dumps(d) + "\n")
+    return p + k * r
+
+
+def test_in_the_app_a_long_scored_trace_is_windowed_with_its_colour_modes(browser, app_url, scored, tmp_path):  # noqa: F811
+    """The real app (app.py --backend scripted): a 131k-token trace with rollout and trainer
+    logprobs uploaded on Trace files and opened in the Inspector arrives windowed through
+    gr.HTML, builds its visible tokens, switches to heat mode, shows both logprobs on hover,
+    scrolls to its end and answers tv-select there."""
+    n = _long_trace_file(scored, tmp_path / "long.jsonl")
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        app = App(ctx.new_page(), app_url)
+        app.tab("Trace files")
+        app.page.locator("#tf-upload input[type=file]").set_input_files(str(tmp_path / "long.jsonl"))
+        app.wait_text("#tf-status", "long.jsonl", timeout=120_000)
+        app.page.wait_for_function("document.querySelectorAll('#tf-table [data-row][data-col=\"0\"]').length === 1")
+        app.cell("tf-table", 0, 1).click()
+        app.wait_text("#insp-summary", "long-scored-run", timeout=120_000)
+        app.page.wait_for_selector("#insp-tokens .tv.tv-win .tv-c > span", timeout=120_000)
+        assert app.js("document.querySelector('#insp-tokens .tv').dataset.tokens") == str(n)
+        assert app.js("document.querySelectorAll('#insp-tokens .tv-c > span').length") < 10000
+        app.page.select_option("#insp-tokens select.tv-mode", "heat")
+        app.page.wait_for_selector("#insp-tokens .tv.tv-m-heat")
+        bgs = {b: app.js(f"getComputedStyle(document.querySelector('#insp-tokens .tv-c > span.h{b}')).backgroundColor") for b in range(5)}
+        assert len(set(bgs.values())) == 5, bgs
+        app.js("document.querySelector('#insp-tokens .tv-body').scrollIntoView()")
+        app.next_frame()
+        picked = app.js("""() => { const b = document.querySelector('#insp-tokens .tv-body'), br = b.getBoundingClientRect();
+          const s = Array.from(b.querySelectorAll('.tv-c > span.h4')).find((e) => { const r = e.getBoundingClientRect();
+            return r.width > 4 && r.top >= br.top && r.bottom <= br.bottom; });
+          if (s) s.setAttribute('data-pick', '1'); return !!s; }""")
+        assert picked
+        app.page.hover("#insp-tokens [data-pick]")
+        info = app.text("#insp-tokens .tv-info")
+        assert "rollout" in info and "trainer" in info and "Δ" in info and "ratio" in info, info
+        app.js("() => { const b = document.querySelector('#insp-tokens .tv-body'); b.scrollTop = b.scrollHeight; }")
+        app.page.wait_for_function("""(n) => { const b = document.querySelector('#insp-tokens .tv-body');
+          const cs = b.querySelectorAll('.tv-c'), sp = cs[cs.length - 1].querySelectorAll(':scope > span');
+          return sp.length && window.__aliTV.indexOf(sp[sp.length - 1]) === n - 1; }""", arg=n)
+        app.page.mouse.move(1, 1)  # the pointer off the tokens (a hovered token takes the info line)
+        app.js("(i) => document.querySelector('#insp-tokens .tv').dispatchEvent(new CustomEvent('tv-select', {detail: {index: i}}))", n - 20)
+        app.page.wait_for_function("""(i) => { const el = document.querySelector('#insp-tokens .tv-tok-sel');
+          if (!el || window.__aliTV.indexOf(el) !== i) return false;
+          const r = el.getBoundingClientRect(), b = el.closest('.tv-body').getBoundingClientRect();
+          return r.top >= b.top && r.bottom <= b.bottom; }""", arg=n - 20)
+        assert app.text("#insp-tokens .tv-info").startswith(f"#{n - 20}  id ")
+        app.assert_clean()
+    finally:
+        ctx.close()
