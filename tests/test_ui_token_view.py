@@ -422,3 +422,16 @@ def test_payload_with_logprobs_stays_within_1_5x(qwen, scored):
     plain = tv.render_tokens(big_ids, big_kinds, qwen.tokenizer)
     with_lp = tv.render_tokens(big_ids, big_kinds, qwen.tokenizer, logprobs=(ro, tr))
     assert len(with_lp.encode()) <= 1.5 * len(plain.encode())
+
+
+def test_a_step_view_gets_that_steps_logprobs(qwen, scored, weather):
+    gen = next(s for s in scored.steps if s.mask == 1 and s.end > s.start)
+    ro, tr = tv.step_logprobs(scored, gen)
+    assert ro == pytest.approx(gen.logprobs) and tr == pytest.approx(gen.info.trainer_logprobs)
+    ids = scored.input_ids[gen.start : gen.end]
+    markup = tv.render_tokens(ids, tv.trace_kinds(scored)[gen.start : gen.end], qwen.tokenizer, first_index=gen.start,
+                              step_index=gen.index, logprobs=(ro, tr))
+    assert 'data-lp-lo="0"' in markup and '<option value="heat">' in markup
+    assert [t["class"].split()[1] for t in parse(markup).tokens] == [f"h{i % 5}" for i in range(gen.start, gen.end)]
+    assert tv.step_logprobs(scored, scored.steps[0]) is None  # the prompt has none
+    assert tv.step_logprobs(weather, gen) is None

@@ -631,6 +631,15 @@ def render_trace(
     )
 
 
+def step_logprobs(trace: Any, step: Any) -> tuple[list[float | None], list[float | None]] | None:
+    """``(rollout, trainer)`` of one step's tokens (for a view of that step), or None when the
+    step has none: what :func:`render_tokens` takes as ``logprobs``."""
+    rollout, trainer = position_logprobs(trace)
+    a, b = step.start, step.end
+    ro, tr = rollout[a:b], trainer[a:b]
+    return (ro, tr) if any(v is not None for v in ro) or any(v is not None for v in tr) else None
+
+
 # ---- rendered template text with special tokens marked -----------------------------------------
 
 
