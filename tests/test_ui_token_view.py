@@ -435,3 +435,25 @@ def test_a_step_view_gets_that_steps_logprobs(qwen, scored, weather):
     assert [t["class"].split()[1] for t in parse(markup).tokens] == [f"h{i % 5}" for i in range(gen.start, gen.end)]
     assert tv.step_logprobs(scored, scored.steps[0]) is None  # the prompt has none
     assert tv.step_logprobs(weather, gen) is None
+
+
+def test_windowed_markup_is_escaped_and_compact(qwen):
+    import re
+
+    evil = '<script>alert(1)</script><img src=x onerror=alert(1)> "q" & ' * 50
+    ids = qwen.tokenizer.encode(evil, add_special_tokens=False)
+    n = len(ids)
+    markup = tv.render_tokens(ids, [tv.GENERATED] * n, qwen.tokenizer, window=True,
+                              steps=[tv.StepMark(0, 0, n, "generating", '<b onclick="x">label</b>')],
+                              logprobs=([-0.5] * n, [-0.25] * n))
+    p = parse(markup)
+    assert {t for t, _ in p.tags} <= {"div", "span", "i", "a", "b", "small", "label", "input", "button", "select", "option", "template"}
+    assert not any(k.startswith("on") for _, a in p.tags for k in a)
+    assert "<script" not in markup and "<img" not in markup and "<b onclick" not in markup
+    body = next(a for t, a in p.tags if "tv-body" in (a.get("class") or ""))
+    for k in ("data-seq", "data-meta"):
+        assert re.fullmatch(r"[A-Za-z0-9+/=]+", body[k])
+    # each distinct token once, in the template; none in the chunks
+    vocab = markup.split('<template class="tv-vocab">', 1)[1].split("</template>", 1)[0]
+    assert vocab.count("<span") == len(set(ids)) < n
+    assert "<span" not in markup.split("</template>", 1)[1]

@@ -11,6 +11,14 @@ neighbouring tokens are told apart, and ``s`` for special/added tokens (``<|im_s
 ``<tool_call>``). Whitespace inside tokens is wrapped in ``<i class=w?>`` so a CSS class on the
 view (toggled by a checkbox, no round trip) can show it as ``·``/``↵``/``→``.
 
+Colour modes (issue 14): with rollout and/or trainer logprobs (``logprobs=`` of
+:func:`render_tokens`; :func:`render_trace` reads them from the trace), each token also carries
+its |Δ| bin (``h0``..``h4``) and probability bin (``q0``..``q4``), the view's root carries the
+numbers for the info line (float32, base64), and a switch in the toolbar puts ``tv-m-heat`` /
+``tv-m-prob`` on the root (client side). Long views (issue 16, above :data:`WINDOW_TOKENS`) are
+windowed: the browser builds the spans of the chunks near the visible part from compact
+per-token data. The root listens for ``tv-select`` (``detail.index``: a trace position).
+
 Token text: byte-level BPE tokens (GPT-2/Qwen/SmolLM2 style) are mapped back to their bytes;
 bytes that do not form complete UTF-8 characters inside one token are shown as ``\\xe2\\x80``
 escapes, never as U+FFFD. SentencePiece tokens (``▁word``, ``<0xE2>``) are handled the same
@@ -319,21 +327,6 @@ HEAT_LABELS = ("< 0.01", "< 0.05", "< 0.2", "< ln 2 (ratio in [½, 2])", "≥ ln
 # binned q0 (likely) .. q4 (unlikely): the same warm scale, hot = worth a look
 PROB_EDGES = (0.9, 0.5, 0.2, 0.05)
 PROB_LABELS = ("p ≥ 0.9", "≥ 0.5", "≥ 0.2", "≥ 0.05", "< 0.05")
-
-
-def heat_bin(abs_delta: float) -> int:
-    for b, edge in enumerate(HEAT_EDGES):
-        if abs_delta < edge:
-            return b
-    return len(HEAT_EDGES)
-
-
-def prob_bin(logprob: float) -> int:
-    p = math.exp(min(logprob, 0.0))
-    for b, edge in enumerate(PROB_EDGES):
-        if p >= edge:
-            return b
-    return len(PROB_EDGES)
 
 
 @dataclass
