@@ -829,9 +829,12 @@ if (!window.__aliTV) window.__aliTV = (() => {
     while (l < r) { const m = (l + r) >> 1; if (cs[m].getBoundingClientRect().bottom < lo) l = m + 1; else r = m; }
     for (let k = l; k < cs.length; k++) { if (cs[k].getBoundingClientRect().top > hi) break; fill(tv, cs[k]); }
   };
+  const live = new Set();  // windowed views with an observer: disconnected once gone (a re-render replaced them)
   const initWin = (tv) => {
+    for (const old of live) { if (!old.isConnected) { if (old.__io) old.__io.disconnect(); live.delete(old); } }
     if (tv.__winInit) return;
     tv.__winInit = true;
+    live.add(tv);
     const W = winData(tv); if (!W) return;
     W.body.addEventListener('scroll', () => fillVisible(tv), {passive: true});
     if (window.IntersectionObserver) {
