@@ -457,3 +457,22 @@ def test_windowed_markup_is_escaped_and_compact(qwen):
     vocab = markup.split('<template class="tv-vocab">', 1)[1].split("</template>", 1)[0]
     assert vocab.count("<span") == len(set(ids)) < n
     assert "<span" not in markup.split("</template>", 1)[1]
+
+
+def test_windowed_sequence_decodes_to_the_ids_also_past_65535_distinct():
+    import base64
+    import struct
+
+    for n in (1000, 70000):
+        ids = [(i * 7919) % (n + 13) for i in range(n)]  # many distinct ids, some repeated
+        markup = tv.render_tokens(ids, [tv.GENERATED] * n, None, window=True)
+        body = next(a for t, a in parse(markup).tags if "tv-body" in (a.get("class") or ""))
+        width = int(body["data-seq-bytes"])
+        assert width == (4 if len(set(ids)) > 0xFFFF else 2)
+        raw = base64.b64decode(body["data-seq"])
+        seq = struct.unpack(f"<{len(raw) // width}{'I' if width == 4 else 'H'}", raw)
+        vocab = markup.split('<template class="tv-vocab">', 1)[1].split("</template>", 1)[0]
+        texts = [html.unescape(t) for t in __import__("re").findall(r"<span[^>]*>(.*?)</span>", vocab)]
+        assert [texts[k] for k in seq] == [f"⟨{i}⟩" for i in ids]
+        meta = base64.b64decode(body["data-meta"])
+        assert len(meta) == n and set(meta) == {tv.GENERATED}
