@@ -313,3 +313,32 @@ __all__ = [
     "DEFAULT_CAP", "DTYPES", "Comparison", "LogprobStats", "ScoreError", "TokenDelta", "TransformersScorer",
     "VLLMPromptScorer", "compare", "has_logprob_pairs", "rollout_temperature", "score_trace", "semantics_problem", "token_deltas",
 ]
+
+
+# ---- per position (the token view) ---------------------------------------------------------------
+
+
+def position_logprobs(trace: Trace) -> tuple[list[float | None], list[float | None]]:
+    """``(rollout, trainer)``: one entry per position of ``prompt_ids + response_ids``, None where
+    absent. Rollout logprobs come from ``Step.logprobs``, trainer logprobs from
+    ``StepInfo.trainer_logprobs``; a step's list counts only when it has one value per token of
+    its span (a list of another length cannot be placed and is left out). Non-finite values (a
+    scorer's NaN for a token without context) read as None."""
+    n = len(trace.prompt_ids) + len(trace.response_ids)
+    rollout: list[float | None] = [None] * n
+    trainer: list[float | None] = [None] * n
+    for s in trace.steps:
+        a, b = s.start, s.end
+        if b <= a or a < 0 or b > n:
+            continue
+        for src, dst in ((s.logprobs, rollout), (s.info.trainer_logprobs, trainer)):
+            if src is None or len(src) != b - a:
+                continue
+            for k, v in enumerate(src):
+                if v is not None:
+                    f = float(v)
+                    dst[a + k] = f if math.isfinite(f) else None
+    return rollout, trainer
+
+
+__all__ += ["position_logprobs"]

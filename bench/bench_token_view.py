@@ -30,6 +30,13 @@ Targets (issue): server render ≤ 200 ms, payload ≤ 2.5 MB, browser paint ≤
 asserted by a test (tests/test_ui_token_view.py keeps size and shape only)::
 
     .venv/bin/python bench/bench_token_view.py [--tokens 32768] [--reps 7] [--no-browser] [--json]
+        [--logprobs] [--no-baseline]
+
+``--logprobs`` adds the view with rollout and trainer logprobs (issue 14: colour modes, the
+numbers for the info line) against the mask-only view of the same trace: server render,
+payload, paint (interleaved pages), the heat / probability mode switch (class on the root, to
+the next frame), hover with logprobs, ``tv-select`` of the last token. Target: payload ≤ 1.5×,
+paint ≤ 1 s.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import gzip
 import html
 import json
 import os
+import random
 import re
 import shutil
 import statistics
@@ -140,11 +148,31 @@ def ms(xs: list[float]) -> dict:
     return {"best_ms": round(min(xs) * 1e3, 1), "median_ms": round(statistics.median(xs) * 1e3, 1)}
 
 
-def server(bundle, ids, kinds, steps, reps: int) -> tuple[dict, str]:
+def synthetic_logprobs(kinds: list[int], seed: int = 0) -> tuple[list[float | None], list[float | None]]:
+    """(rollout, trainer) per token, shaped like a real scored run: the rollout's logprob on
+    generated tokens (most tokens near-certain, a tail of unlikely ones), the trainer's on every
+    response token (mask 0 scored for information), Δ mostly tiny (float32 noise) with a bf16-like
+    tail. Values are the payload's worst case: float32 of all of them, no two alike."""
+    rng = random.Random(seed)
+    ro: list[float | None] = []
+    tr: list[float | None] = []
+    for k in kinds:
+        if k == tv.PROMPT:
+            ro.append(None)
+            tr.append(None)
+            continue
+        lp = -rng.expovariate(4.0) if rng.random() < 0.8 else -rng.expovariate(0.4)
+        d = rng.gauss(0, 1e-5) if rng.random() < 0.7 else rng.gauss(0, 0.05 if rng.random() < 0.9 else 0.8)
+        ro.append(lp if k == tv.GENERATED else None)
+        tr.append(min(lp + d, 0.0))
+    return ro, tr
+
+
+def server(bundle, ids, kinds, steps, reps: int, logprobs=None, window=None) -> tuple[dict, str]:
     tok = bundle.tokenizer
 
     def render() -> str:
-        return tv.render_tokens(ids, kinds, tok, steps=steps, prefix="tv")
+        return tv.render_tokens(ids, kinds, tok, steps=steps, prefix="tv", logprobs=logprobs, window=window)
 
     def cold() -> str:
         with tv._DECODERS_LOCK:
@@ -194,6 +222,7 @@ PAINT_JS = """async (markup) => {
   await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
   const t0 = performance.now();
   root.innerHTML = markup;
+  if (window.__aliTV) window.__aliTV.apply(root);  // what gr.HTML's watch('value') runs (a windowed view builds its visible chunks)
   const t1 = performance.now();
   const t2 = await new Promise((r) => requestAnimationFrame(() => r(performance.now())));
   const t3 = await new Promise((r) => setTimeout(() => r(performance.now()), 0));
@@ -217,12 +246,24 @@ HOVER_JS = """() => {
 
 SCROLL_JS = """async () => {
   const body = element.querySelector('.tv-body');
+  body.scrollIntoView();
+  await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
   const t0 = performance.now();
   body.scrollTop = body.scrollHeight;
   const t1 = await new Promise((r) => requestAnimationFrame(() => setTimeout(() => r(performance.now()), 0)));
   const end = body.scrollTop + body.clientHeight >= body.scrollHeight - 2;
+  // after that one frame: is the last token built and inside the box?
+  const chunks = body.querySelectorAll('.tv-c'), lastc = chunks[chunks.length - 1];
+  const spans = lastc.querySelectorAll(':scope > span'), last = spans[spans.length - 1];
+  const n = +element.querySelector('.tv').dataset.tokens;
+  let last_visible = false;
+  if (last && window.__aliTV.indexOf(last) === n - 1) {
+    const r = last.getBoundingClientRect(), b = body.getBoundingClientRect();
+    last_visible = r.top >= b.top && r.bottom <= b.bottom + 1;
+  }
+  const h = body.scrollHeight;
   body.scrollTop = 0;
-  return {scroll_to_end_ms: t1 - t0, scrolled_to_end: end, scroll_height_px: body.scrollHeight};
+  return {scroll_to_end_ms: t1 - t0, scrolled_to_end: end, last_token_visible_next_frame: last_visible, scroll_height_px: h};
 }"""
 
 JUMP_JS = """async () => {
@@ -254,6 +295,84 @@ def flat_variant(markup: str) -> tuple[str, str]:
     css = tv.CSS.replace(".tv-c > span", ".tv-body > span")
     css = re.sub(r"\.tv-c \{[^}]*\}", "", css)
     return css, head + '<div class="tv-body">' + body + "</div></div>"
+
+
+MODE_JS = """async (mode) => {
+  const sel = element.querySelector('select.tv-mode');
+  const frame = () => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  await frame();
+  const t0 = performance.now();
+  sel.value = mode;
+  sel.dispatchEvent(new Event('change', {bubbles: true}));
+  await frame();
+  const t1 = performance.now();
+  const on = element.querySelector('.tv').classList.contains('tv-m-' + mode);
+  return {mode_switch_ms: t1 - t0, on};
+}"""
+
+SELECT_JS = """async (index) => {
+  const tv = element.querySelector('.tv');
+  const t0 = performance.now();
+  tv.dispatchEvent(new CustomEvent('tv-select', {detail: {index}}));
+  const frame = () => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  let frames = 0, el;
+  const inView = () => { el = tv.querySelector('.tv-tok-sel'); if (!el) return false;
+    const r = el.getBoundingClientRect(), b = el.closest('.tv-body').getBoundingClientRect();
+    return r.top >= b.top && r.bottom <= b.bottom; };
+  do { await frame(); frames++; } while (!inView() && frames < 10);
+  return {tv_select_ms: performance.now() - t0, frames, in_view: inView(),
+          index_ok: !!el && window.__aliTV.indexOf(el) === index, info: tv.querySelector('.tv-info').textContent};
+}"""
+
+
+def browser_lp(markup: str, lp_markup: str, reps: int, n_tokens: int, names=("mask_only", "with_logprobs")) -> dict:
+    """Paint of ``lp_markup`` (the view with logprobs) against ``markup`` (by default the
+    mask-only view of the same trace), interleaved, then on the former: the mode switch, hover
+    with logprobs, scroll to the end, tv-select of the last token."""
+    from playwright.sync_api import sync_playwright
+
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        return {"skipped": "no chromium on PATH"}
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        try:
+            errors: list[str] = []
+            page = b.new_page(viewport={"width": 1280, "height": 900})
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            lp_page = b.new_page(viewport={"width": 1280, "height": 900})
+            lp_page.on("pageerror", lambda e: errors.append(str(e)))
+            page.set_content(PAGE % (tv.CSS, tv.JS))
+            lp_page.set_content(PAGE % (tv.CSS, tv.JS))
+            plain, withlp = [], []
+            for _ in range(reps):
+                plain.append(page.evaluate(PAINT_JS, markup))
+                withlp.append(lp_page.evaluate(PAINT_JS, lp_markup))
+            heat = lp_page.evaluate(MODE_JS, "heat")
+            hover = lp_page.evaluate(HOVER_JS)
+            scroll = lp_page.evaluate(SCROLL_JS)
+            sel = lp_page.evaluate(SELECT_JS, n_tokens - 1)
+            prob = lp_page.evaluate(MODE_JS, "prob")
+        finally:
+            b.close()
+    a = [r["to_after_paint_ms"] / 1e3 for r in plain]
+    c = [r["to_after_paint_ms"] / 1e3 for r in withlp]
+    return {
+        f"{names[0]}_to_after_paint": ms(a),
+        f"{names[1]}_to_after_paint": ms(c),
+        "paint_ratio": round(statistics.median(c) / statistics.median(a), 2),
+        "heat_mode_switch_ms": round(heat["mode_switch_ms"], 1), "heat_on": heat["on"],
+        "prob_mode_switch_ms": round(prob["mode_switch_ms"], 1), "prob_on": prob["on"],
+        "hover_median_ms": round(hover["hover_median_ms"], 2), "hover_max_ms": round(hover["hover_max_ms"], 2),
+        "hover_info": hover["info"][:200],
+        "scroll_to_end_ms": round(scroll["scroll_to_end_ms"], 1), "scrolled_to_end": scroll["scrolled_to_end"],
+        "last_token_visible_next_frame": scroll["last_token_visible_next_frame"],
+        "tv_select_last_ms": round(sel["tv_select_ms"], 1), "tv_select_frames": sel["frames"],
+        "tv_select_ok": sel["in_view"] and sel["index_ok"], "tv_select_info": sel["info"][:200],
+        "js_errors": errors,
+    }
 
 
 def browser(markup: str, reps: int, last_id: int) -> dict:
@@ -315,6 +434,13 @@ def main() -> dict:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--json", action="store_true", help="print only the JSON summary")
+    ap.add_argument("--logprobs", action="store_true",
+                    help="also the view with rollout and trainer logprobs (colour modes) against the mask-only view")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the unchunked in-browser baseline (slow at 128k)")
+    ap.add_argument("--window", choices=("auto", "on", "off"), default="auto",
+                    help=f"windowed view (auto: above {tv.WINDOW_TOKENS} tokens)")
+    ap.add_argument("--vs-full", action="store_true",
+                    help="with --logprobs: also the server-built (unwindowed) view with logprobs, as the baseline")
     args = ap.parse_args()
 
     bundle = load_tokenizer("qwen3")
@@ -328,8 +454,32 @@ def main() -> dict:
             "tokens_with_split_utf8": split,
         },
     }
-    summary["server"], markup = server(bundle, ids, kinds, steps, args.reps)
-    if not args.no_browser:
+    window = {"auto": None, "on": True, "off": False}[args.window]
+    summary["input"]["windowed"] = len(ids) > tv.WINDOW_TOKENS if window is None else window
+    summary["server"], markup = server(bundle, ids, kinds, steps, args.reps, window=window)
+    if args.logprobs:
+        lps = synthetic_logprobs(kinds)
+        lp_server, lp_markup = server(bundle, ids, kinds, steps, args.reps, logprobs=lps, window=window)
+        s0 = summary["server"]
+        summary["logprobs"] = {
+            "server": lp_server,
+            "render_cold_ratio": round(lp_server["render_cold"]["median_ms"] / s0["render_cold"]["median_ms"], 2),
+            "render_warm_ratio": round(lp_server["render_warm"]["median_ms"] / s0["render_warm"]["median_ms"], 2),
+            "payload_ratio": round(lp_server["payload_json_bytes"] / s0["payload_json_bytes"], 3),
+            "payload_gzip_ratio": round(lp_server["payload_gzip_bytes"] / s0["payload_gzip_bytes"], 3),
+        }
+        if not args.no_browser:
+            summary["logprobs"]["browser"] = browser_lp(markup, lp_markup, args.reps, len(ids))
+        if args.vs_full:
+            full_server, full_markup = server(bundle, ids, kinds, steps, args.reps, logprobs=lps, window=False)
+            summary["vs_full"] = {
+                "full_server": full_server,
+                "render_cold_ratio": round(lp_server["render_cold"]["median_ms"] / full_server["render_cold"]["median_ms"], 2),
+                "payload_ratio": round(lp_server["payload_json_bytes"] / full_server["payload_json_bytes"], 3),
+            }
+            if not args.no_browser:
+                summary["vs_full"]["browser"] = browser_lp(full_markup, lp_markup, args.reps, len(ids), names=("full", "windowed"))
+    if not args.no_browser and not args.no_baseline:
         summary["browser"] = browser(markup, args.reps, ids[-1])
     s, b = summary["server"], summary.get("browser", {})
     summary["targets"] = {
@@ -337,6 +487,20 @@ def main() -> dict:
         "payload_le_2_5MB": s["payload_json_bytes"] <= 2.5e6,
         **({"browser_paint_le_1s": b["to_after_paint"]["median_ms"] <= 1000} if "to_after_paint" in b else {}),
     }
+    if summary["input"]["windowed"]:  # issue 16, long traces: 128k tokens
+        summary["targets"]["server_render_le_400ms"] = s["render_cold"]["median_ms"] <= 400
+        summary["targets"]["bytes_le_8MB"] = s["payload_json_bytes"] <= 8e6
+    if "logprobs" in summary:
+        lp = summary["logprobs"]
+        if summary["input"]["windowed"]:
+            summary["targets"]["logprobs_bytes_le_8MB"] = lp["server"]["payload_json_bytes"] <= 8e6
+            summary["targets"]["logprobs_server_render_le_400ms"] = lp["server"]["render_cold"]["median_ms"] <= 400
+            if "browser" in lp:
+                summary["targets"]["last_token_visible_next_frame"] = lp["browser"]["last_token_visible_next_frame"]
+        else:  # issue 14 at 32k: against the mask-only view
+            summary["targets"]["logprobs_payload_le_1_5x"] = lp["payload_ratio"] <= 1.5
+        if "browser" in lp and "with_logprobs_to_after_paint" in lp["browser"]:
+            summary["targets"]["logprobs_paint_le_1s"] = lp["browser"]["with_logprobs_to_after_paint"]["median_ms"] <= 1000
     if not args.json:
         print(f"{len(ids)} tokens, {len(steps)} steps; server render cold {s['render_cold']['median_ms']} ms, warm "
               f"{s['render_warm']['median_ms']} ms (decode+escape {s['baseline_decode_and_escape']['median_ms']} ms); "

@@ -242,3 +242,237 @@ def test_chunks_are_line_aligned(qwen):
     assert len(parse(tv.render_tokens(ids[:10], [tv.PROMPT] * 10, qwen.tokenizer)).chunks) == 1
     assert markup.count('<div class="tv-c"') == len(p.chunks)
     assert '<div class="tv-body"><div class="tv-c" data-i="0"></div></div>' in tv.render_tokens([], [], qwen.tokenizer)
+
+
+# ---- colour modes: logprobs (issue 14, "see it") ------------------------------------------------
+
+# one value of each bin, by the bins' definitions (|Δ| edges 0.01, 0.05, 0.2, ln 2; probability
+# edges 0.9, 0.5, 0.2, 0.05), cycled over the response tokens
+DELTAS = [0.001, -0.03, 0.1, -0.5, 1.0]  # heat bins 0, 1, 2, 3, 4
+PROBS = [0.95, 0.6, 0.3, 0.1, 0.01]  # probability bins 0, 1, 2, 3, 4
+
+
+def _scored(trace):
+    """The trace with rollout logprobs on its generated steps and trainer logprobs on every
+    response step (the tool step's for information, as score_trace does)."""
+    import math
+
+    t = trace.model_copy(deep=True)
+    for s in t.steps:
+        n = s.end - s.start
+        if n <= 0 or s.start < len(t.prompt_ids):
+            continue
+        k0 = s.start
+        if s.mask == 1:
+            s.logprobs = [math.log(PROBS[(k0 + k) % 5]) for k in range(n)]
+            s.info.trainer_logprobs = [math.log(PROBS[(k0 + k) % 5]) + DELTAS[(k0 + k) % 5] for k in range(n)]
+        else:
+            s.info.trainer_logprobs = [math.log(PROBS[(k0 + k) % 5]) for k in range(n)]
+    return t
+
+
+def _floats(b64: str) -> list[float]:
+    import base64
+    import struct
+
+    raw = base64.b64decode(b64, validate=True)
+    return list(struct.unpack(f"<{len(raw) // 4}f", raw))
+
+
+@pytest.fixture(scope="module")
+def scored(weather):
+    return _scored(weather)
+
+
+def test_position_logprobs_per_position(scored, weather):
+    from backend.logprobs import position_logprobs
+
+    ro, tr = position_logprobs(scored)
+    n = len(scored.input_ids)
+    assert len(ro) == len(tr) == n
+    p = len(scored.prompt_ids)
+    assert ro[:p] == [None] * p and tr[:p] == [None] * p
+    for s in scored.steps:
+        for k in range(s.start, s.end):
+            if k < p:
+                continue
+            assert tr[k] == pytest.approx(s.info.trainer_logprobs[k - s.start])
+            assert (ro[k] is None) == (s.mask != 1)
+    assert position_logprobs(weather) == ([None] * n, [None] * n)
+    # a list of the wrong length cannot be placed; NaN reads as absent
+    bad = scored.model_copy(deep=True)
+    gen = next(s for s in bad.steps if s.mask == 1 and s.end > s.start)
+    gen.logprobs = gen.logprobs[:-1]
+    gen.info.trainer_logprobs = [float("nan")] + gen.info.trainer_logprobs[1:]
+    ro2, tr2 = position_logprobs(bad)
+    assert ro2[gen.start : gen.end] == [None] * (gen.end - gen.start)
+    assert tr2[gen.start] is None and tr2[gen.start + 1] is not None
+
+
+def test_bins_per_token(qwen, scored):
+    p = parse(tv.render_trace(scored, qwen.tokenizer))
+    start = len(scored.prompt_ids)
+    mask = scored.response_mask
+    for i, t in enumerate(p.tokens):
+        cls = t["class"].split()
+        heat = [c for c in cls if c[0] == "h"]
+        prob = [c for c in cls if c[0] == "q"]
+        if i < start:
+            assert heat == [] and prob == [], (i, cls)
+        elif mask[i - start] == 1:
+            assert heat == [f"h{i % 5}"] and prob == [f"q{i % 5}"], (i, cls)
+        else:  # mask 0: the trainer's logprob only: a probability, no |Δ|; still shown as mask 0
+            assert heat == [] and prob == [f"q{i % 5}"] and cls[0][0] == "j", (i, cls)
+
+
+def test_info_data_carries_both_logprobs(qwen, scored):
+    import math
+
+    markup = tv.render_trace(scored, qwen.tokenizer)
+    root = parse(markup).tags[0][1]
+    lo, hi = int(root["data-lp-lo"]), int(root["data-lp-hi"])
+    assert (lo, hi) == (len(scored.prompt_ids), len(scored.input_ids))
+    r, x = _floats(root["data-lp-r"]), _floats(root["data-lp-x"])
+    assert len(r) == len(x) == hi - lo
+    mask = scored.response_mask
+    for k in range(hi - lo):
+        pos = lo + k
+        prob = math.log(PROBS[pos % 5])
+        if mask[k] == 1:  # rollout and Δ (float32)
+            assert r[k] == pytest.approx(prob, rel=1e-6) and x[k] == pytest.approx(DELTAS[pos % 5], rel=1e-6)
+        else:  # no rollout: the trainer's logprob
+            assert math.isnan(r[k]) and x[k] == pytest.approx(prob, rel=1e-6)
+    # the mode switch offers all three modes, mask first and chosen; each mode has its legend
+    assert '<select class="tv-mode"' in markup
+    opts = [a.get("value") for t, a in parse(markup).tags if t == "option"]
+    assert opts == ["mask", "prob", "heat"]
+    assert 'data-legend="heat"' in markup and 'data-legend="prob"' in markup and "ratio outside [½, 2]" in markup
+
+
+def test_only_rollout_logprobs_give_probability_but_no_heat(qwen, scored):
+    only = scored.model_copy(deep=True)
+    for s in only.steps:
+        s.info.trainer_logprobs = None
+    markup = tv.render_trace(only, qwen.tokenizer)
+    opts = [a.get("value") for t, a in parse(markup).tags if t == "option"]
+    assert opts == ["mask", "prob"]
+    assert not any(c[0] == "h" for t in parse(markup).tokens for c in t["class"].split())
+    assert "(rollout)" in markup
+
+
+def test_no_logprobs_no_mode_switch(qwen, weather):
+    markup = tv.render_trace(weather, qwen.tokenizer)
+    assert "tv-mode" not in markup and "data-lp-" not in markup and "tv-lg" not in markup
+    # the classes stay as they were: one kind class (and s)
+    assert all(set(t["class"].split()) <= {"p0", "p1", "g0", "g1", "j0", "j1", "s"} for t in parse(markup).tokens)
+
+
+def test_logprob_markup_is_escaped_and_bounded(qwen):
+    import re
+
+    evil = '<script>alert(1)</script><img src=x onerror=alert(1)> "q" &'
+    ids = qwen.tokenizer.encode(evil, add_special_tokens=False)
+    n = len(ids)
+    rollout = [float("nan"), float("inf"), -float("inf"), None] + [-0.5] * (n - 4)
+    trainer = [-1e308, None, 0.0, 5.0] + [-0.25] * (n - 4)  # a positive logprob is shown, not trusted
+    markup = tv.render_tokens(ids, [tv.GENERATED] * n, qwen.tokenizer, logprobs=(rollout, trainer), prefix="x\"<y")
+    p = parse(markup)
+    assert "".join(t["text"] for t in p.tokens) == evil
+    assert "<script" not in markup and "<img" not in markup
+    assert not any(k.startswith("on") for _, a in p.tags for k in a)
+    root = p.tags[0][1]
+    for k in ("data-lp-r", "data-lp-x"):
+        assert re.fullmatch(r"[A-Za-z0-9+/=]+", root[k])
+    r, x = _floats(root["data-lp-r"]), _floats(root["data-lp-x"])
+    # non-finite values are absent; the trainer's -1e308 underflows float32's range to -inf (shown, not crashing)
+    import math
+
+    assert math.isnan(r[0]) and math.isnan(r[1]) and math.isnan(r[2]) and math.isnan(r[3])
+    assert x[0] == -math.inf and math.isnan(x[1]) and x[2] == 0.0 and x[3] == 5.0
+    assert p.tokens[4]["class"].split() == ["g0", "h3", "q1"]  # |Δ| 0.25 in [0.2, ln 2), p = e^-0.5 = 0.61
+    with pytest.raises(ValueError):
+        tv.render_tokens(ids, [tv.GENERATED] * n, qwen.tokenizer, logprobs=(rollout[:-1], trainer))
+    # all None: no modes
+    assert "tv-mode" not in tv.render_tokens(ids, [tv.GENERATED] * n, qwen.tokenizer, logprobs=([None] * n, [None] * n))
+
+
+def test_colour_modes_css_follows_the_theme_and_keeps_mask0_apart():
+    css = tv.CSS
+    for m in ("prob", "heat"):
+        assert f".tv-m-{m} .tv-c > span:is(.j0, .j1)" in css  # mask 0 in every colour mode: italic, dotted
+        for b in range(5):
+            assert f".tv-m-{m} .tv-c > span.{'q' if m == 'prob' else 'h'}{b}" in css
+    assert "{{" not in css and "${" not in css
+
+
+def test_payload_with_logprobs_stays_within_1_5x(qwen, scored):
+    """Size, not time: the colour modes add bin classes and two float32 arrays (bench/ times it)."""
+    big_ids, big_kinds = [], []
+    base = scored.input_ids
+    while len(big_ids) < 8000:
+        big_ids += base
+        big_kinds += tv.trace_kinds(scored)
+    ro, tr = [], []
+    from backend.logprobs import position_logprobs
+
+    r1, t1 = position_logprobs(scored)
+    while len(ro) < len(big_ids):
+        ro += r1
+        tr += t1
+    plain = tv.render_tokens(big_ids, big_kinds, qwen.tokenizer)
+    with_lp = tv.render_tokens(big_ids, big_kinds, qwen.tokenizer, logprobs=(ro, tr))
+    assert len(with_lp.encode()) <= 1.5 * len(plain.encode())
+
+
+def test_a_step_view_gets_that_steps_logprobs(qwen, scored, weather):
+    gen = next(s for s in scored.steps if s.mask == 1 and s.end > s.start)
+    ro, tr = tv.step_logprobs(scored, gen)
+    assert ro == pytest.approx(gen.logprobs) and tr == pytest.approx(gen.info.trainer_logprobs)
+    ids = scored.input_ids[gen.start : gen.end]
+    markup = tv.render_tokens(ids, tv.trace_kinds(scored)[gen.start : gen.end], qwen.tokenizer, first_index=gen.start,
+                              step_index=gen.index, logprobs=(ro, tr))
+    assert 'data-lp-lo="0"' in markup and '<option value="heat">' in markup
+    assert [t["class"].split()[1] for t in parse(markup).tokens] == [f"h{i % 5}" for i in range(gen.start, gen.end)]
+    assert tv.step_logprobs(scored, scored.steps[0]) is None  # the prompt has none
+    assert tv.step_logprobs(weather, gen) is None
+
+
+def test_windowed_markup_is_escaped_and_compact(qwen):
+    import re
+
+    evil = '<script>alert(1)</script><img src=x onerror=alert(1)> "q" & ' * 50
+    ids = qwen.tokenizer.encode(evil, add_special_tokens=False)
+    n = len(ids)
+    markup = tv.render_tokens(ids, [tv.GENERATED] * n, qwen.tokenizer, window=True,
+                              steps=[tv.StepMark(0, 0, n, "generating", '<b onclick="x">label</b>')],
+                              logprobs=([-0.5] * n, [-0.25] * n))
+    p = parse(markup)
+    assert {t for t, _ in p.tags} <= {"div", "span", "i", "a", "b", "small", "label", "input", "button", "select", "option", "template"}
+    assert not any(k.startswith("on") for _, a in p.tags for k in a)
+    assert "<script" not in markup and "<img" not in markup and "<b onclick" not in markup
+    body = next(a for t, a in p.tags if "tv-body" in (a.get("class") or ""))
+    for k in ("data-seq", "data-meta"):
+        assert re.fullmatch(r"[A-Za-z0-9+/=]+", body[k])
+    # each distinct token once, in the template; none in the chunks
+    vocab = markup.split('<template class="tv-vocab">', 1)[1].split("</template>", 1)[0]
+    assert vocab.count("<span") == len(set(ids)) < n
+    assert "<span" not in markup.split("</template>", 1)[1]
+
+
+def test_windowed_sequence_decodes_to_the_ids_also_past_65535_distinct():
+    import base64
+    import struct
+
+    for n in (1000, 70000):
+        ids = [(i * 7919) % (n + 13) for i in range(n)]  # many distinct ids, some repeated
+        markup = tv.render_tokens(ids, [tv.GENERATED] * n, None, window=True)
+        body = next(a for t, a in parse(markup).tags if "tv-body" in (a.get("class") or ""))
+        width = int(body["data-seq-bytes"])
+        assert width == (4 if len(set(ids)) > 0xFFFF else 2)
+        raw = base64.b64decode(body["data-seq"])
+        seq = struct.unpack(f"<{len(raw) // width}{'I' if width == 4 else 'H'}", raw)
+        vocab = markup.split('<template class="tv-vocab">', 1)[1].split("</template>", 1)[0]
+        texts = [html.unescape(t) for t in __import__("re").findall(r"<span[^>]*>(.*?)</span>", vocab)]
+        assert [texts[k] for k in seq] == [f"⟨{i}⟩" for i in ids]
+        meta = base64.b64decode(body["data-meta"])
+        assert len(meta) == n and set(meta) == {tv.GENERATED}

@@ -329,7 +329,7 @@ def step_detail(trace: Trace | None, step_index: int | None, bundle: Any | None)
     text = token_view.mark_special_text(step.text, tok) if step.text else token_view.empty_view("this step appended no text")
     kinds = token_view.trace_kinds(trace)[step.start : step.end]
     toks = (
-        token_view.render_tokens(ids, kinds, tok, prefix=STEP_PREFIX, first_index=step.start, step_index=step.index)
+        token_view.render_tokens(ids, kinds, tok, prefix=STEP_PREFIX, first_index=step.start, step_index=step.index, logprobs=token_view.step_logprobs(trace, step))
         if ids else token_view.empty_view("this step appended no tokens")
     )
     return header, text, toks, _step_json(step), _results_json(step)

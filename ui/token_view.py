@@ -11,6 +11,14 @@ neighbouring tokens are told apart, and ``s`` for special/added tokens (``<|im_s
 ``<tool_call>``). Whitespace inside tokens is wrapped in ``<i class=w?>`` so a CSS class on the
 view (toggled by a checkbox, no round trip) can show it as ``·``/``↵``/``→``.
 
+Colour modes (issue 14): with rollout and/or trainer logprobs (``logprobs=`` of
+:func:`render_tokens`; :func:`render_trace` reads them from the trace), each token also carries
+its |Δ| bin (``h0``..``h4``) and probability bin (``q0``..``q4``), the view's root carries the
+numbers for the info line (float32, base64), and a switch in the toolbar puts ``tv-m-heat`` /
+``tv-m-prob`` on the root (client side). Long views (issue 16, above :data:`WINDOW_TOKENS`) are
+windowed: the browser builds the spans of the chunks near the visible part from compact
+per-token data. The root listens for ``tv-select`` (``detail.index``: a trace position).
+
 Token text: byte-level BPE tokens (GPT-2/Qwen/SmolLM2 style) are mapped back to their bytes;
 bytes that do not form complete UTF-8 characters inside one token are shown as ``\\xe2\\x80``
 escapes, never as U+FFFD. SentencePiece tokens (``▁word``, ``<0xE2>``) are handled the same
@@ -19,7 +27,9 @@ way. Tokenizers of any other kind fall back to ``decode([id])``.
 
 from __future__ import annotations
 
+import base64
 import html
+import math
 import re
 import threading
 import weakref
@@ -27,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from backend.logprobs import position_logprobs
 from backend.trace.model import StepState as S
 
 PROMPT, GENERATED, INJECTED = 0, 1, 2
@@ -306,8 +317,94 @@ def _legend(counts: TokenCounts) -> str:
     return "".join(items)
 
 
+# ---- colour modes (logprobs) -------------------------------------------------------------------
+
+# |Δ| = |trainer − rollout| per token, binned h0..h4; the last bin starts at ln 2, where the
+# importance ratio exp(Δ) leaves [1/2, 2] (the default truncation cap of backend.logprobs).
+HEAT_EDGES = (0.01, 0.05, 0.2, math.log(2.0))
+HEAT_LABELS = ("< 0.01", "< 0.05", "< 0.2", "< ln 2 (ratio in [½, 2])", "≥ ln 2 (ratio outside [½, 2])")
+# probability exp(logprob) of the token (the rollout's; the trainer's where the rollout has none),
+# binned q0 (likely) .. q4 (unlikely): the same warm scale, hot = worth a look
+PROB_EDGES = (0.9, 0.5, 0.2, 0.05)
+PROB_LABELS = ("p ≥ 0.9", "≥ 0.5", "≥ 0.2", "≥ 0.05", "< 0.05")
+
+
+@dataclass
+class LogprobData:
+    """What the view needs of a sequence's logprobs: per-token bin codes, and the numbers for
+    the info line as two little-endian float32 arrays (base64) over ``[lo, hi)``: ``r`` the
+    rollout logprob, ``x`` Δ where both exist, the trainer logprob where only it does (NaN where
+    absent). The info line rebuilds the trainer logprob as r + Δ: Δ keeps its own precision."""
+
+    heat: Any  # numpy uint8 per token: 0 no |Δ|, else heat bin + 1
+    prob: Any  # numpy uint8 per token: 0 no probability, else probability bin + 1
+    lo: int
+    hi: int
+    r: str
+    x: str
+    rollout: int  # tokens with a rollout logprob
+    trainer: int
+    pairs: int
+
+    def classes(self) -> list[str]:
+        """`` h2 q3`` (leading space) or ``""`` per token."""
+        table = [(f" h{h - 1}" if h else "") + (f" q{q - 1}" if q else "") for h in range(6) for q in range(6)]
+        return [table[c] for c in (self.heat.astype("int64") * 6 + self.prob).tolist()]
+
+
+def logprob_data(rollout: Sequence[float | None], trainer: Sequence[float | None], n: int) -> LogprobData | None:
+    """None when no token has a (finite) logprob: the view then has no colour modes."""
+    import numpy as np
+
+    if len(rollout) != n or len(trainer) != n:
+        raise ValueError(f"{n} token ids but {len(rollout)} rollout and {len(trainer)} trainer logprobs")
+    nan = float("nan")
+    with np.errstate(all="ignore"):
+        ro = np.fromiter((nan if v is None else v for v in rollout), dtype=np.float64, count=n)
+        tr = np.fromiter((nan if v is None else v for v in trainer), dtype=np.float64, count=n)
+        has_r, has_t = np.isfinite(ro), np.isfinite(tr)
+        ro[~has_r] = nan
+        tr[~has_t] = nan
+        anyv = has_r | has_t
+        if not anyv.any():
+            return None
+        both = has_r & has_t
+        where = np.flatnonzero(anyv)
+        lo, hi = int(where[0]), int(where[-1]) + 1
+        d = tr - ro
+        heat = np.where(both, np.searchsorted(np.array(HEAT_EDGES), np.abs(d), side="right") + 1, 0).astype(np.uint8)
+        p = np.exp(np.minimum(np.where(has_r, ro, tr), 0.0))
+        # probability bins count down from likely: bin b holds PROB_EDGES[b] <= p (< the edge before)
+        qb = np.searchsorted(-np.array(PROB_EDGES), -p, side="left")
+        prob = np.where(anyv, qb + 1, 0).astype(np.uint8)
+        r32 = ro[lo:hi].astype("<f4")
+        x32 = np.where(both, d, np.where(has_t, tr, nan))[lo:hi].astype("<f4")
+    enc = lambda a: base64.b64encode(a.tobytes()).decode("ascii")  # noqa: E731
+    return LogprobData(heat, prob, lo, hi, enc(r32), enc(x32), int(has_r.sum()), int(has_t.sum()), int(both.sum()))
+
+
+def _mode_bar(lp: LogprobData) -> str:
+    """The colour mode switch and the legends of the two logprob modes (each shown in its mode)."""
+    opts = '<option value="mask" selected>mask</option><option value="prob">probability</option>'
+    if lp.pairs:
+        opts += '<option value="heat">|Δ| heat</option>'
+    src = "rollout" if lp.rollout else "trainer"
+    if lp.rollout and lp.trainer > lp.pairs:
+        src = "rollout; trainer where no rollout"
+    sw = lambda k, b, text: f'<span class="tv-sw {k}{b}">{text}</span>'  # noqa: E731
+    prob = "".join(sw("q", b, html.escape(t, quote=False)) for b, t in enumerate(PROB_LABELS))
+    heat = "".join(sw("h", b, html.escape(t, quote=False)) for b, t in enumerate(HEAT_LABELS))
+    m0 = '<span class="tv-sw tv-sw-m0">mask 0</span><span class="tv-sw tv-sw-none">no value</span>'
+    return (
+        f'<label class="tv-mode-label" title="colour the tokens by their mask, probability or trainer−rollout |Δ|">colour '
+        f'<select class="tv-mode" aria-label="token colour">{opts}</select></label>'
+        f'<div class="tv-lg tv-lg-prob" data-legend="prob"><b>probability</b> <small>({src})</small> {prob}{m0}</div>'
+        f'<div class="tv-lg tv-lg-heat" data-legend="heat"><b>|Δ| = |trainer − rollout|</b> {heat}{m0}</div>'
+    )
+
+
 # The info line before anything is selected: also the view's one line of help.
-INFO_HELP = "hover or click a token for its index, id, bytes, mask and step · keys in the token box: ← → token, [ ] step, Esc clear"
+INFO_HELP = "hover or click a token for its index, id, bytes, mask, step (and logprobs) · keys in the token box: ← → token, [ ] step, Esc clear"
 
 
 def render_tokens(
@@ -323,6 +420,8 @@ def render_tokens(
     selected_step: int | None = None,
     first_index: int = 0,
     step_index: int | None = None,
+    logprobs: tuple[Sequence[float | None], Sequence[float | None]] | None = None,
+    window: bool | None = None,
 ) -> str:
     """The whole view: toolbar (counts, whitespace toggle, step jumps), then the tokens.
 
@@ -331,6 +430,12 @@ def render_tokens(
     ``selected_step`` is highlighted (its anchor, chip and tokens); ``first_index`` is the
     position of ``ids[0]`` in its trace and ``step_index`` the step all of them belong to, for a
     view of one step's tokens (the info line then gives trace positions and that step).
+    ``logprobs``: ``(rollout, trainer)`` per token (None where absent), as
+    :func:`backend.logprobs.position_logprobs` gives them; with any value the view gets its
+    colour modes (probability, and |Δ| heat where both exist), switched client side.
+    ``window``: send compact per-token data and let the browser build the token spans of the
+    chunks near the visible part only (:func:`_windowed_body`); by default above
+    :data:`WINDOW_TOKENS` tokens.
     """
     if len(kinds) != len(ids):
         raise ValueError(f"{len(ids)} token ids but {len(kinds)} mask entries")
@@ -338,6 +443,9 @@ def render_tokens(
     dec = decoder_for(tokenizer)
     frags = dec.fragments(ids)
     counts = count_tokens(kinds, frags)
+    lp = logprob_data(logprobs[0], logprobs[1], len(ids)) if logprobs is not None else None
+    windowed = len(ids) > WINDOW_TOKENS if window is None else bool(window)
+    lpc = lp.classes() if lp is not None and not windowed else None
 
     # step starts → anchor markup, inserted before the step's first token
     marks: dict[int, list[str]] = {}
@@ -351,30 +459,10 @@ def render_tokens(
             f'data-start="{s.start}" data-end="{s.end}" title="step {s.index}: tokens {s.start}–{s.end}">{label}</a>'
         )
 
-    # Tokens go in chunks (<div class=tv-c data-i=FIRST>) of about CHUNK_TOKENS, each ending
-    # after a token that ends a line, so the chunks stack exactly as the unbroken text would
-    # flow. The CSS gives chunks content-visibility: auto: the browser lays out and paints only
-    # the chunks near the visible part of the scroll box (32k tokens paint ~3x faster).
-    out: list[str] = ['<div class="tv-c" data-i="0">']
-    append = out.append
-    cls = {(k, p): f"{_KIND_CLASS.get(k, 'p')}{p}" for k in (PROMPT, GENERATED, INJECTED) for p in (0, 1)}
-    n = len(ids)
-    next_cut = CHUNK_TOKENS
-    for i, (frag, k) in enumerate(zip(frags, kinds)):
-        m = marks.get(i)
-        if m:
-            append("".join(m))
-        if frag[2]:
-            append(f'<span class="{cls[(k, i & 1)]} s" title="{frag[1]}">{frag[0]}</span>')
-        else:
-            append(f'<span class={cls[(k, i & 1)]} title="{frag[1]}">{frag[0]}</span>')
-        if i + 1 >= next_cut and frag[0].endswith("\n") and i + 1 < n:
-            append(f'</div><div class="tv-c" data-i="{i + 1}">')
-            next_cut = i + 1 + CHUNK_TOKENS
-    tail = marks.get(n)
-    if tail:
-        append("".join(tail))
-    append("</div>")
+    if windowed:
+        body_attrs, out = _windowed_body(ids, kinds, frags, marks, lp, dec)
+    else:
+        body_attrs, out = "", _full_body(frags, kinds, marks, lpc)
 
     jump = ""
     if steps:
@@ -388,7 +476,7 @@ def render_tokens(
         jump = f'<div class="tv-steps" role="group" aria-label="steps">{chips}</div>'
     head = f'<div class="tv-title">{html.escape(title, quote=False)}</div>' if title else ""
     note_html = f'<div class="tv-note">{html.escape(note, quote=False)}</div>' if note else ""
-    ws_cls = " tv-ws" if show_whitespace else ""
+    ws_cls = (" tv-ws" if show_whitespace else "") + (" tv-win" if windowed else "")
     checked = " checked" if show_whitespace else ""
     attrs = f' data-tokens="{len(ids)}"'
     if first_index:
@@ -397,15 +485,104 @@ def render_tokens(
         attrs += f' data-step="{int(step_index)}"'
     if selected_step is not None and any(s.index == selected_step for s in steps):
         attrs += f' data-sel="{int(selected_step)}"'
+    modes = ""
+    if lp is not None:
+        attrs += f' data-lp-lo="{lp.lo}" data-lp-hi="{lp.hi}" data-lp-r="{lp.r}" data-lp-x="{lp.x}"'
+        modes = _mode_bar(lp)
     return (
         f'<div class="tv{ws_cls}" id="{prefix}"{attrs}>'
         f"{head}"
         f'<div class="tv-bar">{_legend(counts)}'
-        f'<label class="tv-ws-label"><input type="checkbox" class="tv-ws-toggle"{checked}> show whitespace</label></div>'
+        f'<label class="tv-ws-label"><input type="checkbox" class="tv-ws-toggle"{checked}> show whitespace</label>{modes}</div>'
         f"{note_html}{jump}"
         f'<div class="tv-info" aria-live="polite">{INFO_HELP}</div>'
-        f'<div class="tv-body">{"".join(out)}</div></div>'
+        f'<div class="tv-body"{body_attrs}>{"".join(out)}</div></div>'
     )
+
+
+def _full_body(frags, kinds, marks: dict[int, list[str]], lpc: list[str] | None) -> list[str]:
+    """Every token's span, server side."""
+    # Tokens go in chunks (<div class=tv-c data-i=FIRST>) of about CHUNK_TOKENS, each ending
+    # after a token that ends a line, so the chunks stack exactly as the unbroken text would
+    # flow. The CSS gives chunks content-visibility: auto: the browser lays out and paints only
+    # the chunks near the visible part of the scroll box (32k tokens paint ~3x faster).
+    out: list[str] = ['<div class="tv-c" data-i="0">']
+    append = out.append
+    cls = {(k, p): f"{_KIND_CLASS.get(k, 'p')}{p}" for k in (PROMPT, GENERATED, INJECTED) for p in (0, 1)}
+    n = len(frags)
+    next_cut = CHUNK_TOKENS
+    for i, (frag, k) in enumerate(zip(frags, kinds)):
+        m = marks.get(i)
+        if m:
+            append("".join(m))
+        extra = lpc[i] if lpc is not None else ""
+        if frag[2]:
+            append(f'<span class="{cls[(k, i & 1)]}{extra} s" title="{frag[1]}">{frag[0]}</span>')
+        elif extra:
+            append(f'<span class="{cls[(k, i & 1)]}{extra}" title="{frag[1]}">{frag[0]}</span>')
+        else:
+            append(f'<span class={cls[(k, i & 1)]} title="{frag[1]}">{frag[0]}</span>')
+        if i + 1 >= next_cut and frag[0].endswith("\n") and i + 1 < n:
+            append(f'</div><div class="tv-c" data-i="{i + 1}">')
+            next_cut = i + 1 + CHUNK_TOKENS
+    tail = marks.get(n)
+    if tail:
+        append("".join(tail))
+    append("</div>")
+    return out
+
+
+# Above this many tokens the view is windowed: the server sends each distinct token's markup
+# once (a <template>), the sequence as indexes into it and one byte per token (kind, |Δ| bin,
+# probability bin), all base64; the browser builds the spans of a chunk when it comes near the
+# visible part of the token box (or when a step, a key or tv-select needs it).
+WINDOW_TOKENS = 32768
+_COLS = 120  # characters per row of the token box, for the estimated height of an unbuilt chunk
+_ROW_PX = 20.2  # 13 px × line-height 1.55
+
+
+def _chunk_starts(frags, n: int) -> list[int]:
+    starts = [0]
+    next_cut = CHUNK_TOKENS
+    for i in range(CHUNK_TOKENS - 1, n - 1):
+        if i + 1 >= next_cut and frags[i][0].endswith("\n"):
+            starts.append(i + 1)
+            next_cut = i + 1 + CHUNK_TOKENS
+    return starts
+
+
+def _windowed_body(ids, kinds, frags, marks: dict[int, list[str]], lp: LogprobData | None, dec: TokenDecoder):
+    """(attributes of .tv-body, its inner markup) of a windowed view: one empty chunk per
+    line-aligned chunk, with its step anchors and an estimated height; the tokens as data."""
+    import numpy as np
+
+    n = len(ids)
+    vocab: dict[int, int] = {}
+    seq = np.fromiter((vocab.setdefault(t, len(vocab)) for t in ids), dtype=np.uint32, count=n)
+    uniq = list(vocab)
+    tmpl = []
+    for t, f in zip(uniq, dec.fragments(uniq)):
+        tmpl.append(f'<span class=s title="{f[1]}">{f[0]}</span>' if f[2] else f'<span title="{f[1]}">{f[0]}</span>')
+    wide = len(uniq) > 0xFFFF
+    seq_b = seq.astype("<u4" if wide else "<u2").tobytes()
+    meta = np.fromiter(kinds, dtype=np.uint8, count=n) & 3
+    if lp is not None:
+        meta |= (lp.heat << 2) | (lp.prob << 5)
+    starts = _chunk_starts(frags, n)
+    texts = [i.text for i in dec.infos(ids)]
+    out = []
+    for c, a in enumerate(starts):
+        b = starts[c + 1] if c + 1 < len(starts) else n
+        rows = sum(max(1, -(-len(line) // _COLS)) for line in "".join(texts[a:b]).split("\n"))
+        anchors = "".join("".join(marks[i]) for i in range(a, b) if i in marks)
+        if b == n and n in marks:
+            anchors += "".join(marks[n])
+        out.append(f'<div class="tv-c tv-u" data-i="{a}" style="height:{round(rows * _ROW_PX)}px">{anchors}</div>')
+    if not starts or not n:
+        out = ['<div class="tv-c" data-i="0">' + "".join(marks.get(0, [])) + "</div>"]
+    enc = lambda x: base64.b64encode(x).decode("ascii")  # noqa: E731
+    attrs = (f' data-seq="{enc(seq_b)}" data-seq-bytes="{4 if wide else 2}" data-meta="{enc(meta.tobytes())}"')
+    return attrs, ['<template class="tv-vocab">', *tmpl, "</template>", *out]
 
 
 def empty_view(message: str) -> str:
@@ -436,11 +613,24 @@ def render_trace(
     trace: Any, tokenizer: Any | None, *, prefix: str = "tv", note: str = "", show_whitespace: bool = False,
     selected_step: int | None = None,
 ) -> str:
+    """The trace's tokens, with its step marks; with rollout and/or trainer logprobs (recorded,
+    imported or scored), the colour modes too."""
     ids = trace.prompt_ids + trace.response_ids
+    rollout, trainer = position_logprobs(trace)
+    has_lp = any(v is not None for v in rollout) or any(v is not None for v in trainer)
     return render_tokens(
         ids, trace_kinds(trace), tokenizer, steps=trace_steps(trace), prefix=prefix, note=note,
-        show_whitespace=show_whitespace, selected_step=selected_step,
+        show_whitespace=show_whitespace, selected_step=selected_step, logprobs=(rollout, trainer) if has_lp else None,
     )
+
+
+def step_logprobs(trace: Any, step: Any) -> tuple[list[float | None], list[float | None]] | None:
+    """``(rollout, trainer)`` of one step's tokens (for a view of that step), or None when the
+    step has none: what :func:`render_tokens` takes as ``logprobs``."""
+    rollout, trainer = position_logprobs(trace)
+    a, b = step.start, step.end
+    ro, tr = rollout[a:b], trainer[a:b]
+    return (ro, tr) if any(v is not None for v in ro) or any(v is not None for v in tr) else None
 
 
 # ---- rendered template text with special tokens marked -----------------------------------------
@@ -464,6 +654,47 @@ def mark_special_text(text: str, tokenizer: Any | None, *, extra: Sequence[str] 
 
 
 # ---- styling and behaviour for gr.HTML ---------------------------------------------------------
+
+# The colour modes' scale (background, text), the same for |Δ| (h0..h4) and probability (q0..q4,
+# likely to unlikely): pairs of the theme's colours that hold >= 4.5:1 in light and dark
+# (tests/test_browser_token_view.py measures them); bin 3 mixes two of them.
+BIN_COLOURS = (
+    ("var(--ali-g0)", "var(--ali-g-fg)"),
+    ("var(--ali-hl-bg)", "var(--ali-hl-fg)"),
+    ("var(--ali-j0)", "var(--ali-j-fg)"),
+    ("color-mix(in srgb, var(--ali-j1), var(--ali-mark-sel-bg))", "var(--ali-tv-fg)"),
+    ("var(--ali-step-sel)", "var(--ali-chip-sel-fg)"),
+)
+
+
+def _mode_css() -> str:
+    """Rules of the colour modes: the view's root carries ``tv-m-prob`` or ``tv-m-heat`` (the
+    mode switch sets it, client side). Tokens without the mode's value are plain (subdued text,
+    alternating neutral shades); mask-0 tokens are italic with a dotted underline in every
+    colour mode, so they stay told apart from the policy's tokens."""
+    modes = {"prob": "q", "heat": "h"}
+    tok = lambda m: f".tv-m-{m} .tv-c > span"  # noqa: E731
+    rules = [
+        ".tv-mode-label { font-size: 12px; cursor: pointer; color: var(--ali-fg); }",
+        ".tv-mode { font: inherit; font-size: 12px; padding: 0 4px; border-radius: 6px; border: 1px solid var(--ali-chip-border); "
+        "background: var(--ali-chip-bg); color: var(--ali-chip-fg); }",
+        ".tv-lg { display: none; flex-basis: 100%; flex-wrap: wrap; gap: 4px; align-items: center; font-size: 12px; color: var(--ali-fg); }",
+        ".tv-lg small { color: var(--ali-subdued); }",
+        ".tv-m-prob .tv-lg-prob, .tv-m-heat .tv-lg-heat { display: flex; }",
+        ".tv-sw { padding: 0 6px; border-radius: 4px; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }",
+        ", ".join([tok(m) for m in modes] + [".tv-sw-none", ".tv-sw-m0"])
+        + " { background: var(--ali-tv-bg); color: var(--ali-subdued); }",
+        ", ".join(f"{tok(m)}:is(.p1, .g1, .j1)" for m in modes) + " { background: var(--ali-p0); }",
+        ".tv-sw-none, .tv-sw-m0 { border: 1px solid var(--ali-chip-border); }",
+    ]
+    for b, (bg, fg) in enumerate(BIN_COLOURS):
+        sel = [f".tv-sw.{k}{b}" for k in modes.values()] + [f"{tok(m)}.{k}{b}" for m, k in modes.items()]
+        rules.append(", ".join(sel) + f" {{ background: {bg}; color: {fg}; }}")
+    rules.append(", ".join(f"{tok(m)}:is(.j0, .j1)" for m in modes) + ", .tv-sw-m0"
+                 " { font-style: italic; text-decoration: underline dotted 1.5px; text-underline-offset: 3px; }")
+    rules.append(", ".join(f"{tok(m)}.tv-in-sel" for m in modes) + " { text-decoration: underline 2px var(--ali-tok-sel); }")
+    return "\n".join(rules) + "\n"
+
 
 # css_template of gr.HTML is scoped to the component; no "${" or "{{" may appear (it is a template).
 # Colours come from the --ali-* variables of ui/theme.py (light and dark); every state sets its
@@ -509,7 +740,7 @@ i.ws, i.wn, i.wt, i.we { font-style: normal; }
 .tv-text { white-space: pre-wrap; word-break: break-word; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12.5px; line-height: 1.5; max-height: 420px; overflow: auto; padding: 8px; margin: 0; border: 1px solid var(--border-color-primary); border-radius: 6px; background: var(--ali-tv-bg); color: var(--ali-tv-fg); }
 .tv-text * { color: inherit; }
 .tv-text .tv-sp { background: var(--ali-tsp-bg); color: var(--ali-tsp-fg); font-weight: 600; border-radius: 3px; padding: 0 1px; }
-"""
+""" + _mode_css()
 
 # Behaviour shared by every token view on the page and by the events' ``js=`` (select_step_js):
 # installed once, as window.__aliTV. Reads only data attributes and text of our own markup.
@@ -537,10 +768,87 @@ if (!window.__aliTV) window.__aliTV = (() => {
     for (let n = el.previousElementSibling; n; n = n.previousElementSibling) { if (n.tagName === 'SPAN') idx++; }
     return idx;
   };
+  // A windowed view (.tv-win, long traces) arrives with empty chunks (.tv-u, an estimated height,
+  // their step anchors) and the tokens as data: the distinct tokens' markup in a <template>,
+  // data-seq (indexes into it, uint16/uint32) and data-meta (a byte per token: kind | (|Δ| bin + 1)
+  // << 2 | (probability bin + 1) << 5), base64. A chunk's spans are built when it comes near the
+  // visible part of the box (scroll handler: the same frame; an IntersectionObserver for the
+  // rest: a tab shown, a resize) or when a step, a key or tv-select needs one of its tokens.
+  const bytes = (s) => { const b = atob(s), u = new Uint8Array(b.length);
+                         for (let i = 0; i < b.length; i++) u[i] = b.charCodeAt(i);
+                         return u; };
+  const KL = ['p', 'g', 'j'];
+  const attr = (s) => s.replace(/&/g, '&amp;').replace(/"/g, '&quot;').replace(/</g, '&lt;');
+  const winData = (tv) => {
+    if (tv.__win !== undefined) return tv.__win;
+    const body = tv.querySelector('.tv-body'), tpl = tv.querySelector('template.tv-vocab');
+    if (!body || body.dataset.seq === undefined || !tpl) return (tv.__win = null);
+    const sb = bytes(body.dataset.seq);
+    const seq = body.dataset.seqBytes === '4' ? new Uint32Array(sb.buffer) : new Uint16Array(sb.buffer);
+    const vocab = Array.from(tpl.content.children, (el) => ({h: el.innerHTML, t: attr(el.getAttribute('title') || ''),
+                                                             s: el.classList.contains('s')}));
+    const chunks = Array.from(body.children).filter((c) => c.classList.contains('tv-c'));
+    return (tv.__win = {body, seq, meta: bytes(body.dataset.meta), vocab, chunks});
+  };
+  const fill = (tv, c) => {
+    if (!c || !c.classList.contains('tv-u')) return;
+    const W = winData(tv); if (!W) return;
+    const start = +c.dataset.i, nx = c.nextElementSibling;
+    const end = nx && nx.dataset.i !== undefined ? +nx.dataset.i : W.seq.length;
+    const anchors = Array.from(c.children).filter((a) => a.tagName === 'A');
+    let ai = 0, buf = '';
+    const flush = (before) => { if (buf) { if (before) before.insertAdjacentHTML('beforebegin', buf); else c.insertAdjacentHTML('beforeend', buf); } buf = ''; };
+    for (let i = start; i < end; i++) {
+      while (ai < anchors.length && +anchors[ai].dataset.start <= i) flush(anchors[ai++]);
+      const m = W.meta[i], v = W.vocab[W.seq[i]], h = (m >> 2) & 7, q = m >> 5;
+      buf += '<span class="' + KL[m & 3] + (i & 1) + (h ? ' h' + (h - 1) : '') + (q ? ' q' + (q - 1) : '') + (v.s ? ' s' : '')
+        + '" title="' + v.t + '">' + v.h + '</span>';
+    }
+    flush(ai < anchors.length ? anchors[ai] : null);
+    c.classList.remove('tv-u');
+    // off-screen, a built chunk is sized as estimated (content-visibility: auto skips it)
+    const est = c.style.height;
+    c.style.height = '';
+    if (est) c.style.containIntrinsicBlockSize = 'auto ' + est;
+    if (tv.__io) tv.__io.unobserve(c);
+    const rg = tv.__range;
+    if (rg && rg[0] < end && rg[1] > start) {
+      let i = start;
+      for (const n of c.children) {
+        if (n.tagName !== 'SPAN') continue;
+        if (i >= rg[0] && i < rg[1]) { n.classList.add('tv-in-sel'); (tv.__painted = tv.__painted || []).push(n); }
+        i++;
+      }
+    }
+  };
+  const fillVisible = (tv) => {
+    const W = winData(tv); if (!W) return;
+    const b = W.body.getBoundingClientRect(); if (!b.height) return;
+    const lo = b.top - 600, hi = b.bottom + 600, cs = W.chunks;
+    let l = 0, r = cs.length - 1;
+    while (l < r) { const m = (l + r) >> 1; if (cs[m].getBoundingClientRect().bottom < lo) l = m + 1; else r = m; }
+    for (let k = l; k < cs.length; k++) { if (cs[k].getBoundingClientRect().top > hi) break; fill(tv, cs[k]); }
+  };
+  const live = new Set();  // windowed views with an observer: disconnected once gone (a re-render replaced them)
+  const initWin = (tv) => {
+    for (const old of live) { if (!old.isConnected) { if (old.__io) old.__io.disconnect(); live.delete(old); } }
+    if (tv.__winInit) return;
+    tv.__winInit = true;
+    live.add(tv);
+    const W = winData(tv); if (!W) return;
+    W.body.addEventListener('scroll', () => fillVisible(tv), {passive: true});
+    if (window.IntersectionObserver) {
+      tv.__io = new IntersectionObserver((es) => { for (const e of es) if (e.isIntersecting) fill(tv, e.target); },
+                                        {root: W.body, rootMargin: '600px 0px'});
+      W.chunks.forEach((c) => { if (c.classList.contains('tv-u')) tv.__io.observe(c); });
+    }
+    fillVisible(tv);
+  };
   const tokenAt = (tv, idx) => {
     let c = null;
     for (const ch of tv.querySelectorAll('.tv-body > .tv-c')) { if (+ch.dataset.i <= idx) c = ch; else break; }
     if (!c || idx < 0) return null;
+    fill(tv, c);
     let i = +c.dataset.i;
     for (const n of c.children) { if (n.tagName !== 'SPAN') continue; if (i === idx) return n; i++; }
     return null;
@@ -549,6 +857,24 @@ if (!window.__aliTV) window.__aliTV = (() => {
     for (const a of marks(tv)) { if (idx >= +a.dataset.start && idx < +a.dataset.end) return a.dataset.step; }
     return tv.dataset.step === undefined ? null : tv.dataset.step;
   };
+  // logprobs (data-lp-*: float32 arrays over [lo, hi), base64): r rollout, x = delta where both
+  // exist, the trainer's where only it does; NaN where absent
+  const f32 = (s) => new Float32Array(bytes(s).buffer);
+  const lpData = (tv) => {
+    if (tv.__lp === undefined) { const d = tv.dataset; tv.__lp = d.lpR === undefined ? null : {lo: +d.lpLo, r: f32(d.lpR), x: f32(d.lpX)}; }
+    return tv.__lp;
+  };
+  const num = (x) => (x === 0 || Math.abs(x) >= 0.001 ? x.toFixed(4) : x.toExponential(2));
+  const sgn = (x) => (x > 0 ? '+' : '') + num(x);
+  const prob = (x) => ' (p ' + Math.exp(x).toPrecision(3) + ')';
+  const lpText = (tv, idx) => {
+    const L = lpData(tv); if (!L) return '';
+    const k = idx - L.lo, r = k >= 0 && k < L.r.length ? L.r[k] : NaN, x = k >= 0 && k < L.x.length ? L.x[k] : NaN;
+    if (isNaN(r) && isNaN(x)) return '  no logprob';
+    if (isNaN(r)) return '  rollout –  trainer ' + num(x) + prob(x);
+    if (isNaN(x)) return '  rollout ' + num(r) + prob(r) + '  trainer –';
+    return '  rollout ' + num(r) + prob(r) + '  trainer ' + num(r + x) + prob(r + x) + '  Δ ' + sgn(x) + '  ratio ' + Math.exp(x).toPrecision(5);
+  };
   const describe = (tv, el) => {
     const idx = indexOf(el);
     const title = el.getAttribute('title') || '';
@@ -556,7 +882,14 @@ if (!window.__aliTV) window.__aliTV = (() => {
     const bytes = title.includes(' bytes ') ? '' : '  bytes ' + hex(text);
     const step = stepOf(tv, idx);
     return '#' + (idx + +(tv.dataset.first || 0)) + '  ' + title + '  ' + JSON.stringify(text) + bytes + '  '
-      + (KIND[el.className[0]] || '') + (step === null ? '' : '  step ' + step);
+      + (KIND[el.className[0]] || '') + (step === null ? '' : '  step ' + step) + lpText(tv, idx);
+  };
+  // colour modes: a class on the view's root; the choice outlives a re-render of the same view
+  const modes = {};
+  const setMode = (tv, m, remember = true) => {
+    tv.classList.remove('tv-m-prob', 'tv-m-heat');
+    if (m === 'prob' || m === 'heat') tv.classList.add('tv-m-' + m);
+    if (remember && tv.id) modes[tv.id] = m;
   };
   const info = (tv, el) => {
     const box = tv.querySelector('.tv-info'); if (!box) return;
@@ -570,6 +903,22 @@ if (!window.__aliTV) window.__aliTV = (() => {
     if (r.top < b.top) body.scrollTop += r.top - b.top - 8;
     else if (r.bottom > b.bottom) body.scrollTop += r.bottom - b.bottom + 8;
   };
+  // a token scrolled to the middle of its box, again on the next frames while lazily laid-out
+  // chunks above it take their real heights
+  const scrollToToken = (el, n = 0) => {
+    const body = el.closest('.tv-body'); if (!body) return;
+    const r = el.getBoundingClientRect(), b = body.getBoundingClientRect();
+    if (r.top < b.top + 8 || r.bottom > b.bottom - 8) body.scrollTop += (r.top + r.bottom) / 2 - (b.top + b.bottom) / 2;
+    if (n < 4) requestAnimationFrame(() => scrollToToken(el, n + 1));
+  };
+  // select the token at trace position `index` (the "tv-select" event), scrolled into view
+  const selectIndex = (tv, index) => {
+    const el = tokenAt(tv, Math.floor(+index) - +(tv.dataset.first || 0));
+    if (!el) return false;
+    selectToken(tv, el, false);
+    scrollToToken(el);
+    return true;
+  };
   const selectToken = (tv, el, scroll = true) => {
     const old = current(tv); if (old) old.classList.remove('tv-tok-sel');
     tv.__tok = el || null;
@@ -579,6 +928,7 @@ if (!window.__aliTV) window.__aliTV = (() => {
   // the selected step's tokens, underlined; only the chunks that overlap its range are visited
   const paint = (tv, start, end) => {
     (tv.__painted || []).forEach((s) => s.classList.remove('tv-in-sel'));
+    tv.__range = [start, end];
     const out = [];
     const chunks = tv.querySelectorAll('.tv-body > .tv-c');
     for (let c = 0; c < chunks.length; c++) {
@@ -618,7 +968,12 @@ if (!window.__aliTV) window.__aliTV = (() => {
       const help = b.parentElement.querySelector('.tv-info');
       b.setAttribute('aria-label', 'tokens' + (help ? ': ' + (help.dataset.help || help.textContent) : ''));
     });
+    root.querySelectorAll('.tv.tv-win').forEach(initWin);
     root.querySelectorAll('.tv[data-sel]').forEach((tv) => selectStep(tv, tv.dataset.sel, false));
+    root.querySelectorAll('.tv select.tv-mode').forEach((s) => {
+      const tv = s.closest('.tv'), m = modes[tv.id];
+      if (m && Array.from(s.options).some((o) => o.value === m)) { s.value = m; setMode(tv, m, false); }
+    });
   };
   // Steps picked in a view (chip, [ ]) and sent to the server, in order, per view id. The
   // server's answers come back as changes of the selected step: the view shows its own picks
@@ -634,7 +989,7 @@ if (!window.__aliTV) window.__aliTV = (() => {
     return null;
   };
   return {hex, indexOf, tokenAt, describe, info, current, selectToken, selectStep, selectById, apply, marks, scrollToMark,
-          sent, fromServer};
+          sent, fromServer, setMode, selectIndex, scrollToToken, lpText, fill, fillVisible};
 })();
 """
 
@@ -670,8 +1025,18 @@ element.addEventListener('change', (e) => {
   if (t && t.classList && t.classList.contains('tv-ws-toggle')) {
     const tv = t.closest('.tv');
     if (tv) tv.classList.toggle('tv-ws', t.checked);
+  } else if (t && t.classList && t.classList.contains('tv-mode')) {
+    const tv = t.closest('.tv');
+    if (tv) TV.setMode(tv, t.value);
   }
 });
+// another view (the logprob lens) selects a token: tv.dispatchEvent(new CustomEvent('tv-select',
+// {detail: {index}})), index a position in prompt_ids + response_ids. Captured here, so the event
+// needs no bubbling; it selects and scrolls, and focuses nothing.
+element.addEventListener('tv-select', (e) => {
+  const tv = e.target && e.target.closest ? e.target.closest('.tv') : null;
+  if (tv && element.contains(tv) && e.detail && e.detail.index !== undefined) TV.selectIndex(tv, e.detail.index);
+}, true);
 element.addEventListener('click', (e) => {
   const b = e.target.closest('[data-jump]');
   if (b && element.contains(b)) { e.preventDefault(); pick(b.closest('.tv'), b.dataset.step); return; }
