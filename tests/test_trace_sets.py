@@ -370,3 +370,106 @@ def test_writer_process_appends_while_the_index_follows(tmp_path, engine_traces)
     ts.flush()
     cached = TraceSet.open_set(str(out))
     assert cached.stats["hit"] == 6 and cached.frame().equals(ts.frame())
+
+
+# ---- the Trace files tab over a set (in process) ----------------------------------------------------
+
+
+def _app_ctx(spec: str | None, public: bool = False):
+    from backend.trust import Mode, TrustPolicy
+    from ui.context import AppContext
+
+    return AppContext(traces=spec, trust=TrustPolicy(mode=Mode.PUBLIC if public else Mode.LOCAL))
+
+
+def test_tab_pages_and_filters_over_the_index(tmp_path, engine_traces):
+    from ui import trace_files as tf
+    from ui.context import new_session
+
+    by_step = verl_layout(tmp_path / "run", engine_traces, steps=(1, 2, 3), per_step=130)
+    ctx = _app_ctx(str(tmp_path / "run"))
+    sess = new_session(ctx)
+    assert tf.in_set_mode(sess)
+    reason_dd, source_dd, step_dd, table, page, status, probs = tf.set_outputs(sess)
+    assert list(table.columns) == tf.SET_COLUMNS and len(table) == tf.PAGE_ROWS
+    assert step_dd["choices"] == [tf.ALL, "1", "2", "3"] and 'data-rows="390"' in status
+    assert table["id"].iloc[0] == by_step[3][-1].id  # newest first
+    assert sess.traces.keys() == set() or all(not k.startswith("set") for k in sess.traces)  # nothing held
+    view = sess.set_view
+    view.step, view.newest = "2", False
+    table = tf.set_outputs(sess)[3]
+    assert table["id"].tolist() == [t.id for t in by_step[2]][: tf.PAGE_ROWS]
+    view.page = 2
+    assert tf.set_outputs(sess)[3]["id"].tolist() == [t.id for t in by_step[2]][tf.PAGE_ROWS:]
+    view.step, view.page = tf.ALL, 1
+    # termination by its label or verl's code; the parse-error traces are malformed_tool_call
+    mal = [t for s in (1, 2, 3) for t in by_step[s] if t.termination_reason == "malformed_tool_call"]
+    assert mal
+    from backend.labels import termination_label
+
+    for reason in ("malformed_tool_call", termination_label("malformed_tool_call")):
+        view.reason = reason
+        out = tf.set_outputs(sess)
+        assert len(mal) < tf.PAGE_ROWS and sorted(out[3]["id"]) == sorted(t.id for t in mal)
+    view.reason = tf.ALL
+    view.query = "S2-0001"  # case-insensitive, literal, over id and preview
+    assert sorted(tf.set_outputs(sess)[3]["id"]) == sorted(t.id for t in by_step[2] if "s2-0001" in t.id)
+    view.query = "weather in seattle"
+    assert len(tf.set_matches(sess.set_registry.get(sess.set_spec)[0].df, None, None, None, view.query)) == 390
+    view.query = "(["  # not a regex
+    assert tf.set_outputs(sess)[3].empty
+    # opening a row reads that trace by its bytes into the session
+    view.query = ""
+    row = tf.set_outputs(sess)[3].iloc[5]
+    label = tf.open_set_row(sess, row)
+    assert sess.traces[label].id == row["id"] and label.startswith("set · ")
+    # the count line
+    assert "of 390 matching" in tf.match_count(sess, tf.set_outputs(sess)[3])
+
+
+def test_tab_follows_new_files_through_the_registry(tmp_path, engine_traces):
+    from ui import trace_files as tf
+    from ui.context import new_session
+
+    d = tmp_path / "run"
+    verl_layout(d, engine_traces, steps=(1,), per_step=3)
+    ctx = _app_ctx(str(d))
+    ctx.trace_sets.min_interval = 0.0
+    a, b = new_session(ctx), new_session(ctx)
+    tf.set_outputs(a)
+    v0 = a.set_view.version
+    write_jsonl(variants(engine_traces, 4, "late"), str(d / "2.jsonl"))
+    ts, v1 = ctx.trace_sets.poll(str(d))
+    assert v1 > v0 and len(ts) == 7
+    assert b.set_registry is a.set_registry and tf.set_outputs(b)[3]["id"].iloc[0] == "late-00003"
+    assert ctx.trace_sets.poll(str(d))[1] == v1  # nothing new: same version
+
+
+def test_public_mode_never_takes_a_path(tmp_path, engine_traces):
+    """In public mode the tab has no folder field; the set shown is the operator's only."""
+    import gradio as gr
+
+    from ui import trace_files as tf
+
+    verl_layout(tmp_path / "op", engine_traces, steps=(1,), per_step=2)
+    with gr.Blocks():
+        pub = tf.build_set(_app_ctx(str(tmp_path / "op"), public=True))
+    assert pub is not None and pub["folder"] is None
+    with gr.Blocks():
+        assert tf.build_set(_app_ctx(None, public=True)) is None
+        loc = tf.build_set(_app_ctx(None))
+    assert loc is not None and loc["folder"] is not None
+
+
+def test_app_flag_and_env(tmp_path, monkeypatch, engine_traces):
+    import app as app_module
+
+    verl_layout(tmp_path / "r", engine_traces, steps=(1,), per_step=2)
+    args = app_module.parse_args(["--traces", str(tmp_path / "r"), "--no-model"], environ={})
+    assert args.traces == str(tmp_path / "r")
+    args = app_module.parse_args(["--no-model"], environ={"ALI_TRACES": str(tmp_path / "r" / "*.jsonl")})
+    assert args.traces.endswith("*.jsonl")
+    assert app_module.build_context(args).traces == args.traces
+    bad = app_module.parse_args(["--no-model", "--traces", str(tmp_path / "missing")], environ={})
+    with pytest.raises(SystemExit, match="--traces: no such folder"):
+        app_module.build_context(bad)

@@ -688,3 +688,70 @@ def iter_set_traces(ts: TraceSet, rows: Iterable[int] | None = None) -> Iterator
     """``(row, trace or problem)`` for rows of a set (all by default), each read by its bytes."""
     for i in range(len(ts)) if rows is None else rows:
         yield i, ts.read(i)
+
+
+class SetRegistry:
+    """The trace sets an app serves, shared by its sessions: each spec indexed once, refreshed at
+    most every ``min_interval`` seconds whoever asks (one refresh at a time per set; a caller that
+    finds one under way gets the rows as they are), the ``max_sets`` most recently used kept."""
+
+    def __init__(self, max_sets: int = 4, min_interval: float = 0.5) -> None:
+        import threading
+
+        self.max_sets, self.min_interval = max_sets, min_interval
+        self._lock = threading.Lock()
+        self._sets: dict[str, dict[str, Any]] = {}
+
+    @staticmethod
+    def key(spec: str) -> str:
+        spec = os.path.expanduser(str(spec).strip())
+        return spec if glob.has_magic(spec) else os.path.abspath(spec)
+
+    def _entry(self, spec: str) -> dict[str, Any]:
+        import threading
+
+        k = self.key(spec)
+        with self._lock:
+            e = self._sets.pop(k, None)
+            if e is None:
+                e = {"set": None, "lock": threading.Lock(), "at": 0.0, "version": 0, "error": None}
+            self._sets[k] = e  # most recently used last
+            while len(self._sets) > self.max_sets:
+                self._sets.pop(next(iter(self._sets)))
+        return e
+
+    def get(self, spec: str, *, final: bool = False) -> tuple[TraceSet, int]:
+        """``(set, version)``, indexing it first if it is new (blocking); ``version`` changes
+        whenever its rows do. Raises :class:`TraceFileError` when the spec names nothing."""
+        e = self._entry(spec)
+        with e["lock"]:
+            if e["set"] is None:
+                resolve(spec)  # a clear error for a spec that names nothing
+                e["set"] = TraceSet.open_set(self.key(spec), final=final)
+                e["at"], e["version"] = time.monotonic(), e["version"] + 1
+        return e["set"], e["version"]
+
+    def poll(self, spec: str) -> tuple[TraceSet, int]:
+        """``(set, version)`` after a refresh if the last one is older than ``min_interval`` (the
+        set is indexed first if it is new); the rows as they are while another caller refreshes."""
+        e = self._entry(spec)
+        if e["set"] is None:
+            return self.get(spec)
+        if not e["lock"].acquire(blocking=False):
+            return e["set"], e["version"]
+        try:
+            if time.monotonic() - e["at"] >= self.min_interval:
+                try:
+                    if e["set"].refresh():
+                        e["version"] += 1
+                    e["error"] = None
+                except TraceFileError as err:  # the folder went away: keep the rows, say why
+                    e["error"] = str(err)
+                e["at"] = time.monotonic()
+            return e["set"], e["version"]
+        finally:
+            e["lock"].release()
+
+    def error(self, spec: str) -> str | None:
+        e = self._sets.get(self.key(spec))
+        return e["error"] if e else None
