@@ -485,7 +485,7 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
     set_ui = None
     if parts is not None:
         set_ui = SetUI(parts["folder"], parts["show_btn"], parts["follow"], parts["newest"], parts["status"], step_dd, page,
-                       gr.Timer(1.0))
+                       gr.Timer(1.0, active=bool(ctx.traces)))  # ticks once a set is shown
     return TraceFilesUI(upload, status, problems, reason_dd, source_dd, search, table, dist, export_fmt, export_btn, export_file,
                         import_fmt, import_tok, count, set_ui)
 
@@ -496,6 +496,7 @@ def table_outputs(session: Session, reason: str | None = ALL, source: str | None
         view = _view(session)
         view.reason, view.source, view.query = reason or ALL, source or ALL, query or ""
         out = set_outputs(session)
+        view.version = -1  # the status, step filter and bad records are not among these outputs: the next tick lists them
         return [out[0], out[1], out[3], charts.file_distributions([])]
     full = file_listing(session)
     reasons, sources = filter_choices(full)
@@ -625,14 +626,14 @@ def wire_set(ctx: AppContext, ui: TraceFilesUI, su: SetUI, session: gr.State, on
         else:
             spec = (folder or "").strip()[:4096] or ctx.traces
         if not spec:
-            return [sess, *[gr.update()] * 5, '<div class="ali-err">Type a folder or a glob first.</div>', *[gr.update()] * 3]
+            return [sess, *[gr.update()] * 5, '<div class="ali-err">Type a folder or a glob first.</div>', *[gr.update()] * 4]
         try:
             resolve(spec)
         except (TraceFileError, OSError) as e:
-            return [sess, *[gr.update()] * 5, f'<div class="ali-err">{html.escape(short_error(e))}</div>', *[gr.update()] * 3]
+            return [sess, *[gr.update()] * 5, f'<div class="ali-err">{html.escape(short_error(e))}</div>', *[gr.update()] * 4]
         sess.set_spec = spec
         sess.set_view = SetView()
-        return [sess, *listed(sess)]
+        return [sess, *listed(sess), gr.Timer(active=True)]
 
     def on_set_filter(sess: Session, reason: str, source: str, query: str, step: str, page: Any, newest: bool):
         if not in_set_mode(sess):  # the uploaded file is shown
@@ -658,9 +659,9 @@ def wire_set(ctx: AppContext, ui: TraceFilesUI, su: SetUI, session: gr.State, on
         return listed(sess)
 
     show_in = [session] + ([su.folder] if su.folder is not None else [])
-    su.show_btn.click(on_show, show_in, [session, *all_out], api_visibility="private")
+    su.show_btn.click(on_show, show_in, [session, *all_out, su.timer], api_visibility="private")
     if su.folder is not None:
-        su.folder.submit(on_show, show_in, [session, *all_out], api_visibility="private")
+        su.folder.submit(on_show, show_in, [session, *all_out, su.timer], api_visibility="private")
     for comp in (ui.reason_dd, ui.source_dd, su.step_dd):
         comp.input(on_set_filter, filters, all_out, api_visibility="private")
     ui.search.submit(on_set_filter, filters, all_out, api_visibility="private")
