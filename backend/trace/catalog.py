@@ -331,6 +331,8 @@ class TraceSet(TraceIndex):
             stat = os.stat(path)
             if cached.size == stat.st_size and cached.mtime_ns == stat.st_mtime_ns:
                 self.stats["hit"] += 1
+                if cached.pending and (self.final or time.time() - stat.st_mtime_ns / 1e9 >= SETTLE_S):
+                    self._scan(cached, settle=True)  # cached while its last line had no newline
                 return cached
             if cached.kind == JSONL and stat.st_size > cached.size and cached.fingerprint == _fingerprint(path, cached.done):
                 try:
