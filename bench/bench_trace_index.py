@@ -56,8 +56,8 @@ def generate(root: str, total_mb: float, file_mb: float) -> list[str]:
     each, ``total_mb`` in all; returns the step names."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
     from bench_trace_load import make_traces
+
     from backend.trace.io import parquet_row, parquet_schema
 
     base = make_traces()
