@@ -372,6 +372,8 @@ def set_status(session: Session, ts: Any) -> str:
     if ts.capped:
         msg += f"; {html.escape(ts.capped)}"
     if err:
+        if session.set_registry is not None and session.set_spec:
+            err = err.replace(os.path.expanduser(session.set_spec), name)  # the operator's path is not shown
         msg += f'; <span class="ali-err">{html.escape(err)}</span>'
     return f'<div class="{"ali-warn" if n or err else "ali-ok"}" data-rows="{len(ts)}">{msg}</div>'
 
