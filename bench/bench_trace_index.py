@@ -209,14 +209,17 @@ def measure(spec: str, jsonl_spec: str, cache: str) -> dict:
     out["table_search_ms"] = (time.perf_counter() - t0) * 1e3
     out["search_matches"] = total
     rng = random.Random(0)
-    times = []
+    times, cpus = [], []
     for i in [0, n - 1] + [rng.randrange(n) for _ in range(28)]:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu()
         t = ts.open(i)
         times.append((time.perf_counter() - t0) * 1e3)
+        cpus.append((cpu() - c0) * 1e3)
         assert t.id == df["id"].iat[i]
     out["open_ms_median"] = statistics.median(times)
     out["open_ms_max"] = max(times)
+    out["open_cpu_ms_median"] = statistics.median(cpus)
+    out["open_cpu_ms_max"] = max(cpus)
     return out
 
 
@@ -334,7 +337,7 @@ def main() -> int:
                 results["runs"].append(m)
                 print(f"{fmt:8s} {mb:6.0f} MB  rows {m['rows']:7d}  baseline {m['baseline_s']:6.2f} s  cold {m['cold_s']:6.2f} s "
                       f"({m['cold_s'] / m['baseline_s']:.2f}x; cpu {m['cold_cpu_s']:.2f} vs {m['baseline_cpu_s']:.2f} s)  warm {m['warm_s']:5.2f} s  peak cold {m['cold_peak_mb']:.0f} MB "
-                      f"warm {m['warm_peak_mb']:.0f} MB  open {m['open_ms_median']:.1f}/{m['open_ms_max']:.1f} ms  "
+                      f"warm {m['warm_peak_mb']:.0f} MB  open {m['open_ms_median']:.1f}/{m['open_ms_max']:.1f} ms (cpu {m['open_cpu_ms_median']:.1f}/{m['open_cpu_ms_max']:.1f})  "
                       f"page {m['table_page_ms']:.0f} ms search {m['table_search_ms']:.0f} ms  load {load0} -> {m['load_after']}",
                       flush=True)
         for fmt in args.formats.split(","):
