@@ -25,6 +25,7 @@ tab's timer: 1 s); latency = row visible in the index − line complete on disk,
 Targets: 1 GB cold ≤ 10 s, warm ≤ 1 s, peak ≤ 500 MB, open ≤ 100 ms. Usage::
 
     python bench/bench_trace_index.py [--sizes 100,250,500,1000] [--file-mb 50] [--dir /tmp/ali-bench-index] [--keep] [--json]
+    python bench/bench_trace_index.py --engines FILE.jsonl   # our scan vs pyarrow.json vs DuckDB (if importable)
 """
 
 from __future__ import annotations
@@ -276,6 +277,52 @@ def follow(spec_dir: str, src: str, cache: str, n: int, every: float, poll: floa
             "refresh_ms_median": statistics.median(refresh_ms), "refresh_ms_max": max(refresh_ms), "set_rows": base}
 
 
+# ---- which engine scans JSONL (--engines) ----------------------------------------------------------
+
+
+def engines(path: str) -> dict:
+    """One JSONL file scanned for the index's summary by each candidate engine, best of two, against
+    ``json.loads`` of every line in the same process: our scan (orjson light parse with offsets and
+    line numbers), ``pyarrow.json.read_json`` (whole records, no offsets, a bad line fails its
+    block) and DuckDB's ``read_json`` (summary columns, no offsets; only if ``duckdb`` is importable:
+    it is not a dependency)."""
+    from backend.trace.catalog import TraceSet
+
+    def best(fn):
+        out = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+        return min(out)
+
+    def base():
+        with open(path, "rb") as f:
+            for line in f:
+                json.loads(line)
+
+    res = {"load_before": uptime(), "json_loads_s": best(base)}
+    res["traceset_s"] = best(lambda: TraceSet.open_set(path, cache=False, final=True))
+    import pyarrow.json as pj
+
+    res["pyarrow_json_s"] = best(lambda: pj.read_json(path))
+    try:
+        import duckdb
+    except ImportError:
+        res["duckdb"] = "not installed"
+    else:
+        con = duckdb.connect()
+        q = (f"select id, termination_reason, len(prompt_ids), len(response_ids), metadata.source, "
+             f"len(list_filter(steps, lambda x: x.state = 'generating')) from read_json('{path}', "
+             "format='newline_delimited', ignore_errors=true, maximum_object_size=100000000)")
+        res["duckdb_version"] = duckdb.__version__
+        res["duckdb_s"] = best(lambda: con.execute(q).fetchall())
+        con.execute("SET threads=1")
+        res["duckdb_1thread_s"] = best(lambda: con.execute(q).fetchall())
+    res["load_after"] = uptime()
+    return res
+
+
 # ---- driver ---------------------------------------------------------------------------------------
 
 
@@ -304,11 +351,16 @@ def main() -> int:
     ap.add_argument("--formats", default="jsonl,parquet")
     ap.add_argument("--follow-n", type=int, default=100)
     ap.add_argument("--poll", type=float, default=1.0, help="follower's refresh interval (the tab's timer: 1 s)")
+    ap.add_argument("--engines", metavar="JSONL", help="only compare the scan engines on this file")
     ap.add_argument("--child", nargs=3, metavar=("SPEC", "JSONL_SPEC", "CACHE"), help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.child:
         print(json.dumps(measure(*args.child)))
+        return 0
+    if args.engines:
+        r = engines(args.engines)
+        print(json.dumps(r, indent=1))
         return 0
     sizes = [float(s) for s in args.sizes.split(",")]
     root = args.dir
