@@ -436,7 +436,7 @@ def build_set(ctx: AppContext) -> dict[str, Any] | None:
     public = ctx.trust.public
     if public and not ctx.traces:
         return None
-    with gr.Accordion("Trace set: a folder or glob of JSONL / Parquet files, followed while written", open=True,
+    with gr.Accordion("Trace set: a folder or glob of JSONL / Parquet files, followed while written", open=bool(ctx.traces),
                       elem_id="tf-set"):
         with gr.Row():
             folder = None
