@@ -170,9 +170,19 @@ def test_rows_appear_while_a_writer_appends(app, run_dir, tmp_path):
 
 
 def test_local_mode_folder_field(app, tmp_path):
+    """Another folder typed in local mode; its file names, ids and messages (here XSS payloads) are
+    shown as text."""
+    from test_browser import IMG, PAYLOAD
+
     other = tmp_path / "other"
     other.mkdir()
     write_jsonl(engine_traces(3, "other"), str(other / "7.jsonl"))
+    evil = engine_traces(1, "x")[0]
+    evil.id = "zz" + IMG
+    evil.metadata["source"] = IMG
+    evil.messages[0]["content"] = PAYLOAD
+    write_jsonl([evil], str(other / (IMG.replace("/", "") + ".jsonl")))
+    (other / "8.jsonl").write_text('{"id": "' + IMG.replace('"', '\\"') + '", bad\n')
     app.tab("Trace files")
     app.wait_text("#tf-set-status", "trace(s) indexed")
     box = app.page.locator("#tf-folder textarea, #tf-folder input").first
@@ -181,7 +191,11 @@ def test_local_mode_folder_field(app, tmp_path):
     app.wait_text("#tf-set-status", "no such folder")
     box.fill(str(other))
     app.page.locator("#tf-set-show").click()
-    app.wait_text("#tf-set-status", "3 trace(s) indexed in 1 file(s)")
-    assert sorted(ids_in_table(app)) == ["other-000", "other-001", "other-002"]
-    assert app.cell("tf-table", 0, 1).inner_text().strip() == "7"  # the training step from the file name
+    app.wait_text("#tf-set-status", "4 trace(s) indexed in 3 file(s)")
+    assert "1 bad record" in app.text("#tf-set-status")
+    assert sorted(ids_in_table(app)) == ["other-000", "other-001", "other-002", "zz" + IMG]
+    steps = app.js("Array.from(document.querySelectorAll('#tf-table [data-row][data-col=\"1\"]'), (c) => c.innerText.trim())")
+    assert sorted(steps) == ["", "7", "7", "7"]  # the training step from a verl file name
+    assert "onerror" in app.text("#tf-table") and "8.jsonl:1" in app.text("#tf-problems")
+    app.assert_no_xss("trace set table")
     app.assert_clean()
