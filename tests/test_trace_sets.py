@@ -546,3 +546,19 @@ def test_cli_check_over_a_folder(tmp_path, engine_traces):
     assert out["traces"][:4] == one["traces"]
     glob_run = cli("check", str(d / "1.*"), "--no-tokens", "--json", env_cache=tmp_path / "c")
     assert glob_run.returncode == 0 and json.loads(glob_run.stdout)["traces"] == one["traces"]
+
+
+def test_shown_index_is_what_the_tab_lists(tmp_path, engine_traces):
+    """``shown_index`` (for the charts by training step): the set, or the uploaded file, or the samples."""
+    from ui import trace_files as tf
+    from ui.context import new_session
+
+    verl_layout(tmp_path / "run", engine_traces, steps=(5,), per_step=3)
+    ctx = _app_ctx(str(tmp_path / "run"))
+    sess = new_session(ctx)
+    assert tf.shown_index(sess).frame()["training_step"].tolist() == [5, 5, 5]
+    write_jsonl(variants(engine_traces, 2, "up", step=9), str(tmp_path / "up.jsonl"))
+    sess.set_spec = None
+    tf.load_file(ctx, sess, str(tmp_path / "up.jsonl"))
+    assert tf.shown_index(sess).frame()["id"].tolist() == ["up-00000", "up-00001"]
+    assert tf.shown_index(sess).frame()["training_step"].tolist() == [9, 9]

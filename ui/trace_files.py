@@ -294,6 +294,18 @@ def _view(session: Session) -> SetView:
     return session.set_view
 
 
+def shown_index(session: Session) -> TraceIndex:
+    """The index of what the tab lists (its ``frame()``: one row per trace, INDEX_COLUMNS, with
+    ``training_step``): the session's trace set, else the uploaded file's index, else an index
+    over the traces in memory (the samples)."""
+    if in_set_mode(session):
+        return session_set(session)[0]
+    ix = session.file_index
+    if ix is not None and len(ix) == len(session.file_traces):
+        return ix
+    return TraceIndex.of_traces([session.traces[x] for x in session.file_traces if x in session.traces])
+
+
 def set_matches(df: pd.DataFrame, reason: str | None, source: str | None, step: str | None, query: str | None) -> pd.DataFrame:
     """The index rows the filters keep: termination (its label or verl's code), source, training
     step, and a literal, case-insensitive search of the id and the preview."""
