@@ -10,6 +10,8 @@ record (or the problem that replaced it) with where it is, and :func:`trace_of` 
   tool's when asked), so this module never imports the importers;
 * :class:`TraceIndex`: one row per trace with its summary and location, each trace opened on
   demand by reading only its bytes (the Trace files tab lists it);
+  :class:`backend.trace.catalog.TraceSet` builds one over a folder or glob (cached on disk,
+  followed while written);
 * the writers: :func:`write_jsonl`, :func:`append_jsonl`, :func:`write_parquet`, :func:`write_lines`.
 
 The limits (file, line, traces per file, listed problems, tokens, Parquet values and text) are
