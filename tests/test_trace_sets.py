@@ -562,3 +562,20 @@ def test_shown_index_is_what_the_tab_lists(tmp_path, engine_traces):
     tf.load_file(ctx, sess, str(tmp_path / "up.jsonl"))
     assert tf.shown_index(sess).frame()["id"].tolist() == ["up-00000", "up-00001"]
     assert tf.shown_index(sess).frame()["training_step"].tolist() == [9, 9]
+
+
+def test_cache_prune_removes_entries_of_gone_files(tmp_path, engine_traces):
+    from backend.trace.catalog import prune_cache
+
+    d = tmp_path / "run"
+    verl_layout(d, engine_traces, steps=(1, 2), per_step=2)
+    cache = tmp_path / "cache"
+    TraceSet.open_set(str(d))
+    assert len(list(cache.iterdir())) == 2
+    os.remove(d / "2.jsonl")
+    (cache / "junk.parquet").write_bytes(b"not parquet")
+    old = cache / "x.parquet.123.tmp"
+    old.write_bytes(b"")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    assert prune_cache(str(cache)) == 3
+    assert len(list(cache.iterdir())) == 1 and TraceSet.open_set(str(d)).stats["hit"] == 1

@@ -155,6 +155,46 @@ def _cache_path(root: str, path: str) -> str:
     return os.path.join(root, key + ".parquet")
 
 
+CACHE_MAX_AGE_S = 30 * 86400  # an entry not rewritten for this long is removed
+_pruned: set[str] = set()  # cache folders pruned by this process
+
+
+def prune_cache(root: str, *, max_age_s: float = CACHE_MAX_AGE_S, limit: int = 10_000) -> int:
+    """Remove the cache entries of files that are gone, entries older than ``max_age_s``, and
+    temporary files left by a killed writer (the first ``limit`` entries looked at); returns how
+    many were removed. A damaged entry is removed too."""
+    import pyarrow.parquet as pq
+
+    removed = 0
+    now = time.time()
+    try:
+        names = sorted(os.listdir(root))[:limit]
+    except OSError:
+        return 0
+    for name in names:
+        p = os.path.join(root, name)
+        try:
+            st = os.stat(p)
+            if name.endswith(".tmp"):
+                stale = now - st.st_mtime > 3600
+            elif name.endswith(".parquet"):
+                stale = now - st.st_mtime > max_age_s
+                if not stale:
+                    meta = json.loads((pq.read_schema(p).metadata or {})[b"ali_index"])
+                    stale = not os.path.exists(meta["path"])
+            else:
+                continue
+        except Exception:  # noqa: BLE001 - a damaged entry
+            stale = True
+        if stale:
+            try:
+                os.remove(p)
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
 def _fingerprint(path: str, end: int) -> str:
     if end <= 0:
         return ""
@@ -542,6 +582,9 @@ class TraceSet(TraceIndex):
         st.cached_at, st.dirty = time.monotonic(), False
 
     def _save_dirty(self, force: bool) -> None:
+        if self.cache and self.cache not in _pruned and any(st.dirty for st in self.states):
+            _pruned.add(self.cache)  # once per process and folder, before its first write
+            prune_cache(self.cache)
         now = time.monotonic()
         for st in self.states:
             if st.dirty and (force or not st.cached_at or now - st.cached_at >= CACHE_EVERY_S):
