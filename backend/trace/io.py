@@ -10,6 +10,8 @@ record (or the problem that replaced it) with where it is, and :func:`trace_of` 
   tool's when asked), so this module never imports the importers;
 * :class:`TraceIndex`: one row per trace with its summary and location, each trace opened on
   demand by reading only its bytes (the Trace files tab lists it);
+  :class:`backend.trace.catalog.TraceSet` builds one over a folder or glob (cached on disk,
+  followed while written);
 * the writers: :func:`write_jsonl`, :func:`append_jsonl`, :func:`write_parquet`, :func:`write_lines`.
 
 The limits (file, line, traces per file, listed problems, tokens, Parquet values and text) are
@@ -21,10 +23,12 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import functools
 import gc
 import io
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -223,7 +227,7 @@ def iter_traces(src: Source, *, max_line_bytes: int | None = None) -> Iterator[t
 
 
 @contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
+def no_gc() -> Iterator[None]:
     """The cyclic GC paused: reading a file allocates many objects and frees none in cycles, and
     each collection would walk every trace read so far."""
     was = gc.isenabled()
@@ -237,7 +241,7 @@ def _no_gc() -> Iterator[None]:
 
 def collect(src: Source, res: LoadResult, unit: str, max_line_bytes: int | None = None) -> LoadResult:
     """Every trace of ``src`` into ``res`` (problems listed by ``unit``), up to the per-file limit."""
-    with _no_gc():
+    with no_gc():
         for n, _, item in iter_traces(src, max_line_bytes=max_line_bytes):
             if not res.take(n, item, unit):
                 break
@@ -366,11 +370,17 @@ def read_parquet_traces(path: str) -> LoadResult:
 # from the row number)
 SUMMARY_COLUMNS = [
     "id", "source", "turns", "tokens", "prompt_tokens", "response_tokens", "termination_reason", "errors",
-    "messages", "tools", "duration_s", "score", "preview",
+    "messages", "tools", "duration_s", "score", "preview", "training_step", "tool_errors", "parse_errors",
 ]
 INDEX_COLUMNS = [*SUMMARY_COLUMNS, "file", "line", "offset", "length"]
-_INT_COLUMNS = ("turns", "tokens", "prompt_tokens", "response_tokens", "errors", "messages", "tools", "file", "line", "offset", "length")
+_INT_COLUMNS = ("turns", "tokens", "prompt_tokens", "response_tokens", "errors", "messages", "tools", "tool_errors",
+                "parse_errors", "file", "line", "offset", "length")
 _FLOAT_COLUMNS = ("duration_s", "score")
+_NULLABLE_INT_COLUMNS = ("training_step",)  # pandas "Int64": missing is <NA>
+# where a trace's training step is read: its metadata (the first of these keys holding an
+# integer), else a verl dump's file name (``trainer.rollout_data_dir/<step>.jsonl``)
+STEP_KEYS = ("training_step", "global_step", "step")
+_STEP_FILE = re.compile(r"^(\d{1,12})\.(?:jsonl|json|parquet)$")
 PREVIEW_CHARS = 200  # of the first user message, whitespace collapsed
 
 
@@ -395,8 +405,37 @@ def _score(meta: Any) -> float | None:
     return None
 
 
+def training_step_of(meta: Any) -> int | None:
+    """The training step a trace's metadata names (:data:`STEP_KEYS`: an integer, or a string
+    of digits), or None."""
+    if isinstance(meta, dict):
+        for k in STEP_KEYS:
+            v = meta.get(k)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+            if isinstance(v, str) and v.strip().isdigit() and len(v.strip()) <= 12:
+                return int(v)
+    return None
+
+
+def step_of_path(path: str | None) -> int | None:
+    """The training step a verl dump's file name gives (``.../12.jsonl`` → 12), or None."""
+    if not path:
+        return None
+    m = _STEP_FILE.match(os.path.basename(path))
+    return int(m.group(1)) if m else None
+
+
 def summary_of_trace(t: Trace) -> dict[str, Any]:
-    """The index row of a trace (its :data:`SUMMARY_COLUMNS`)."""
+    """The index row of a trace (its :data:`SUMMARY_COLUMNS`). ``training_step`` is the
+    metadata's (:func:`training_step_of`); an index fills it from a verl dump's file name
+    (:func:`step_of_path`) where the metadata has none. ``errors`` counts parse errors of severity
+    error, step errors and failed tool results; ``tool_errors`` the failed tool results and the
+    errors of tool steps; ``parse_errors`` the parse errors of severity error."""
+    tool_errors = parse_errors = 0
+    for s in t.steps:
+        parse_errors += sum(1 for e in s.parse_errors if e.severity == "error")
+        tool_errors += sum(1 for r in s.tool_results if not r.ok) + (1 if s.error and s.state == StepState.PROCESSING_TOOLS else 0)
     return {
         "id": t.id,
         "source": t.metadata.get("source") if isinstance(t.metadata.get("source"), str) else None,
@@ -411,6 +450,9 @@ def summary_of_trace(t: Trace) -> dict[str, Any]:
         "duration_s": _number(t.metadata.get("duration_s")),
         "score": _score(t.metadata),
         "preview": _preview(t.messages),
+        "training_step": training_step_of(t.metadata),
+        "tool_errors": tool_errors,
+        "parse_errors": parse_errors,
     }
 
 
@@ -418,14 +460,17 @@ def summary_of_record(d: dict[str, Any], counts: dict[str, int] | None = None) -
     """:func:`summary_of_trace` of a parsed record, without validating it (``counts``: the token
     lists' lengths when the lists were not parsed). Raises TypeError / AttributeError / ValueError
     on a record of the wrong shape (it is then converted in full, for its reason)."""
-    turns = errors = 0
+    turns = errors = tool_errors = parse_errors = 0
     for s in d.get("steps") or ():
-        if s.get("state") == StepState.GENERATING:
+        state = s.get("state")
+        if state == StepState.GENERATING:
             turns += 1
         for e in s.get("parse_errors") or ():  # warnings (a repaired call) are not errors
-            errors += e.get("severity", "error") == "error"
-        errors += bool(s.get("error"))
-        errors += sum(r.get("ok") is False for r in s.get("tool_results") or ())
+            parse_errors += e.get("severity", "error") == "error"
+        failed = sum(r.get("ok") is False for r in s.get("tool_results") or ())
+        tool_errors += failed + (bool(s.get("error")) and state == StepState.PROCESSING_TOOLS)
+        errors += bool(s.get("error")) + failed
+    errors += parse_errors
     msgs = d.get("messages") or []
     if not turns:
         turns = sum(1 for m in msgs if m.get("role") == "assistant")
@@ -437,11 +482,30 @@ def summary_of_record(d: dict[str, Any], counts: dict[str, int] | None = None) -
         "id": str(d["id"]), "source": src if isinstance(src, str) else None, "turns": turns, "tokens": p + r,
         "prompt_tokens": p, "response_tokens": r, "termination_reason": d.get("termination_reason"), "errors": errors,
         "messages": len(msgs), "tools": len(d.get("tools") or ()), "duration_s": _number(meta.get("duration_s")),
-        "score": _score(meta), "preview": _preview(msgs),
+        "score": _score(meta), "preview": _preview(msgs), "training_step": training_step_of(meta),
+        "tool_errors": tool_errors, "parse_errors": parse_errors,
     }
 
 
 _ID_KEYS = (b'"prompt_ids":[', b'"response_ids":[', b'"response_mask":[')
+
+try:  # a faster parser for the index's light parse where installed (gradio depends on it)
+    import orjson as _orjson
+except ImportError:  # pragma: no cover
+    _orjson = None
+
+
+def _loads(raw: bytes | str) -> Any:
+    """``json.loads``, through orjson first where it is installed. orjson accepts a subset of what
+    ``json`` does (no NaN, no lone surrogates, no integers past 64 bits, strict UTF-8) and parses
+    it to the same values; whatever it refuses is parsed by ``json``, so the verdict and values
+    are ``json.loads``'s."""
+    if _orjson is not None:
+        try:
+            return _orjson.loads(raw)
+        except (ValueError, TypeError):  # orjson.JSONDecodeError is a ValueError
+            pass
+    return json.loads(raw)
 
 
 def _loads_light(raw: bytes) -> tuple[Any, dict[str, int] | None]:
@@ -452,33 +516,33 @@ def _loads_light(raw: bytes) -> tuple[Any, dict[str, int] | None]:
     spans: list[tuple[int, int, str]] = []
     for key in _ID_KEYS:
         if raw.count(key) != 1:
-            return json.loads(raw), None
+            return _loads(raw), None
         a = raw.find(key) + len(key)
         b = raw.find(b"]", a)
         if b < 0:
-            return json.loads(raw), None
+            return _loads(raw), None
         spans.append((a, b, key[1:-3].decode()))
     spans.sort()
     parts = []
     pos = 0
     for a, b, _ in spans:
         if a < pos:
-            return json.loads(raw), None
+            return _loads(raw), None
         parts.append(raw[pos:a])
         pos = b
     parts.append(raw[pos:])
-    d = json.loads(b"".join(parts))
+    d = _loads(b"".join(parts))
     if not isinstance(d, dict):
         return d, None
     counts: dict[str, int] = {}
     for a, b, name in spans:
         if d.get(name) != []:
-            return json.loads(raw), None
+            return _loads(raw), None
         counts[name] = raw.count(b",", a, b) + 1 if raw[a:b].strip() else 0
     return d, counts
 
 
-def _summary_of_line(lineno: int, raw: bytes) -> dict[str, Any] | LoadProblem:
+def summary_of_line(lineno: int, raw: bytes) -> dict[str, Any] | LoadProblem:
     """The summary of a JSONL line, parsed lightly; where the light parse is not sure the line is
     a trace, the line is converted in full (:func:`trace_of`), so a refused line has the reason
     :func:`backend.importers.load_any` gives."""
@@ -507,6 +571,11 @@ class IndexedFile:
     problems: ProblemList = field(default_factory=ProblemList)
     formats: dict[str, int] = field(default_factory=dict)  # an import: traces of each source format
     held: list[Trace] | None = None  # kind memory: the traces, by the position in ``where``
+
+    @functools.cached_property
+    def step(self) -> int | None:
+        """The training step its name gives (:func:`step_of_path`)."""
+        return step_of_path(self.path)
 
 
 class TraceIndex:
@@ -565,6 +634,8 @@ class TraceIndex:
 
     def _row(self, summary: dict[str, Any], file: int, line: int, offset: int, length: int, trace: Trace | None = None) -> None:
         cols = self.cols
+        if summary["training_step"] is None:  # a verl dump's <step>.jsonl
+            summary["training_step"] = self.files[file].step
         for c in SUMMARY_COLUMNS:
             cols[c].append(summary[c])
         cols["file"].append(file)
@@ -586,7 +657,7 @@ class TraceIndex:
         k = len(self.files)
         self.files.append(f)
         rows, cap = 0, max_traces_per_file()
-        with _no_gc():
+        with no_gc():
             for n, where, item in self._scan(src, validate):
                 if rows >= cap:  # as LoadResult.take: the record after the last trace read says so
                     f.problems.append(not_read(n, src.unit, cap), force=True)
@@ -611,7 +682,7 @@ class TraceIndex:
         else:
             with open(src.path, "rb") as fh:
                 for lineno, off, n, raw in read_lines(fh):
-                    yield lineno, (off, n), raw if isinstance(raw, LoadProblem) else _summary_of_line(lineno, raw)
+                    yield lineno, (off, n), raw if isinstance(raw, LoadProblem) else summary_of_line(lineno, raw)
 
     # -- reading
     def __len__(self) -> int:
@@ -660,6 +731,8 @@ class TraceIndex:
             v = self.cols[c]
             if c in _INT_COLUMNS:
                 data[c] = pd.Series(v, dtype="int64")
+            elif c in _NULLABLE_INT_COLUMNS:
+                data[c] = pd.Series(v, dtype="Int64")
             elif c in _FLOAT_COLUMNS:
                 data[c] = pd.Series([float("nan") if x is None else x for x in v], dtype="float64")
             else:
@@ -689,7 +762,7 @@ class TraceIndex:
             assert f.held is not None
             return f.held[off]
         if f.kind == PARQUET:
-            return trace_of_row(n, _parquet_row(f.path, n))  # type: ignore[arg-type]
+            return trace_of_row(n, parquet_row_at(f.path, n))  # type: ignore[arg-type]
         with open(f.path, "rb") as fh:  # type: ignore[arg-type]
             fh.seek(off)
             raw = fh.read(length)
@@ -705,26 +778,35 @@ class TraceIndex:
         return item
 
 
+def summary_of_parquet_row(n: int, row: Any, counts: dict[str, int] | None = None) -> dict[str, Any] | None:
+    """The summary of a row of our Parquet layout from its JSON columns, without validating
+    (``counts``: the token lists' lengths, when the row holds no lists), or None when it cannot be
+    summarised so (the row is then converted in full, for its reason)."""
+    try:
+        d = {c: _loads(row[c]) if row.get(c) is not None else None for c in ("steps", "messages", "tools", "metadata")}
+        d["id"] = row["id"]  # a missing id is found when the row is opened, with its reason
+        d["termination_reason"] = row.get("termination_reason")
+        s = summary_of_record(d, counts or {k: len(row.get(k) or ()) for k in ("prompt_ids", "response_ids")})
+        if row.get("source") is not None:
+            s["source"] = row["source"]
+        return s
+    except (ValueError, TypeError, AttributeError, KeyError, RecursionError):
+        return None
+
+
 def _summary_of_row(n: int, row: Any) -> dict[str, Any] | LoadProblem:
     """The summary of a row of our Parquet layout, from its JSON columns without validating; a
     row that cannot be summarised is converted in full (:func:`trace_of_row`), for its reason."""
     if isinstance(row, LoadProblem):
         return row
-    try:
-        d = {c: json.loads(row[c]) if row.get(c) is not None else None for c in ("steps", "messages", "tools", "metadata")}
-        d["id"] = row["id"]  # a missing id is found when the row is opened, with its reason
-        d["termination_reason"] = row.get("termination_reason")
-        s = summary_of_record(d, {k: len(row.get(k) or ()) for k in ("prompt_ids", "response_ids")})
-        if row.get("source") is not None:
-            s["source"] = row["source"]
+    s = summary_of_parquet_row(n, row)
+    if s is not None:
         return s
-    except (ValueError, TypeError, AttributeError, KeyError, RecursionError):
-        pass
     item = trace_of_row(n, row)
     return item if isinstance(item, LoadProblem) else summary_of_trace(item)
 
 
-def _parquet_row(path: str, n: int) -> Any:
+def parquet_row_at(path: str, n: int) -> Any:
     """Row ``n`` (1-based) of a Parquet file: its row group is found from the footer and only that
     group is read."""
     pf = open_parquet(path)
