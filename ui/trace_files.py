@@ -16,7 +16,7 @@ import pandas as pd
 from backend.labels import trace_termination_label
 from backend.trace import Trace, TraceIndex
 from backend.trace.io import summary_of_trace
-from ui import charts
+from ui import charts, run_charts
 from ui.context import AppContext, Session, short_error
 
 # "termination": the end state in words with verl's code beside it (backend.labels); "preview":
@@ -46,6 +46,7 @@ class TraceFilesUI:
     import_fmt: gr.Dropdown
     import_tok: gr.Dropdown
     count: gr.HTML | None = None  # "3 of 7 shown"
+    run: run_charts.RunChartsUI | None = None  # charts by training step (ui/run_charts.py)
 
 
 def _source(t: Trace) -> str:
@@ -271,8 +272,11 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
         export_btn = gr.Button("Export filtered", elem_id="tf-export", scale=1)
         export_file = gr.File(label="Exported file", interactive=False, elem_id="tf-export-file", height=90, scale=2, visible=False)
     dist = gr.Plot(label="Distributions", show_label=False, elem_id="tf-dist")
+    # ---- charts by training step and the two-step comparison (ui/run_charts.py) ----
+    run = run_charts.build(ctx)
+    # ----
     return TraceFilesUI(upload, status, problems, reason_dd, source_dd, search, table, dist, export_fmt, export_btn, export_file,
-                        import_fmt, import_tok, count)
+                        import_fmt, import_tok, count, run)
 
 
 def table_outputs(session: Session, reason: str | None = ALL, source: str | None = ALL, query: str | None = "") -> list[Any]:
@@ -344,5 +348,9 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
         # whatever filled the table (page load, upload, filters, search) also sets the count, so
         # no handler's outputs (and no API output list) change for it
         ui.table.change(match_count, [session, ui.table], [ui.count], queue=False, api_visibility="private")
+    # ---- charts by training step (ui/run_charts.py): redrawn when the table's trace set changes ----
+    if ui.run is not None:
+        run_charts.wire(ui.run, session, [ui.table])
+    # ----
     ui.export_btn.click(lambda sess, df, fmt: gr.update(value=export_filtered(sess, df, fmt), visible=True),
                         [session, ui.table, ui.export_fmt], [ui.export_file])
