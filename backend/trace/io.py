@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import functools
 import gc
 import io
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -366,11 +368,17 @@ def read_parquet_traces(path: str) -> LoadResult:
 # from the row number)
 SUMMARY_COLUMNS = [
     "id", "source", "turns", "tokens", "prompt_tokens", "response_tokens", "termination_reason", "errors",
-    "messages", "tools", "duration_s", "score", "preview",
+    "messages", "tools", "duration_s", "score", "preview", "training_step", "tool_errors", "parse_errors",
 ]
 INDEX_COLUMNS = [*SUMMARY_COLUMNS, "file", "line", "offset", "length"]
-_INT_COLUMNS = ("turns", "tokens", "prompt_tokens", "response_tokens", "errors", "messages", "tools", "file", "line", "offset", "length")
+_INT_COLUMNS = ("turns", "tokens", "prompt_tokens", "response_tokens", "errors", "messages", "tools", "tool_errors",
+                "parse_errors", "file", "line", "offset", "length")
 _FLOAT_COLUMNS = ("duration_s", "score")
+_NULLABLE_INT_COLUMNS = ("training_step",)  # pandas "Int64": missing is <NA>
+# where a trace's training step is read: its metadata (the first of these keys holding an
+# integer), else a verl dump's file name (``trainer.rollout_data_dir/<step>.jsonl``)
+STEP_KEYS = ("training_step", "global_step", "step")
+_STEP_FILE = re.compile(r"^(\d{1,12})\.(?:jsonl|json|parquet)$")
 PREVIEW_CHARS = 200  # of the first user message, whitespace collapsed
 
 
@@ -395,8 +403,37 @@ def _score(meta: Any) -> float | None:
     return None
 
 
+def training_step_of(meta: Any) -> int | None:
+    """The training step a trace's metadata names (:data:`STEP_KEYS`: an integer, or a string
+    of digits), or None."""
+    if isinstance(meta, dict):
+        for k in STEP_KEYS:
+            v = meta.get(k)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+            if isinstance(v, str) and v.strip().isdigit() and len(v.strip()) <= 12:
+                return int(v)
+    return None
+
+
+def step_of_path(path: str | None) -> int | None:
+    """The training step a verl dump's file name gives (``.../12.jsonl`` → 12), or None."""
+    if not path:
+        return None
+    m = _STEP_FILE.match(os.path.basename(path))
+    return int(m.group(1)) if m else None
+
+
 def summary_of_trace(t: Trace) -> dict[str, Any]:
-    """The index row of a trace (its :data:`SUMMARY_COLUMNS`)."""
+    """The index row of a trace (its :data:`SUMMARY_COLUMNS`). ``training_step`` is the
+    metadata's (:func:`training_step_of`); an index fills it from a verl dump's file name
+    (:func:`step_of_path`) where the metadata has none. ``errors`` counts parse errors of severity
+    error, step errors and failed tool results; ``tool_errors`` the failed tool results and the
+    errors of tool steps; ``parse_errors`` the parse errors of severity error."""
+    tool_errors = parse_errors = 0
+    for s in t.steps:
+        parse_errors += sum(1 for e in s.parse_errors if e.severity == "error")
+        tool_errors += sum(1 for r in s.tool_results if not r.ok) + (1 if s.error and s.state == StepState.PROCESSING_TOOLS else 0)
     return {
         "id": t.id,
         "source": t.metadata.get("source") if isinstance(t.metadata.get("source"), str) else None,
@@ -411,6 +448,9 @@ def summary_of_trace(t: Trace) -> dict[str, Any]:
         "duration_s": _number(t.metadata.get("duration_s")),
         "score": _score(t.metadata),
         "preview": _preview(t.messages),
+        "training_step": training_step_of(t.metadata),
+        "tool_errors": tool_errors,
+        "parse_errors": parse_errors,
     }
 
 
@@ -418,14 +458,17 @@ def summary_of_record(d: dict[str, Any], counts: dict[str, int] | None = None) -
     """:func:`summary_of_trace` of a parsed record, without validating it (``counts``: the token
     lists' lengths when the lists were not parsed). Raises TypeError / AttributeError / ValueError
     on a record of the wrong shape (it is then converted in full, for its reason)."""
-    turns = errors = 0
+    turns = errors = tool_errors = parse_errors = 0
     for s in d.get("steps") or ():
-        if s.get("state") == StepState.GENERATING:
+        state = s.get("state")
+        if state == StepState.GENERATING:
             turns += 1
         for e in s.get("parse_errors") or ():  # warnings (a repaired call) are not errors
-            errors += e.get("severity", "error") == "error"
-        errors += bool(s.get("error"))
-        errors += sum(r.get("ok") is False for r in s.get("tool_results") or ())
+            parse_errors += e.get("severity", "error") == "error"
+        failed = sum(r.get("ok") is False for r in s.get("tool_results") or ())
+        tool_errors += failed + (bool(s.get("error")) and state == StepState.PROCESSING_TOOLS)
+        errors += bool(s.get("error")) + failed
+    errors += parse_errors
     msgs = d.get("messages") or []
     if not turns:
         turns = sum(1 for m in msgs if m.get("role") == "assistant")
@@ -437,7 +480,8 @@ def summary_of_record(d: dict[str, Any], counts: dict[str, int] | None = None) -
         "id": str(d["id"]), "source": src if isinstance(src, str) else None, "turns": turns, "tokens": p + r,
         "prompt_tokens": p, "response_tokens": r, "termination_reason": d.get("termination_reason"), "errors": errors,
         "messages": len(msgs), "tools": len(d.get("tools") or ()), "duration_s": _number(meta.get("duration_s")),
-        "score": _score(meta), "preview": _preview(msgs),
+        "score": _score(meta), "preview": _preview(msgs), "training_step": training_step_of(meta),
+        "tool_errors": tool_errors, "parse_errors": parse_errors,
     }
 
 
@@ -508,6 +552,11 @@ class IndexedFile:
     formats: dict[str, int] = field(default_factory=dict)  # an import: traces of each source format
     held: list[Trace] | None = None  # kind memory: the traces, by the position in ``where``
 
+    @functools.cached_property
+    def step(self) -> int | None:
+        """The training step its name gives (:func:`step_of_path`)."""
+        return step_of_path(self.path)
+
 
 class TraceIndex:
     """One row per trace over a list of files: its summary (:data:`SUMMARY_COLUMNS`) and where it
@@ -565,6 +614,8 @@ class TraceIndex:
 
     def _row(self, summary: dict[str, Any], file: int, line: int, offset: int, length: int, trace: Trace | None = None) -> None:
         cols = self.cols
+        if summary["training_step"] is None:  # a verl dump's <step>.jsonl
+            summary["training_step"] = self.files[file].step
         for c in SUMMARY_COLUMNS:
             cols[c].append(summary[c])
         cols["file"].append(file)
@@ -660,6 +711,8 @@ class TraceIndex:
             v = self.cols[c]
             if c in _INT_COLUMNS:
                 data[c] = pd.Series(v, dtype="int64")
+            elif c in _NULLABLE_INT_COLUMNS:
+                data[c] = pd.Series(v, dtype="Int64")
             elif c in _FLOAT_COLUMNS:
                 data[c] = pd.Series([float("nan") if x is None else x for x in v], dtype="float64")
             else:
