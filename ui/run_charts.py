@@ -162,13 +162,15 @@ def by_group(g: Grouped) -> pd.DataFrame:
     gb = f.groupby("group", observed=False, sort=True)
     out = pd.DataFrame(index=pd.Index(g.order, name="group"))
     out["n"] = gb.size().reindex(g.order).astype("int64")
+    if f.empty:
+        return out
     for col, pre in (("response_tokens", "resp"), ("turns", "turns")):
         q = gb[col].quantile([0.25, 0.5, 0.75]).unstack()
         out[f"{pre}_p25"], out[f"{pre}_median"], out[f"{pre}_p75"] = q[0.25], q[0.5], q[0.75]
         out[f"{pre}_mean"] = gb[col].mean()
     for col, pre in (("tool_errors", "tool"), ("parse_errors", "parse")):
         known = f[col].notna()
-        hit = (f[col] > 0).where(known)
+        hit = (f[col] > 0).astype("float64").where(known)
         out[f"{pre}_error_rate"] = hit.groupby(f["group"], observed=False).mean() * 100
         out[f"{pre}_errors_mean"] = gb[col].mean()
     out["score_n"] = gb["score"].count().astype("int64")
@@ -391,7 +393,7 @@ def _key(session: Any) -> str:
     return f"{id(ix)}:{len(ix) if ix is not None else -1}:{len(session.file_traces)}:{session.file_name}"
 
 
-def _note_html(text: str, kind: str = "info") -> str:
+def note_html(text: str, kind: str = "info") -> str:
     return f'<div class="ali-{kind}">{html.escape(text)}</div>' if text else ""
 
 
@@ -421,15 +423,15 @@ def refresh(session: Any) -> tuple[list[Any], str]:
     g = group_frame(df, files)
     a, b = default_pair(g.order)
     fig, table, why = compare(g, a, b)
-    return [_note_html(g.note), steps_figure(g), gr.update(choices=g.order, value=a), gr.update(choices=g.order, value=b),
-            _note_html(why, "warn"), fig, table], _key(session)
+    return [note_html(g.note), steps_figure(g), gr.update(choices=g.order, value=a), gr.update(choices=g.order, value=b),
+            note_html(why, "warn"), fig, table], _key(session)
 
 
 def on_compare(session: Any, a: str | None, b: str | None) -> list[Any]:
     """[compare note, compare figure, table] for steps ``a`` and ``b`` of the current set."""
     df, files = session_frame(session)
     fig, table, why = compare(group_frame(df, files), a, b)
-    return [_note_html(why, "warn"), fig, table]
+    return [note_html(why, "warn"), fig, table]
 
 
 def wire(ui: RunChartsUI, session: Any, triggers: list[Any]) -> None:
