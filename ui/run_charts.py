@@ -304,7 +304,7 @@ def compare(g: Grouped, a: str | None, b: str | None) -> tuple[go.Figure, pd.Dat
         centres, ha, hb, width = _hist(va, vb, integer)
         fig.add_bar(x=centres, y=ha, name=name_a, marker_color=COLOR_A, legendgroup="A", showlegend=col == 1, row=1, col=col,
                     hovertemplate="%{x}: %{y:.1f}% of A<extra></extra>")
-        fig.add_bar(x=centres, y=hb, name=name_b, marker_color=COLOR_B, legendgroup="B", showlegend=False, row=1, col=col,
+        fig.add_bar(x=centres, y=hb, name=name_b, marker_color=COLOR_B, legendgroup="B", showlegend=col == 1, row=1, col=col,
                     hovertemplate="%{x}: %{y:.1f}% of B<extra></extra>")
     shares = termination_shares(Grouped(pd.concat([fa, fb]), [a, b] if a != b else [a], g.by, ""))
     labels = list(shares.columns)
