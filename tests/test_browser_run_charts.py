@@ -137,8 +137,10 @@ def test_run_charts_dark_theme_and_escaped_text(dark_app, shots, tmp_path):  # n
     app.assert_no_xss("run charts")
     # dark theme: the charts' titles, ticks and legend take the dark page's chart text colour
     fills = app.js("""() => Array.from(document.querySelectorAll(
-        '#rc-steps .g-gtitle text, #rc-steps .xtick text, #rc-steps .legend text, #rc-steps .annotation text'),
+        '#rc-steps .main-svg :is([class$="tick"], [class^="g-"][class$="title"], .legend, .annotation) text, '
+        + '#rc-compare .main-svg :is([class$="tick"], [class^="g-"][class$="title"], .legend, .annotation) text'),
         (t) => getComputedStyle(t).fill)""")
-    assert fills and set(fills) == {"rgb(229, 231, 235)"}, set(fills)
+    # every subplot's ticks and axis titles too (.x2tick, .g-x3title), not only the first axis'
+    assert len(fills) > 40 and set(fills) == {"rgb(229, 231, 235)"}, set(fills)
     app.shot(shots, "run_charts_dark")
     app.assert_clean()

@@ -271,8 +271,8 @@ def _hist(a: np.ndarray, b: np.ndarray, integer: bool) -> tuple[np.ndarray, np.n
     lo, hi = float(both.min()), float(both.max())
     if integer and hi - lo <= 60:
         edges = np.arange(lo - 0.5, hi + 1.5)
-    else:
-        edges = np.linspace(lo, hi if hi > lo else lo + 1, 31)
+    else:  # the square-root rule, 5 to 30 bins
+        edges = np.linspace(lo, hi if hi > lo else lo + 1, min(30, max(5, int(np.sqrt(len(both))))) + 1)
     ha = np.histogram(a, edges)[0] / max(len(a), 1) * 100
     hb = np.histogram(b, edges)[0] / max(len(b), 1) * 100
     return (edges[:-1] + edges[1:]) / 2, ha, hb, float(edges[1] - edges[0])
@@ -338,8 +338,15 @@ def _measures(f: pd.DataFrame, labels: list[str]) -> dict[str, float]:
     m[M_SCORE_STD] = s.std() if len(s) > 1 else np.nan
     counts = f["termination"].value_counts()
     for lab in labels:
-        m[TERM_PREFIX + lab] = counts.get(lab, 0) / n * 100 if n else np.nan
+        key, k = TERM_PREFIX + _short(lab), 2
+        while key in m:  # two long labels that start alike
+            key, k = f"{TERM_PREFIX}{_short(lab)} ({k})", k + 1
+        m[key] = counts.get(lab, 0) / n * 100 if n else np.nan
     return m
+
+
+def _short(label: str, limit: int = 60) -> str:
+    return label if len(label) <= limit else label[: limit - 1] + "…"
 
 
 def compare_table(fa: pd.DataFrame, fb: pd.DataFrame, labels: list[str]) -> pd.DataFrame:
