@@ -113,12 +113,13 @@ def group_frame(df: pd.DataFrame, file_names: list[str | None] | None = None) ->
         "termination": termination_labels(df["termination_reason"] if "termination_reason" in df.columns else pd.Series([None] * n)),
     }, index=df.index)
     if has.any():
-        ints = steps[has].astype("int64")
-        values = sorted(ints.unique().tolist())
-        order = [str(v) for v in values] + ([NO_STEP] if not has.all() else [])
-        labels = pd.Series(NO_STEP, index=df.index, dtype=object)
-        labels[has] = ints.astype(str)
-        missing = int((~has).sum())
+        mask = has.to_numpy()
+        values, inverse = np.unique(steps.to_numpy()[mask].astype("int64"), return_inverse=True)
+        order = [str(v) for v in values.tolist()] + ([NO_STEP] if not mask.all() else [])
+        codes = np.full(n, len(values), dtype="int64")  # "no step" last
+        codes[mask] = inverse
+        labels = pd.Categorical.from_codes(codes, categories=order, ordered=True)
+        missing = int((~mask).sum())
         note = f"{n} trace(s) in {len(values)} training step(s)"
         if missing:
             note += f"; {missing} without a step form the group “{NO_STEP}”"
@@ -141,15 +142,15 @@ def group_frame(df: pd.DataFrame, file_names: list[str | None] | None = None) ->
             order = [ALL_TRACES] if n else []
             note = f"{n} trace(s); {why}: shown as one group" if n else "no traces in this set"
             by = "all"
-    work["group"] = pd.Categorical(labels, categories=order, ordered=True)
+    work["group"] = labels if isinstance(labels, pd.Categorical) else pd.Categorical(labels, categories=order, ordered=True)
     return Grouped(work, order, by, note)
 
 
 def termination_labels(codes: pd.Series) -> pd.Series:
     """:func:`backend.labels.termination_label` of each code (computed once per distinct code)."""
-    codes = codes.astype(object).where(codes.notna(), None)
-    uniq = {c: termination_label(c) for c in pd.unique(codes)}
-    return codes.map(uniq).astype(object)
+    idx, uniques = pd.factorize(codes, use_na_sentinel=True)
+    words = np.array([termination_label(str(c)) for c in uniques] + [termination_label(None)], dtype=object)
+    return pd.Series(words[idx], index=codes.index, dtype=object)  # -1 (missing): the last entry
 
 
 def by_group(g: Grouped) -> pd.DataFrame:
@@ -159,24 +160,27 @@ def by_group(g: Grouped) -> pd.DataFrame:
     ``tool_errors_mean`` / ``parse_errors_mean``; ``score_n``, ``score_mean``, ``score_std``
     (sample standard deviation, NaN for fewer than two scores)."""
     f = g.frame
-    gb = f.groupby("group", observed=False, sort=True)
-    out = pd.DataFrame(index=pd.Index(g.order, name="group"))
-    out["n"] = gb.size().reindex(g.order).astype("int64")
+    idx = pd.Index(g.order, name="group")
     if f.empty:
-        return out
-    for col, pre in (("response_tokens", "resp"), ("turns", "turns")):
-        q = gb[col].quantile([0.25, 0.5, 0.75]).unstack()
-        out[f"{pre}_p25"], out[f"{pre}_median"], out[f"{pre}_p75"] = q[0.25], q[0.5], q[0.75]
-        out[f"{pre}_mean"] = gb[col].mean()
+        return pd.DataFrame({"n": np.zeros(len(g.order), dtype="int64")}, index=idx)
+    work = f[["group", "response_tokens", "turns", "tool_errors", "parse_errors", "score"]].copy()
     for col, pre in (("tool_errors", "tool"), ("parse_errors", "parse")):
-        known = f[col].notna()
-        hit = (f[col] > 0).astype("float64").where(known)
-        out[f"{pre}_error_rate"] = hit.groupby(f["group"], observed=False).mean() * 100
-        out[f"{pre}_errors_mean"] = gb[col].mean()
-    out["score_n"] = gb["score"].count().astype("int64")
-    out["score_mean"] = gb["score"].mean()
-    out["score_std"] = gb["score"].std()
-    return out
+        work[f"{pre}_hit"] = (f[col] > 0).astype("float64").where(f[col].notna()) * 100
+    gb = work.groupby("group", observed=False, sort=True)
+    q = gb[["response_tokens", "turns"]].quantile([0.25, 0.5, 0.75])  # rows: (group, q), in group order
+    mean = gb.mean()
+    cols: dict[str, Any] = {"n": gb.size().to_numpy().astype("int64")}
+    for col, pre in (("response_tokens", "resp"), ("turns", "turns")):
+        v = q[col].to_numpy().reshape(len(g.order), 3)
+        cols[f"{pre}_p25"], cols[f"{pre}_median"], cols[f"{pre}_p75"] = v[:, 0], v[:, 1], v[:, 2]
+        cols[f"{pre}_mean"] = mean[col].to_numpy()
+    for col, pre in (("tool_errors", "tool"), ("parse_errors", "parse")):
+        cols[f"{pre}_error_rate"] = mean[f"{pre}_hit"].to_numpy()
+        cols[f"{pre}_errors_mean"] = mean[col].to_numpy()
+    cols["score_n"] = gb["score"].count().to_numpy().astype("int64")
+    cols["score_mean"] = mean["score"].to_numpy()
+    cols["score_std"] = gb["score"].std().to_numpy()
+    return pd.DataFrame(cols, index=idx)
 
 
 def termination_shares(g: Grouped) -> pd.DataFrame:
@@ -184,7 +188,10 @@ def termination_shares(g: Grouped) -> pd.DataFrame:
     f = g.frame
     if f.empty:
         return pd.DataFrame(index=pd.Index(g.order, name="group"))
-    counts = pd.crosstab(f["group"], f["termination"]).reindex(g.order, fill_value=0)
+    counts = f.groupby(["group", "termination"], observed=True).size().unstack(fill_value=0)
+    counts = counts.reindex(pd.CategoricalIndex(g.order, categories=g.order, ordered=True), fill_value=0)
+    counts.index = pd.Index(g.order, name="group")
+    counts.columns = pd.Index(list(counts.columns), dtype=object)
     total = counts.sum(axis=1).replace(0, np.nan)
     shares = counts.div(total, axis=0) * 100
     return shares[counts.sum(axis=0).sort_values(ascending=False, kind="stable").index]
