@@ -87,6 +87,9 @@ OPTIONS: list[tuple[tuple[str, ...], str, str, Any, str, dict[str, Any]]] = [
     (("--max-upload-mb",), "ALI_MAX_UPLOAD_MB", "float", 200.0,
      "largest upload accepted; bigger ones are refused before they are stored", {"type": float}),
     (("--no-model",), "ALI_NO_MODEL", "flag", None, "no model backend: explore traces (and scripted runs) only", {"action": "store_true"}),
+    (("--traces",), "ALI_TRACES", "str", None,
+     "folder or glob of JSONL / Parquet trace files (a training run's rollouts): indexed (cached on disk), listed by the "
+     "Trace files tab and followed while they are written", {}),
     (("--sample-dir",), "ALI_SAMPLE_DIR", "str", None, "folder of *.jsonl traces to load at start (default: sample_traces/)", {}),
 ]
 PUBLIC_RUN_TIMEOUT_S = 300.0
@@ -208,7 +211,23 @@ def build_context(args: argparse.Namespace):
         sample_problems=problems,
         max_upload_bytes=int(args.max_upload_mb * (1 << 20)),
         trust=trust_policy(args, model_tokenizer=own),
+        traces=_trace_set_spec(args.traces),
     )
+
+
+def _trace_set_spec(spec: str | None) -> str | None:
+    """``--traces`` checked at start (a folder or glob that names nothing there is refused now,
+    not at the first page view); an empty folder is fine: a run may not have written yet."""
+    if not spec:
+        return None
+    from backend.trace import TraceFileError
+    from backend.trace.catalog import resolve
+
+    try:
+        resolve(spec)
+    except TraceFileError as e:
+        raise SystemExit(f"--traces: {e}") from None
+    return spec
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -223,6 +242,10 @@ def main(argv: list[str] | None = None) -> None:
     # kill what is left, remove temp files, exit (bounded: ALI_SHUTDOWN_TIMEOUT_S)
     lifecycle.install_app(ctx.model.close)
     ctx.warm_up()  # load the samples' tokenizers in the background: the first page view is fast
+    if ctx.traces:  # index the trace set in the background (from the cache when the files are unchanged)
+        import threading
+
+        threading.Thread(target=ctx.trace_sets.get, args=(ctx.traces,), name="ali-trace-set", daemon=True).start()
     demo = ui.build_app(ctx)
     lifecycle.register_server_stop(demo.close)
     t = ctx.trust

@@ -116,3 +116,360 @@ def test_training_step_from_a_verl_dump_file_name(tmp_path, engine_traces):
     df = TraceIndex.build([str(tmp_path / "17.jsonl"), str(tmp_path / "run-17.jsonl"), str(tmp_path / "18.parquet")]).df
     assert df["training_step"].tolist()[:2] == [17, 99]
     assert df["training_step"].isna().tolist()[2] and df["training_step"].tolist()[3] == 18
+
+
+# ---- trace sets: a folder indexed -----------------------------------------------------------------
+
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from backend.trace.catalog import TraceSet, resolve  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    """Each test its own index cache folder."""
+    monkeypatch.setenv("ALI_TRACE_INDEX_CACHE", str(tmp_path / "cache"))
+
+
+def variants(engine_traces, n: int, prefix: str = "t", step: int | None = None) -> list[Trace]:
+    """``n`` copies of the engine's traces with distinct ids (and a training step in metadata)."""
+    out = []
+    for i in range(n):
+        t = engine_traces[i % len(engine_traces)].model_copy(deep=True)
+        t.id = f"{prefix}-{i:05d}"
+        if step is not None:
+            t.metadata["training_step"] = step
+        out.append(t)
+    return out
+
+
+def verl_layout(root, engine_traces, steps=(1, 2, 10), per_step=6) -> dict[int, list[Trace]]:
+    """verl's ``rollout_data_dir``: one ``<step>.jsonl`` per training step."""
+    root.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for s in steps:
+        ts = variants(engine_traces, per_step, prefix=f"s{s}")
+        write_jsonl(ts, str(root / f"{s}.jsonl"))
+        out[s] = ts
+    return out
+
+
+def test_set_over_a_verl_dump_folder(tmp_path, engine_traces):
+    by_step = verl_layout(tmp_path / "rollout", engine_traces)
+    (tmp_path / "rollout" / "notes.txt").write_text("not a trace file")
+    ts = TraceSet.open_set(str(tmp_path / "rollout"), final=True)
+    assert [os.path.basename(f.path) for f in ts.files] == ["1.jsonl", "2.jsonl", "10.jsonl"]  # natural order
+    df = ts.frame()
+    assert len(ts) == 18 and not ts.problems
+    assert df["training_step"].tolist() == [1] * 6 + [2] * 6 + [10] * 6
+    want = [t for s in (1, 2, 10) for t in by_step[s]]
+    assert df["id"].tolist() == [t.id for t in want]
+    for i, t in enumerate(want):
+        assert ts.open(i) == t and ts.open(t.id) == t
+    # the same rows as the in-memory index of the same files
+    ref = TraceIndex.build([f.path for f in ts.files]).frame()
+    assert df.drop(columns=["file"]).equals(ref.drop(columns=["file"]))
+    # a glob names the same files
+    assert resolve(str(tmp_path / "rollout" / "*.jsonl")) == [f.path for f in ts.files]
+
+
+def test_set_of_jsonl_and_parquet(tmp_path, engine_traces):
+    a, b = variants(engine_traces, 7, "a"), variants(engine_traces, 1100, "b")
+    write_jsonl(a, str(tmp_path / "a.jsonl"))
+    write_parquet(b, str(tmp_path / "b.parquet"), batch_rows=256)  # several row groups
+    ts = TraceSet.open_set(str(tmp_path), final=True)
+    assert len(ts) == 1107 and not ts.problems
+    ref = TraceIndex.build([str(tmp_path / "a.jsonl"), str(tmp_path / "b.parquet")]).frame()
+    assert ts.frame().drop(columns=["file"]).equals(ref.drop(columns=["file"]))
+    for i in (0, 6, 7, 7 + 255, 7 + 256, 1106):
+        want = (a + b)[i]
+        assert ts.open(i) == want
+    assert ts.location(7 + 300) == (str(tmp_path / "b.parquet"), 301)
+
+
+def test_corrupt_and_partial_lines_in_the_middle_of_a_large_file(tmp_path, engine_traces, monkeypatch):
+    """Bad lines among thousands of good ones: each reported with its line number, every good
+    trace indexed and opened by its bytes; a line cut short in the middle is a bad line (its
+    newline is there), not a line being written."""
+    monkeypatch.setenv("ALI_MAX_TRACE_LINE_BYTES", str(64 << 10))
+    import backend.trace.io as tio
+
+    monkeypatch.setattr(tio, "DEFAULT_MAX_LINE_BYTES", 64 << 10)
+    good = variants(engine_traces, 3000, "g")
+    lines = [t.to_json() for t in good]
+    bad = {
+        500: lines[10][: len(lines[10]) // 2],  # cut short (a writer killed mid-line, then resumed)
+        1200: "{not json",
+        1800: json.dumps({"hello": "world"}),  # JSON, not a trace
+        2400: "[1, 2, 3]",
+        2900: '{"format_version": 1, "id": "' + "x" * (70 << 10) + '"}',  # over the line limit
+    }
+    out, expect_problems, expect_good = [], [], []
+    gi = 0
+    for ln in range(1, len(good) + len(bad) + 1):
+        if ln in bad:
+            out.append(bad[ln])
+            expect_problems.append(ln)
+        else:
+            out.append(lines[gi])
+            expect_good.append((ln, good[gi]))
+            gi += 1
+    p = tmp_path / "big.jsonl"
+    p.write_text("\n".join(out) + "\n")
+    assert p.stat().st_size > 10 << 20
+    ts = TraceSet.open_set(str(p))
+    assert [pr.line for pr in ts.problems] == expect_problems
+    assert "line limit" in ts.problems[-1].reason
+    df = ts.frame()
+    assert len(ts) == len(expect_good) and df["line"].tolist() == [ln for ln, _ in expect_good]
+    for i in (0, 499, 500, 1500, len(expect_good) - 1):
+        assert ts.open(i) == expect_good[i][1]
+
+
+def test_partial_last_line_is_indexed_once_complete(tmp_path, engine_traces):
+    t1, t2, t3 = variants(engine_traces, 3, "p")
+    p = tmp_path / "run.jsonl"
+    line2 = t2.to_json()
+    p.write_text(t1.to_json() + "\n" + line2[:100])
+    ts = TraceSet.open_set(str(tmp_path))
+    assert len(ts) == 1 and not ts.problems and ts.pending_lines == 1
+    with open(p, "a") as f:
+        f.write(line2[100:200])
+    assert ts.refresh() == 0 and not ts.problems
+    with open(p, "a") as f:
+        f.write(line2[200:] + "\n{broken\n" + t3.to_json() + "\n")
+    assert ts.refresh() == 2
+    assert [pr.line for pr in ts.problems] == [3]
+    assert ts.frame()["line"].tolist() == [1, 2, 4] and ts.open(1) == t2 and ts.open(2) == t3
+    assert ts.pending_lines == 0
+    # a one-shot reader (final) indexes a last line without its newline as it is
+    q = tmp_path / "nonl.jsonl"
+    q.write_text(t1.to_json() + "\n" + t3.to_json())
+    one = TraceSet.open_set(str(q), final=True)
+    assert len(one) == 2 and one.open(1) == t3
+
+
+def test_cache_hit_miss_grown_invalidated(tmp_path, engine_traces):
+    d = tmp_path / "run"
+    verl_layout(d, engine_traces, steps=(1, 2), per_step=50)
+    first = TraceSet.open_set(str(d))
+    assert first.stats["miss"] == 2 and first.stats["hit"] == 0 and len(first) == 100
+    again = TraceSet.open_set(str(d))
+    assert again.stats["hit"] == 2 and again.stats["miss"] == 0 and again.stats["scanned_bytes"] == 0
+    assert again.frame().equals(first.frame())
+    # appended lines: only the new bytes are read
+    size = (d / "2.jsonl").stat().st_size
+    extra = variants(engine_traces, 3, "new")
+    with open(d / "2.jsonl", "a") as f:
+        for t in extra:
+            f.write(t.to_json() + "\n")
+    grown = TraceSet.open_set(str(d))
+    assert grown.stats["grown"] == 1 and grown.stats["hit"] == 1
+    assert grown.stats["scanned_bytes"] == (d / "2.jsonl").stat().st_size - size
+    assert len(grown) == 103 and grown.open("new-00002") == extra[2]
+    assert grown.frame()["line"].tolist()[-3:] == [51, 52, 53]
+    # a rewritten file (same size, other bytes) is indexed again
+    txt = (d / "1.jsonl").read_text()
+    (d / "1.jsonl").write_text(txt.replace("s1-00000", "s1-zzzzz"))
+    time.sleep(0.01)
+    os.utime(d / "1.jsonl", ns=(time.time_ns(), time.time_ns()))
+    re = TraceSet.open_set(str(d))
+    assert re.stats["invalidated"] == 1 and re.open("s1-zzzzz").id == "s1-zzzzz"
+    # a damaged cache entry is a miss, not an error
+    for f in (tmp_path / "cache").iterdir():
+        f.write_bytes(b"garbage")
+    broken = TraceSet.open_set(str(d))
+    assert broken.stats["miss"] == 2 and len(broken) == 103
+    # no cache at all
+    assert TraceSet.open_set(str(d), cache=False).frame().equals(broken.frame())
+
+
+def test_refresh_follows_new_removed_and_truncated_files(tmp_path, engine_traces):
+    d = tmp_path / "run"
+    verl_layout(d, engine_traces, steps=(1,), per_step=4)
+    ts = TraceSet.open_set(str(d))
+    assert len(ts) == 4
+    write_jsonl(variants(engine_traces, 2, "two"), str(d / "2.jsonl"))
+    assert ts.refresh() == 2 and ts.frame()["training_step"].tolist() == [1] * 4 + [2] * 2
+    write_jsonl(variants(engine_traces, 1, "one"), str(d / "1.jsonl"))  # shorter: indexed again
+    assert ts.refresh() == -1 and ts.frame()["id"].tolist() == ["one-00000", "two-00000", "two-00001"]
+    os.remove(d / "2.jsonl")
+    assert ts.refresh() == -1 and len(ts) == 1 and ts.open(0).id == "one-00000"
+
+
+def test_set_row_limit(tmp_path, engine_traces, monkeypatch):
+    monkeypatch.setenv("ALI_MAX_INDEX_ROWS", "5")
+    verl_layout(tmp_path / "r", engine_traces, steps=(1, 2), per_step=4)
+    ts = TraceSet.open_set(str(tmp_path / "r"))
+    assert len(ts) == 5 and ts.capped and "ALI_MAX_INDEX_ROWS" in ts.problems[-1].reason
+
+
+def test_resolve_refuses_what_is_not_there(tmp_path):
+    from backend.trace import TraceFileError
+
+    with pytest.raises(TraceFileError, match="no such folder or file"):
+        resolve(str(tmp_path / "nope"))
+    with pytest.raises(TraceFileError, match="no such folder"):
+        resolve(str(tmp_path / "nope" / "*.jsonl"))
+    assert resolve(str(tmp_path)) == []
+
+
+WRITER = r'''
+import sys, time
+src, out_dir, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+lines = open(src, encoding="utf-8").read().splitlines()
+f = None
+for i in range(n):
+    if i % 10 == 0:  # a new file every 10 traces, as verl writes one per step
+        if f: f.close()
+        f = open(f"{out_dir}/{i // 10}.jsonl", "w", encoding="utf-8")
+    line = lines[i]
+    f.write(line[: len(line) // 2]); f.flush()  # half a line: being written
+    time.sleep(0.01)
+    f.write(line[len(line) // 2 :] + "\n"); f.flush()
+    time.sleep(0.01)
+f.close()
+print("done", flush=True)
+'''
+
+
+def test_writer_process_appends_while_the_index_follows(tmp_path, engine_traces):
+    """A writer process appends traces (half a line at a time, a new file every 10) while the
+    set refreshes: rows only grow, no partial line is ever reported, and at the end every trace
+    written is indexed once, in order, and opens as written."""
+    n = 60
+    traces = variants(engine_traces, n, "w")
+    src = tmp_path / "src.jsonl"
+    write_jsonl(traces, str(src))
+    out = tmp_path / "live"
+    out.mkdir()
+    ts = TraceSet.open_set(str(out))
+    assert len(ts) == 0
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(src), str(out), str(n)], stdout=subprocess.PIPE, text=True)
+    seen = [0]
+    try:
+        while proc.poll() is None:
+            ts.refresh()
+            assert not ts.problems, ts.problems[:3]
+            assert len(ts) >= seen[-1]
+            seen.append(len(ts))
+            time.sleep(0.02)
+    finally:
+        proc.wait(timeout=60)
+    assert proc.returncode == 0
+    ts.refresh()
+    assert len(ts) == n and not ts.problems and ts.pending_lines == 0
+    assert ts.frame()["id"].tolist() == [t.id for t in traces]
+    assert ts.frame()["training_step"].tolist() == [i // 10 for i in range(n)]
+    assert len(set(seen)) > 3  # rows appeared while the writer was writing
+    for i in (0, 29, 59):
+        assert ts.open(i) == traces[i]
+    ts.flush()
+    cached = TraceSet.open_set(str(out))
+    assert cached.stats["hit"] == 6 and cached.frame().equals(ts.frame())
+
+
+# ---- the Trace files tab over a set (in process) ----------------------------------------------------
+
+
+def _app_ctx(spec: str | None, public: bool = False):
+    from backend.trust import Mode, TrustPolicy
+    from ui.context import AppContext
+
+    return AppContext(traces=spec, trust=TrustPolicy(mode=Mode.PUBLIC if public else Mode.LOCAL))
+
+
+def test_tab_pages_and_filters_over_the_index(tmp_path, engine_traces):
+    from ui import trace_files as tf
+    from ui.context import new_session
+
+    by_step = verl_layout(tmp_path / "run", engine_traces, steps=(1, 2, 3), per_step=130)
+    ctx = _app_ctx(str(tmp_path / "run"))
+    sess = new_session(ctx)
+    assert tf.in_set_mode(sess)
+    reason_dd, source_dd, step_dd, table, page, status, probs = tf.set_outputs(sess)
+    assert list(table.columns) == tf.SET_COLUMNS and len(table) == tf.PAGE_ROWS
+    assert step_dd["choices"] == [tf.ALL, "1", "2", "3"] and 'data-rows="390"' in status
+    assert table["id"].iloc[0] == by_step[3][-1].id  # newest first
+    assert sess.traces.keys() == set() or all(not k.startswith("set") for k in sess.traces)  # nothing held
+    view = sess.set_view
+    view.step, view.newest = "2", False
+    table = tf.set_outputs(sess)[3]
+    assert table["id"].tolist() == [t.id for t in by_step[2]][: tf.PAGE_ROWS]
+    view.page = 2
+    assert tf.set_outputs(sess)[3]["id"].tolist() == [t.id for t in by_step[2]][tf.PAGE_ROWS:]
+    view.step, view.page = tf.ALL, 1
+    # termination by its label or verl's code; the parse-error traces are malformed_tool_call
+    mal = [t for s in (1, 2, 3) for t in by_step[s] if t.termination_reason == "malformed_tool_call"]
+    assert mal
+    from backend.labels import termination_label
+
+    for reason in ("malformed_tool_call", termination_label("malformed_tool_call")):
+        view.reason = reason
+        out = tf.set_outputs(sess)
+        assert len(mal) < tf.PAGE_ROWS and sorted(out[3]["id"]) == sorted(t.id for t in mal)
+    view.reason = tf.ALL
+    view.query = "S2-0001"  # case-insensitive, literal, over id and preview
+    assert sorted(tf.set_outputs(sess)[3]["id"]) == sorted(t.id for t in by_step[2] if "s2-0001" in t.id)
+    view.query = "weather in seattle"
+    assert len(tf.set_matches(sess.set_registry.get(sess.set_spec)[0].df, None, None, None, view.query)) == 390
+    view.query = "(["  # not a regex
+    assert tf.set_outputs(sess)[3].empty
+    # opening a row reads that trace by its bytes into the session
+    view.query = ""
+    row = tf.set_outputs(sess)[3].iloc[5]
+    label = tf.open_set_row(sess, row)
+    assert sess.traces[label].id == row["id"] and label.startswith("set · ")
+    # the count line
+    assert "of 390 matching" in tf.match_count(sess, tf.set_outputs(sess)[3])
+
+
+def test_tab_follows_new_files_through_the_registry(tmp_path, engine_traces):
+    from ui import trace_files as tf
+    from ui.context import new_session
+
+    d = tmp_path / "run"
+    verl_layout(d, engine_traces, steps=(1,), per_step=3)
+    ctx = _app_ctx(str(d))
+    ctx.trace_sets.min_interval = 0.0
+    a, b = new_session(ctx), new_session(ctx)
+    tf.set_outputs(a)
+    v0 = a.set_view.version
+    write_jsonl(variants(engine_traces, 4, "late"), str(d / "2.jsonl"))
+    ts, v1 = ctx.trace_sets.poll(str(d))
+    assert v1 > v0 and len(ts) == 7
+    assert b.set_registry is a.set_registry and tf.set_outputs(b)[3]["id"].iloc[0] == "late-00003"
+    assert ctx.trace_sets.poll(str(d))[1] == v1  # nothing new: same version
+
+
+def test_public_mode_never_takes_a_path(tmp_path, engine_traces):
+    """In public mode the tab has no folder field; the set shown is the operator's only."""
+    import gradio as gr
+
+    from ui import trace_files as tf
+
+    verl_layout(tmp_path / "op", engine_traces, steps=(1,), per_step=2)
+    with gr.Blocks():
+        pub = tf.build_set(_app_ctx(str(tmp_path / "op"), public=True))
+    assert pub is not None and pub["folder"] is None
+    with gr.Blocks():
+        assert tf.build_set(_app_ctx(None, public=True)) is None
+        loc = tf.build_set(_app_ctx(None))
+    assert loc is not None and loc["folder"] is not None
+
+
+def test_app_flag_and_env(tmp_path, monkeypatch, engine_traces):
+    import app as app_module
+
+    verl_layout(tmp_path / "r", engine_traces, steps=(1,), per_step=2)
+    args = app_module.parse_args(["--traces", str(tmp_path / "r"), "--no-model"], environ={})
+    assert args.traces == str(tmp_path / "r")
+    args = app_module.parse_args(["--no-model"], environ={"ALI_TRACES": str(tmp_path / "r" / "*.jsonl")})
+    assert args.traces.endswith("*.jsonl")
+    assert app_module.build_context(args).traces == args.traces
+    bad = app_module.parse_args(["--no-model", "--traces", str(tmp_path / "missing")], environ={})
+    with pytest.raises(SystemExit, match="--traces: no such folder"):
+        app_module.build_context(bad)

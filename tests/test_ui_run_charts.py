@@ -396,3 +396,36 @@ def test_session_handlers_chart_the_tabs_current_set(verl_run):
     assert cn == "" and tb.set_index("measure").loc[rc.M_TRACES, "B"] == 2
     cn, _, tb = rc.on_compare(sess2, "2", "<script>")
     assert "&lt;script&gt;" in cn and "<script>" not in cn and tb.empty
+
+
+def test_trace_set_mode_charts_the_folder_and_follows_new_steps(tmp_path, engine_traces, monkeypatch):
+    """The tab showing a folder (``--traces``, a SetRegistry shared by sessions): the charts read
+    the set's index; a new step file written later changes the key and the charts show it."""
+    from backend.trace.catalog import SetRegistry
+
+    monkeypatch.setenv("ALI_TRACE_INDEX_CACHE", str(tmp_path / "cache"))
+    run = tmp_path / "rollout_data"
+    run.mkdir()
+    e = engine_traces
+    write_jsonl([_relabel(t, 1, k, 0.1) for k, t in enumerate([e["ok"], e["malformed"]])], str(run / "1.jsonl"))
+    write_jsonl([_relabel(t, 2, k, 0.4) for k, t in enumerate([e["ok"], e["ok"], e["long"]])], str(run / "2.jsonl"))
+    reg = SetRegistry(min_interval=0)
+    sess = Session(set_spec=str(run), set_registry=reg)
+    (note, fig, dd_a, dd_b, cnote, cfig, table), key = rc.refresh(sess)
+    assert dd_a["choices"] == ["1", "2"] and "5 trace(s) in 2 training step(s)" in note
+    t = table.set_index("measure")
+    assert (t.loc[rc.M_TRACES, "A"], t.loc[rc.M_TRACES, "B"]) == (2, 3)
+    assert t.loc[rc.M_PARSE_RATE, "A"] == 50.0 and t.loc[rc.M_PARSE_RATE, "B"] == 0.0
+    assert rc.session_frame(sess)[2] == key  # nothing new: the same key (a filter does not redraw)
+
+    write_jsonl([_relabel(e["tool_fail_end"], 3, 0, 0.9)], str(run / "3.jsonl"))
+    reg.poll(str(run))  # what the tab's follow timer does
+    (note, *_rest), key2 = rc.refresh(sess)
+    assert key2 != key and "6 trace(s) in 3 training step(s)" in note
+    assert _rest[1]["choices"] == ["1", "2", "3"] and _rest[2]["value"] == "3"
+    assert rc.by_group(rc.group_frame(rc.session_frame(sess)[0])).loc["3", "tool_error_rate"] == 100.0
+
+    gone = Session(set_spec=str(tmp_path / "nothing-here"), set_registry=reg)
+    (note, *_), _ = rc.refresh(gone)
+    assert "no charts:" in note
+    assert "no comparison:" in rc.on_compare(gone, "1", "2")[0]

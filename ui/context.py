@@ -217,6 +217,10 @@ class AppContext:
     max_upload_bytes: int = 200 << 20
     # what visitor input may name (public or local mode), the number ranges, the run time limit
     trust: TrustPolicy = LOCAL
+    # the operator's trace set (--traces / ALI_TRACES: a folder or glob), listed by the Trace files
+    # tab and followed while written; the sets indexed, shared by the sessions (SetRegistry)
+    traces: str | None = None
+    trace_sets: Any = field(default_factory=lambda: _set_registry())
 
     def model_tokenizer_name(self) -> str | None:
         """The name the model's own tokenizer goes by (operator input), when there is a model."""
@@ -379,6 +383,11 @@ class Session:
     file_index: Any = None  # its backend.trace.TraceIndex (row i: file_traces[i]), which the Trace files tab lists
     file_name: str = ""
     file_problems: list[tuple[int, str]] = field(default_factory=list)
+    # the trace set the Trace files tab lists instead of the file (None: the file): the operator's
+    # (--traces), or in local mode a folder typed in the tab; the app's SetRegistry, shared
+    set_spec: str | None = None
+    set_registry: Any = None
+    set_view: Any = None  # what the set's table shows: filters, page, the version listed
     # playground
     history: list[dict[str, Any]] = field(default_factory=list)  # conversation so far (no system)
     last_run: str | None = None
@@ -440,13 +449,19 @@ class Session:
 
         return dataclasses.replace(
             self, traces=dict(self.traces), file_traces=list(self.file_traces), file_problems=list(self.file_problems),
-            history=copy.deepcopy(self.history, memo), running=False, cancel=None, temp_dirs={},
+            history=copy.deepcopy(self.history, memo), running=False, cancel=None, temp_dirs={}, set_view=None,
             conversation_id=uuid.uuid4().hex,
         )
 
 
+def _set_registry() -> Any:
+    from backend.trace.catalog import SetRegistry
+
+    return SetRegistry()
+
+
 def new_session(ctx: AppContext) -> Session:
-    s = Session()
+    s = Session(set_spec=ctx.traces, set_registry=ctx.trace_sets)
     for label, t in ctx.samples:
         s.traces[label] = t
     if ctx.samples:

@@ -391,20 +391,32 @@ class RunChartsUI:
     key: Any  # gr.State: what the charts show now (skips a redraw when a filter changed the table only)
 
 
-def session_frame(session: Any) -> tuple[pd.DataFrame, list[str | None]]:
-    """The index frame of the Trace files tab's current set and its files' paths: the file's or
-    folder's index (``session.file_index``), or an index over the traces in memory (the samples)."""
+def _set_of(session: Any) -> tuple[Any, int] | None:
+    """The session's trace set (a folder or glob the tab shows) and its version, or None when the
+    tab shows a file (the same test as ui.trace_files.in_set_mode, which this module cannot import:
+    that module imports this one). Raises TraceFileError when the set cannot be read."""
+    spec, reg = getattr(session, "set_spec", None), getattr(session, "set_registry", None)
+    if not spec or reg is None:
+        return None
+    return reg.get(spec)
+
+
+def session_frame(session: Any) -> tuple[pd.DataFrame, list[str | None], str]:
+    """The index frame of the Trace files tab's current set, its files' paths and a key that
+    changes when the rows do: the trace set's index (a folder or glob; its version grows as a
+    followed run is written), the uploaded file's index (``session.file_index``), or an index over
+    the traces in memory (the samples)."""
     from backend.trace import TraceIndex
 
+    held = _set_of(session)
+    if held is not None:
+        ts, version = held
+        return ts.df, [getattr(f, "path", None) for f in ts.files], f"set:{id(ts)}:{version}:{len(ts)}"
     ix = getattr(session, "file_index", None)
+    key = f"file:{id(ix)}:{len(ix) if ix is not None else -1}:{len(session.file_traces)}:{session.file_name}"
     if ix is None or len(ix) != len(session.file_traces):
         ix = TraceIndex.of_traces([session.traces[x] for x in session.file_traces if x in session.traces])
-    return ix.df, [getattr(f, "path", None) for f in ix.files]
-
-
-def _key(session: Any) -> str:
-    ix = getattr(session, "file_index", None)
-    return f"{id(ix)}:{len(ix) if ix is not None else -1}:{len(session.file_traces)}:{session.file_name}"
+    return ix.df, [getattr(f, "path", None) for f in ix.files], key
 
 
 def note_html(text: str, kind: str = "info") -> str:
@@ -433,17 +445,30 @@ def refresh(session: Any) -> tuple[list[Any], str]:
     step B dropdown, compare note, compare figure, table], and the set's key."""
     import gradio as gr
 
-    df, files = session_frame(session)
+    from backend.errors import UserError
+
+    try:
+        df, files, key = session_frame(session)
+    except UserError as e:  # a trace set that cannot be read: the set's own status says more
+        why = f"no charts: {e}"
+        return [note_html(why, "warn"), empty_figure("By training step", plot_text(why[:200])), gr.update(choices=[], value=None),
+                gr.update(choices=[], value=None), "", empty_figure("Compare two steps", ""),
+                pd.DataFrame([], columns=TABLE_COLUMNS)], ""
     g = group_frame(df, files)
     a, b = default_pair(g.order)
     fig, table, why = compare(g, a, b)
     return [note_html(g.note), steps_figure(g), gr.update(choices=g.order, value=a), gr.update(choices=g.order, value=b),
-            note_html(why, "warn"), fig, table], _key(session)
+            note_html(why, "warn"), fig, table], key
 
 
 def on_compare(session: Any, a: str | None, b: str | None) -> list[Any]:
     """[compare note, compare figure, table] for steps ``a`` and ``b`` of the current set."""
-    df, files = session_frame(session)
+    from backend.errors import UserError
+
+    try:
+        df, files, _ = session_frame(session)
+    except UserError as e:
+        return [note_html(f"no comparison: {e}", "warn"), empty_figure("Compare two steps", ""), pd.DataFrame([], columns=TABLE_COLUMNS)]
     fig, table, why = compare(group_frame(df, files), a, b)
     return [note_html(why, "warn"), fig, table]
 
@@ -457,7 +482,13 @@ def wire(ui: RunChartsUI, session: Any, triggers: list[Any]) -> None:
     outs = [ui.note, ui.steps, ui.step_a, ui.step_b, ui.compare_note, ui.compare_plot, ui.table]
 
     def on_change(sess: Any, key: str):
-        if _key(sess) == key:
+        from backend.errors import UserError
+
+        try:
+            same = bool(key) and session_frame(sess)[2] == key
+        except UserError:
+            same = False
+        if same:  # a filter or a page: the same rows
             return [gr.skip()] * (len(outs) + 1)
         values, k = refresh(sess)
         return [*values, k]

@@ -225,7 +225,7 @@ def iter_traces(src: Source, *, max_line_bytes: int | None = None) -> Iterator[t
 
 
 @contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
+def no_gc() -> Iterator[None]:
     """The cyclic GC paused: reading a file allocates many objects and frees none in cycles, and
     each collection would walk every trace read so far."""
     was = gc.isenabled()
@@ -239,7 +239,7 @@ def _no_gc() -> Iterator[None]:
 
 def collect(src: Source, res: LoadResult, unit: str, max_line_bytes: int | None = None) -> LoadResult:
     """Every trace of ``src`` into ``res`` (problems listed by ``unit``), up to the per-file limit."""
-    with _no_gc():
+    with no_gc():
         for n, _, item in iter_traces(src, max_line_bytes=max_line_bytes):
             if not res.take(n, item, unit):
                 break
@@ -487,6 +487,24 @@ def summary_of_record(d: dict[str, Any], counts: dict[str, int] | None = None) -
 
 _ID_KEYS = (b'"prompt_ids":[', b'"response_ids":[', b'"response_mask":[')
 
+try:  # a faster parser for the index's light parse where installed (gradio depends on it)
+    import orjson as _orjson
+except ImportError:  # pragma: no cover
+    _orjson = None
+
+
+def _loads(raw: bytes | str) -> Any:
+    """``json.loads``, through orjson first where it is installed. orjson accepts a subset of what
+    ``json`` does (no NaN, no lone surrogates, no integers past 64 bits, strict UTF-8) and parses
+    it to the same values; whatever it refuses is parsed by ``json``, so the verdict and values
+    are ``json.loads``'s."""
+    if _orjson is not None:
+        try:
+            return _orjson.loads(raw)
+        except (ValueError, TypeError):  # orjson.JSONDecodeError is a ValueError
+            pass
+    return json.loads(raw)
+
 
 def _loads_light(raw: bytes) -> tuple[Any, dict[str, int] | None]:
     """``json.loads`` of a trace line without building its token-id lists (the bulk of a trace):
@@ -496,33 +514,33 @@ def _loads_light(raw: bytes) -> tuple[Any, dict[str, int] | None]:
     spans: list[tuple[int, int, str]] = []
     for key in _ID_KEYS:
         if raw.count(key) != 1:
-            return json.loads(raw), None
+            return _loads(raw), None
         a = raw.find(key) + len(key)
         b = raw.find(b"]", a)
         if b < 0:
-            return json.loads(raw), None
+            return _loads(raw), None
         spans.append((a, b, key[1:-3].decode()))
     spans.sort()
     parts = []
     pos = 0
     for a, b, _ in spans:
         if a < pos:
-            return json.loads(raw), None
+            return _loads(raw), None
         parts.append(raw[pos:a])
         pos = b
     parts.append(raw[pos:])
-    d = json.loads(b"".join(parts))
+    d = _loads(b"".join(parts))
     if not isinstance(d, dict):
         return d, None
     counts: dict[str, int] = {}
     for a, b, name in spans:
         if d.get(name) != []:
-            return json.loads(raw), None
+            return _loads(raw), None
         counts[name] = raw.count(b",", a, b) + 1 if raw[a:b].strip() else 0
     return d, counts
 
 
-def _summary_of_line(lineno: int, raw: bytes) -> dict[str, Any] | LoadProblem:
+def summary_of_line(lineno: int, raw: bytes) -> dict[str, Any] | LoadProblem:
     """The summary of a JSONL line, parsed lightly; where the light parse is not sure the line is
     a trace, the line is converted in full (:func:`trace_of`), so a refused line has the reason
     :func:`backend.importers.load_any` gives."""
@@ -637,7 +655,7 @@ class TraceIndex:
         k = len(self.files)
         self.files.append(f)
         rows, cap = 0, max_traces_per_file()
-        with _no_gc():
+        with no_gc():
             for n, where, item in self._scan(src, validate):
                 if rows >= cap:  # as LoadResult.take: the record after the last trace read says so
                     f.problems.append(not_read(n, src.unit, cap), force=True)
@@ -662,7 +680,7 @@ class TraceIndex:
         else:
             with open(src.path, "rb") as fh:
                 for lineno, off, n, raw in read_lines(fh):
-                    yield lineno, (off, n), raw if isinstance(raw, LoadProblem) else _summary_of_line(lineno, raw)
+                    yield lineno, (off, n), raw if isinstance(raw, LoadProblem) else summary_of_line(lineno, raw)
 
     # -- reading
     def __len__(self) -> int:
@@ -742,7 +760,7 @@ class TraceIndex:
             assert f.held is not None
             return f.held[off]
         if f.kind == PARQUET:
-            return trace_of_row(n, _parquet_row(f.path, n))  # type: ignore[arg-type]
+            return trace_of_row(n, parquet_row_at(f.path, n))  # type: ignore[arg-type]
         with open(f.path, "rb") as fh:  # type: ignore[arg-type]
             fh.seek(off)
             raw = fh.read(length)
@@ -758,26 +776,35 @@ class TraceIndex:
         return item
 
 
+def summary_of_parquet_row(n: int, row: Any, counts: dict[str, int] | None = None) -> dict[str, Any] | None:
+    """The summary of a row of our Parquet layout from its JSON columns, without validating
+    (``counts``: the token lists' lengths, when the row holds no lists), or None when it cannot be
+    summarised so (the row is then converted in full, for its reason)."""
+    try:
+        d = {c: _loads(row[c]) if row.get(c) is not None else None for c in ("steps", "messages", "tools", "metadata")}
+        d["id"] = row["id"]  # a missing id is found when the row is opened, with its reason
+        d["termination_reason"] = row.get("termination_reason")
+        s = summary_of_record(d, counts or {k: len(row.get(k) or ()) for k in ("prompt_ids", "response_ids")})
+        if row.get("source") is not None:
+            s["source"] = row["source"]
+        return s
+    except (ValueError, TypeError, AttributeError, KeyError, RecursionError):
+        return None
+
+
 def _summary_of_row(n: int, row: Any) -> dict[str, Any] | LoadProblem:
     """The summary of a row of our Parquet layout, from its JSON columns without validating; a
     row that cannot be summarised is converted in full (:func:`trace_of_row`), for its reason."""
     if isinstance(row, LoadProblem):
         return row
-    try:
-        d = {c: json.loads(row[c]) if row.get(c) is not None else None for c in ("steps", "messages", "tools", "metadata")}
-        d["id"] = row["id"]  # a missing id is found when the row is opened, with its reason
-        d["termination_reason"] = row.get("termination_reason")
-        s = summary_of_record(d, {k: len(row.get(k) or ()) for k in ("prompt_ids", "response_ids")})
-        if row.get("source") is not None:
-            s["source"] = row["source"]
+    s = summary_of_parquet_row(n, row)
+    if s is not None:
         return s
-    except (ValueError, TypeError, AttributeError, KeyError, RecursionError):
-        pass
     item = trace_of_row(n, row)
     return item if isinstance(item, LoadProblem) else summary_of_trace(item)
 
 
-def _parquet_row(path: str, n: int) -> Any:
+def parquet_row_at(path: str, n: int) -> Any:
     """Row ``n`` (1-based) of a Parquet file: its row group is found from the footer and only that
     group is read."""
     pf = open_parquet(path)

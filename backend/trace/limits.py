@@ -110,6 +110,25 @@ def max_listed_problems() -> int:
     return _env_count("ALI_MAX_LISTED_PROBLEMS", DEFAULT_MAX_LISTED_PROBLEMS)
 
 
+# A trace set (backend/trace/catalog.py: a folder or glob indexed, its traces never held) is bounded
+# by rows and files instead of the two limits above. A row of the index costs ~0.5 KB in memory
+# (its summary: id, preview of up to 200 characters, counts; measured in bench/bench_trace_index.py),
+# so 4,000,000 rows (~10 GB of typical traces) stay near 2 GB.
+DEFAULT_MAX_INDEX_ROWS = 4_000_000
+DEFAULT_MAX_INDEX_FILES = 100_000
+
+
+def max_index_rows() -> int:
+    """Most traces one trace set indexes: ``ALI_MAX_INDEX_ROWS``, default :data:`DEFAULT_MAX_INDEX_ROWS`;
+    the rest is reported as not indexed."""
+    return _env_count("ALI_MAX_INDEX_ROWS", DEFAULT_MAX_INDEX_ROWS)
+
+
+def max_index_files() -> int:
+    """Most files one trace set indexes: ``ALI_MAX_INDEX_FILES``, default :data:`DEFAULT_MAX_INDEX_FILES`."""
+    return _env_count("ALI_MAX_INDEX_FILES", DEFAULT_MAX_INDEX_FILES)
+
+
 def too_many_tokens(n: int, where: str = "prompt_ids + response_ids") -> str | None:
     """The reason a trace of ``n`` token ids is refused, or None when it is within
     :func:`max_trace_tokens`."""

@@ -1,0 +1,757 @@
+"""Trace sets: one index over a folder or glob of trace files that need not fit in memory.
+
+:class:`TraceSet` is a :class:`~backend.trace.io.TraceIndex` over every JSONL / Parquet file a
+spec names (a folder, searched recursively, a glob, or one file): one row per trace with its
+summary (:data:`~backend.trace.io.SUMMARY_COLUMNS`) and where it is (file, line or row, byte
+offset and length), built in one streaming pass; :meth:`TraceSet.open` reads only that trace's
+bytes. Nothing else of a trace is kept.
+
+* **Cache.** Each file's rows are kept on disk (a Parquet file per trace file, under
+  :func:`cache_dir`), keyed by the file's absolute path and :data:`SCHEMA_VERSION`, and valid
+  while its size and modification time are unchanged; a JSONL file that grew (the bytes indexed
+  still the same: a fingerprint of their end is compared) is indexed from the end of its last
+  complete line only. Anything else (a shorter or rewritten file, a damaged cache entry) is
+  indexed again. ``stats`` counts hits, misses, grown and invalidated files.
+* **Follow.** :meth:`TraceSet.refresh` looks again: new files are indexed, grown files from
+  where they stopped, removed or rewritten ones again; it returns the number of rows added. A
+  last line without its newline is a line still being written, not an error: it is indexed once
+  complete (``final=True``, for a one-shot reader such as the CLI, indexes it as it is, as every
+  other reader does; so does a follower once the file has not changed for :data:`SETTLE_S`).
+* **Scan.** JSONL lines are read with :func:`~backend.trace.io.read_lines` (bounded by the line
+  limit, over-long and bad lines reported with their numbers) and summarised by the light parse
+  (:func:`~backend.trace.io.summary_of_line`: the token-id lists are cut out and counted, the
+  rest parsed by orjson where installed). Parquet files (our layout) are read one row group at a
+  time, only the columns the summary needs (pyarrow), the token lists' lengths from their Arrow
+  offsets without building a Python list.
+* **Limits.** The line limit, the per-trace token and text limits and the listed-problems cap
+  apply as to any file (:mod:`backend.trace.limits`); a set is bounded by
+  :func:`~backend.trace.limits.max_index_rows` and :func:`~backend.trace.limits.max_index_files`
+  instead of the per-file trace limit and file size limit (which bound traces *held* in memory;
+  a set holds none).
+
+Paths come from the operator (``--traces``, ``ALI_TRACES``, the local-mode folder field), never
+from a visitor (see :mod:`backend.trust`).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import io
+import json
+import os
+import re
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from backend.trace.io import (
+    INDEX_COLUMNS,
+    PARQUET,
+    SUMMARY_COLUMNS,
+    IndexedFile,
+    TraceIndex,
+    check_layout,
+    no_gc,
+    open_parquet,
+    parquet_row_at,
+    parse_line,
+    read_lines,
+    step_of_path,
+    summary_of_line,
+    summary_of_parquet_row,
+    trace_of,
+    trace_of_row,
+)
+from backend.trace.limits import (
+    LoadProblem,
+    ProblemList,
+    TraceFileError,
+    max_index_files,
+    max_index_rows,
+    max_trace_text_bytes,
+    too_many_tokens,
+)
+from backend.trace.model import Trace, TraceFormatError
+
+# Bump when a cached file's rows or columns change meaning (the cache is then rebuilt)
+SCHEMA_VERSION = 1
+SUFFIXES = (".jsonl", ".parquet")
+JSONL = "jsonl"
+# a follower indexes a last line without its newline once its file has not changed for this long
+SETTLE_S = 5.0
+# a followed file's cache entry is rewritten at most this often (and by flush())
+CACHE_EVERY_S = 10.0
+_FINGERPRINT = 4096  # bytes before the end of what was indexed, hashed to tell an append from a rewrite
+# Rows are turned into Arrow tables this many at a time (Python lists stay small)
+_CHUNK_ROWS = 32_768
+
+_TEXT = ("id", "source", "termination_reason", "preview")
+_FLOAT = ("duration_s", "score")
+_NULLABLE_INT = ("training_step",)
+
+
+def _arrow_schema() -> Any:
+    import pyarrow as pa
+
+    fields = []
+    for c in SUMMARY_COLUMNS + ["line", "offset", "length"]:
+        t = pa.string() if c in _TEXT else pa.float64() if c in _FLOAT else pa.int64()
+        fields.append(pa.field(c, t))
+    return pa.schema(fields)
+
+
+# ---- what a spec names ---------------------------------------------------------------------
+
+
+def _natural(path: str) -> list[Any]:
+    """Sort key: ``2.jsonl`` before ``10.jsonl`` (verl's steps), then the path."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path)]
+
+
+def resolve(spec: str) -> list[str]:
+    """The trace files ``spec`` names: a folder (every ``.jsonl`` / ``.parquet`` under it, hidden
+    folders and files skipped), a glob (``runs/*/rollout/*.jsonl``, ``**`` recursive), or one file;
+    absolute paths in natural order. Raises :class:`TraceFileError` when it names nothing there
+    (an empty folder is an empty set: a run may not have written yet)."""
+    spec = os.path.expanduser(str(spec).strip())
+    if not spec:
+        raise TraceFileError("no folder or glob given")
+    if os.path.isdir(spec):
+        out = []
+        for root, dirs, files in os.walk(spec):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            out += [os.path.join(root, f) for f in files if f.endswith(SUFFIXES) and not f.startswith(".")]
+    elif glob.has_magic(spec):
+        out = [p for p in glob.glob(spec, recursive=True) if p.endswith(SUFFIXES) and os.path.isfile(p)]
+        if not out and not os.path.isdir(os.path.dirname(spec) or ".") and not glob.has_magic(os.path.dirname(spec)):
+            raise TraceFileError(f"no such folder: {os.path.dirname(spec)}")
+    elif os.path.isfile(spec):
+        out = [spec]
+    else:
+        raise TraceFileError(f"no such folder or file: {spec}")
+    return sorted((os.path.abspath(p) for p in out), key=_natural)
+
+
+# ---- the cache ----------------------------------------------------------------------------------
+
+
+def cache_dir() -> str | None:
+    """Where indexed files are cached: ``$ALI_TRACE_INDEX_CACHE`` (``off`` for no cache), else
+    ``trace-index/`` in the user cache folder (:func:`backend.models.cache_root`)."""
+    v = os.environ.get("ALI_TRACE_INDEX_CACHE", "").strip()
+    if v.lower() in ("off", "0", "none", "no"):
+        return None
+    if v:
+        return v
+    from backend.models import cache_root
+
+    return str(cache_root() / "trace-index")
+
+
+def _cache_path(root: str, path: str) -> str:
+    key = hashlib.sha256(f"{SCHEMA_VERSION}\0{path}".encode()).hexdigest()[:40]
+    return os.path.join(root, key + ".parquet")
+
+
+def _fingerprint(path: str, end: int) -> str:
+    if end <= 0:
+        return ""
+    with open(path, "rb") as f:
+        f.seek(max(0, end - _FINGERPRINT))
+        return hashlib.sha256(f.read(min(end, _FINGERPRINT))).hexdigest()
+
+
+# ---- one file -------------------------------------------------------------------------------------
+
+
+@dataclass
+class FileState:
+    """What is known of one file of a set: its rows (Arrow tables, in line order), how far it was
+    read (``done`` bytes, ``lines`` line ends), and the size and time they are valid for."""
+
+    path: str
+    kind: str
+    size: int = 0
+    mtime_ns: int = 0
+    done: int = 0  # JSONL: bytes up to the end of the last complete line indexed
+    lines: int = 0  # JSONL: lines (newline-terminated) in those bytes
+    open_line: bool = False  # the last line indexed had no newline (a settled file's end)
+    fingerprint: str = ""
+    pending: int = 0  # bytes of a partial last line (not yet indexed)
+    rows: list[Any] = field(default_factory=list)  # pyarrow Tables
+    problems: ProblemList = field(default_factory=ProblemList)
+    error: str | None = None  # the file could not be read at all (shown; retried when it changes)
+    cached_at: float = 0.0
+    dirty: bool = False
+
+    @property
+    def nrows(self) -> int:
+        return sum(t.num_rows for t in self.rows)
+
+
+class _Bounded(io.RawIOBase):
+    """``readline`` of a file up to ``limit`` bytes (what was there when it was looked at: a
+    writer may be appending), counting line ends and bytes."""
+
+    def __init__(self, f: Any, limit: int) -> None:
+        self.f, self.left, self.ends, self.read_bytes, self.last_nl, self.line_start = f, limit, 0, 0, True, 0
+
+    def readline(self, size: int = -1) -> bytes:  # type: ignore[override]
+        if self.left <= 0:
+            return b""
+        size = self.left if size is None or size < 0 else min(size, self.left)
+        b = self.f.readline(size)
+        if self.last_nl:
+            self.line_start = self.read_bytes
+        self.left -= len(b)
+        self.read_bytes += len(b)
+        if b:
+            self.last_nl = b.endswith(b"\n")
+            self.ends += self.last_nl
+        return b
+
+
+class _Rows:
+    """Rows of one file collected as Python lists, turned into Arrow tables every
+    :data:`_CHUNK_ROWS`."""
+
+    def __init__(self, out: list[Any], path: str) -> None:
+        self.out = out
+        self.step = step_of_path(path)  # a verl dump's <step>.jsonl, where the metadata has no step
+        self.cols: dict[str, list[Any]] = {c: [] for c in SUMMARY_COLUMNS + ["line", "offset", "length"]}
+        self.n = 0
+
+    def add(self, s: dict[str, Any], line: int, offset: int, length: int) -> None:
+        cols = self.cols
+        if s["training_step"] is None:
+            s["training_step"] = self.step
+        for c in SUMMARY_COLUMNS:
+            cols[c].append(s[c])
+        cols["line"].append(line)
+        cols["offset"].append(offset)
+        cols["length"].append(length)
+        self.n += 1
+        if len(cols["id"]) >= _CHUNK_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        import pyarrow as pa
+
+        if self.cols["id"]:
+            self.out.append(pa.table(self.cols, schema=_arrow_schema()))
+            self.cols = {c: [] for c in self.cols}
+
+
+# ---- the set --------------------------------------------------------------------------------------
+
+
+class TraceSet(TraceIndex):
+    """The index of the trace files a spec names (see the module's docstring). ``final``: the
+    files are complete (a last line without its newline is indexed as it is, as a one-shot
+    reader does); otherwise they may be being written (:meth:`refresh` follows them)."""
+
+    def __init__(self, spec: str, *, final: bool = False, cache: str | None | bool = True) -> None:
+        super().__init__()
+        self.spec = spec
+        self.final = final
+        self.cache = cache_dir() if cache is True else (cache or None)
+        self.states: list[FileState] = []
+        self.stats = {"hit": 0, "miss": 0, "grown": 0, "invalidated": 0, "scanned_bytes": 0}
+        self.capped: str | None = None  # why some rows or files were not indexed (the set's limits)
+        self._frames: list[Any] = []  # pandas frames appended since the last full frame
+        self._df = None
+        self._files_of: dict[str, int] = {}
+
+    @classmethod
+    def open_set(cls, spec: str, **kw: Any) -> TraceSet:
+        """The set of ``spec``, indexed (from the cache where it can be)."""
+        s = cls(spec, **kw)
+        s.refresh()
+        return s
+
+    # -- building and following
+    def refresh(self) -> int:
+        """Look at the files again: index new ones, what was appended to grown ones, rewritten ones
+        again; forget removed ones. Returns the number of rows added (or -1 when the index was
+        rebuilt because a file shrank, changed or went away)."""
+        paths = resolve(self.spec)
+        if len(paths) > max_index_files():
+            self.capped = f"{len(paths):,} files; at most {max_index_files():,} are indexed (ALI_MAX_INDEX_FILES)"
+            paths = paths[: max_index_files()]
+        rebuilt = False
+        present = set(paths)
+        if any(st.path not in present for st in self.states):
+            self.states = [st for st in self.states if st.path in present]
+            rebuilt = True
+        known = {st.path: st for st in self.states}
+        added = 0
+        with no_gc():
+            for p in paths:
+                st = known.get(p)
+                if st is None:
+                    st = self._load_cached(p)
+                    self.states.append(st)
+                    known[p] = st
+                    added += st.nrows
+                    continue
+                n = self._update(st)
+                if n < 0:
+                    rebuilt = True
+                else:
+                    added += n
+        self._save_dirty(force=False)
+        if rebuilt:
+            self._reframe()
+            return -1
+        if added:
+            self._extend()
+        return added
+
+    def flush(self) -> None:
+        """Write every changed file's cache entry now."""
+        self._save_dirty(force=True)
+
+    def _total_rows(self) -> int:
+        return sum(st.nrows for st in self.states)
+
+    def _room(self) -> int:
+        return max(0, max_index_rows() - self._total_rows())
+
+    def _kind(self, path: str) -> str:
+        return PARQUET if path.endswith(".parquet") else JSONL
+
+    def _load_cached(self, path: str) -> FileState:
+        """A file seen for the first time: from the cache when its entry is valid (then only what
+        was appended is read), else indexed."""
+        st = FileState(path, self._kind(path))
+        cached = self._read_cache(path)
+        if cached is not None:
+            stat = os.stat(path)
+            if cached.size == stat.st_size and cached.mtime_ns == stat.st_mtime_ns:
+                self.stats["hit"] += 1
+                return cached
+            if cached.kind == JSONL and stat.st_size > cached.size and cached.fingerprint == _fingerprint(path, cached.done):
+                try:
+                    self._scan(cached)
+                    self.stats["grown"] += 1
+                    return cached
+                except _Rewritten:
+                    pass
+            self.stats["invalidated"] += 1
+        else:
+            self.stats["miss"] += 1
+        self._scan(st)
+        return st
+
+    def _update(self, st: FileState) -> int:
+        """Rows added to a known file, or -1 when it had to be indexed again."""
+        try:
+            stat = os.stat(st.path)
+        except OSError:
+            return 0  # gone between the listing and now: the next refresh drops it
+        if stat.st_size == st.size and stat.st_mtime_ns == st.mtime_ns:
+            if st.pending and not self.final and time.time() - stat.st_mtime_ns / 1e9 >= SETTLE_S:
+                before = st.nrows
+                self._scan(st, settle=True)  # a last line without its newline, no longer written
+                return st.nrows - before
+            return 0
+        if st.kind == JSONL and st.error is None and stat.st_size >= st.done and st.fingerprint == _fingerprint(st.path, st.done):
+            before = st.nrows
+            try:
+                self._scan(st)
+                return st.nrows - before
+            except _Rewritten:
+                pass
+        fresh = FileState(st.path, st.kind)
+        self._scan(fresh)
+        self.states[self.states.index(st)] = fresh
+        self.stats["invalidated"] += 1
+        return -1
+
+    def _scan(self, st: FileState, settle: bool = False) -> None:
+        stat = os.stat(st.path)
+        st.mtime_ns, st.dirty = stat.st_mtime_ns, True
+        try:
+            if st.kind == PARQUET:
+                st.rows, st.problems, st.error = [], ProblemList(), None
+                self._scan_parquet(st)
+            else:
+                self._scan_jsonl(st, stat.st_size, settle or self.final)
+            st.error = None
+        except TraceFileError as e:
+            st.error = str(e)
+            st.rows = []
+        except OSError as e:
+            st.error = f"{os.path.basename(st.path)} could not be read: {e.strerror or e}"
+            st.rows = []
+        st.size = stat.st_size if st.kind == PARQUET or st.error else st.size
+
+    def _scan_jsonl(self, st: FileState, size: int, take_partial: bool) -> None:
+        rows = _Rows(st.rows, st.path)
+        room = self._room()
+        start = st.done
+        with open(st.path, "rb") as fh:
+            if st.open_line:  # the last line was indexed without its newline: only the newline may follow
+                fh.seek(start)
+                head = fh.read(2)
+                if head[:1] == b"\n" or head == b"\r\n":
+                    start += 1 if head[:1] == b"\n" else 2
+                    st.open_line = False
+                elif head:
+                    raise _Rewritten()
+            fh.seek(start)
+            src = _Bounded(fh, size - start)
+            capped = False
+            for lineno, off, n, raw in read_lines(src):
+                ln = st.lines + lineno
+                if not src.last_nl and off + n >= size - start and not take_partial:
+                    break  # a line still being written: indexed once complete
+                item = raw if isinstance(raw, LoadProblem) else summary_of_line(ln, raw)
+                if isinstance(item, LoadProblem):
+                    st.problems.append(LoadProblem(ln, item.reason))
+                elif rows.n >= room:
+                    self.capped = f"at most {max_index_rows():,} traces are indexed (ALI_MAX_INDEX_ROWS)"
+                    st.problems.append(LoadProblem(ln, f"line {ln:,} and after not indexed: {self.capped}"), force=True)
+                    capped = True
+                    break
+                else:
+                    rows.add(item, ln, start + off, n)
+        rows.flush()
+        if capped:  # nothing more of this file is read
+            done, lines, st.pending, st.open_line = size, st.lines + src.ends, 0, False
+        elif src.read_bytes and not src.last_nl and not take_partial:
+            done, lines, st.pending = start + src.line_start, st.lines + src.ends, src.read_bytes - src.line_start
+        else:
+            tail = bool(src.read_bytes) and not src.last_nl
+            done, lines, st.pending = start + src.read_bytes, st.lines + src.ends + tail, 0
+            st.open_line = st.open_line or tail
+        self.stats["scanned_bytes"] += size - st.done
+        st.done, st.lines, st.size = done, lines, size
+        st.fingerprint = _fingerprint(st.path, st.done)
+
+    def _scan_parquet(self, st: FileState) -> None:
+        import pyarrow.compute as pc
+
+        pf = open_parquet(st.path)
+        check_layout(pf, st.path)
+        names = set(pf.schema_arrow.names)
+        text = [c for c in ("id", "termination_reason", "source", "steps", "messages", "tools", "metadata") if c in names]
+        lists = [c for c in ("prompt_ids", "response_ids") if c in names]
+        rows = _Rows(st.rows, st.path)
+        room = self._room()
+        first = 1
+        limit = max_trace_text_bytes()
+        for g in range(pf.num_row_groups):
+            rg = pf.metadata.row_group(g)
+            nrows = rg.num_rows
+            if nrows <= 0:
+                continue
+            try:
+                t = pf.read_row_group(g, columns=text + lists, use_threads=False)
+                lens = {c: pc.list_value_length(t.column(c)).fill_null(0).to_pylist() for c in lists}
+                sizes = None
+                for c in text:
+                    b = pc.binary_length(t.column(c)).fill_null(0)
+                    sizes = b if sizes is None else pc.add(sizes, b)
+                sizes_l = sizes.to_pylist() if sizes is not None else [0] * nrows
+                vals = {c: t.column(c).to_pylist() for c in text}
+            except Exception as e:  # pyarrow raises ArrowInvalid / OSError on a damaged row group
+                msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+                st.problems.append(LoadProblem(first, f"rows {first:,}-{first + nrows - 1:,} not read: {msg}"[:500]))
+                first += nrows
+                continue
+            for i in range(nrows):
+                n = first + i
+                ntok = sum(lens[c][i] for c in lists)
+                why = too_many_tokens(ntok) or (f"{sizes_l[i]:,} bytes of text in one row; the limit is {limit:,} "
+                                                "(ALI_MAX_TRACE_TEXT_BYTES)" if sizes_l[i] > limit else None)
+                if why:
+                    st.problems.append(LoadProblem(n, why))
+                    continue
+                row = {c: vals[c][i] for c in text}
+                row.update({c: [None] * 0 for c in lists})
+                s = summary_of_parquet_row(n, row, {c: lens[c][i] for c in lists})
+                if isinstance(s, LoadProblem) or s is None:
+                    item = trace_of_row(n, parquet_row_at(st.path, n))  # for its reason
+                    if isinstance(item, LoadProblem):
+                        st.problems.append(item)
+                        continue
+                    from backend.trace.io import summary_of_trace
+
+                    s = summary_of_trace(item)
+                if rows.n >= room:
+                    self.capped = f"at most {max_index_rows():,} traces are indexed (ALI_MAX_INDEX_ROWS)"
+                    st.problems.append(LoadProblem(n, f"row {n:,} and after not indexed: {self.capped}"), force=True)
+                    rows.flush()
+                    return
+                rows.add(s, n, -1, -1)
+            first += nrows
+        rows.flush()
+        self.stats["scanned_bytes"] += os.path.getsize(st.path)
+
+    # -- cache entries
+    def _read_cache(self, path: str) -> FileState | None:
+        if not self.cache:
+            return None
+        cp = _cache_path(self.cache, path)
+        if not os.path.exists(cp):
+            return None
+        try:
+            import pyarrow.parquet as pq
+
+            t = pq.read_table(cp)
+            meta = json.loads((t.schema.metadata or {})[b"ali_index"])
+            if meta.get("version") != SCHEMA_VERSION or meta.get("path") != path or t.schema.remove_metadata() != _arrow_schema():
+                return None
+            st = FileState(path, meta["kind"], meta["size"], meta["mtime_ns"], meta["done"], meta["lines"], meta["open_line"],
+                           meta["fingerprint"], meta.get("pending", 0), [t.replace_schema_metadata(None)] if t.num_rows else [])
+            for line, reason in meta["problems"]:
+                st.problems.append(LoadProblem(int(line), str(reason)))
+            st.problems.unlisted = int(meta.get("unlisted", 0))
+            st.error = meta.get("error")
+            st.cached_at = time.monotonic()
+            return st
+        except Exception:  # noqa: BLE001 - a damaged or foreign cache entry is a miss
+            return None
+
+    def _write_cache(self, st: FileState) -> None:
+        if not self.cache:
+            return
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        meta = {"version": SCHEMA_VERSION, "path": st.path, "kind": st.kind, "size": st.size, "mtime_ns": st.mtime_ns,
+                "done": st.done, "lines": st.lines, "open_line": st.open_line, "fingerprint": st.fingerprint,
+                "pending": st.pending, "problems": [[p.line, p.reason] for p in st.problems],
+                "unlisted": st.problems.unlisted, "error": st.error}
+        t = pa.concat_tables(st.rows) if st.rows else _arrow_schema().empty_table()
+        t = t.replace_schema_metadata({b"ali_index": json.dumps(meta).encode()})
+        try:
+            os.makedirs(self.cache, exist_ok=True)
+            cp = _cache_path(self.cache, st.path)
+            tmp = f"{cp}.{os.getpid()}.tmp"
+            pq.write_table(t, tmp, compression="zstd")
+            os.replace(tmp, cp)
+            st.rows = [t.replace_schema_metadata(None)] if t.num_rows else []
+        except OSError:
+            pass  # a read-only cache folder: the index works without it
+        st.cached_at, st.dirty = time.monotonic(), False
+
+    def _save_dirty(self, force: bool) -> None:
+        now = time.monotonic()
+        for st in self.states:
+            if st.dirty and (force or not st.cached_at or now - st.cached_at >= CACHE_EVERY_S):
+                self._write_cache(st)
+
+    # -- rows
+    def _frame_of(self, k: int, st: FileState, tables: Iterable[Any] | None = None) -> Any:
+        import pandas as pd
+        import pyarrow as pa
+
+        tabs = list(st.rows if tables is None else tables)
+        t = pa.concat_tables(tabs) if tabs else _arrow_schema().empty_table()
+        df = t.to_pandas()
+        for c in _TEXT:
+            df[c] = pd.Series(t.column(c).to_pylist(), dtype=object, index=df.index)
+        df["training_step"] = df["training_step"].astype("Int64")
+        df["file"] = k
+        return df[INDEX_COLUMNS]
+
+    def _reframe(self) -> None:
+        import pandas as pd
+
+        self.files = [IndexedFile(st.path, st.kind, "row" if st.kind == PARQUET else "line", st.problems) for st in self.states]
+        self._files_of = {st.path: k for k, st in enumerate(self.states)}
+        self._seen = [st.nrows for st in self.states]
+        frames = [self._frame_of(k, st) for k, st in enumerate(self.states)]
+        self._df = pd.concat(frames, ignore_index=True) if frames else self._frame_of(0, FileState("", JSONL))
+        self._index_arrays()
+
+    def _extend(self) -> None:
+        """Append the rows added since the last frame (new files, grown files)."""
+        import pandas as pd
+        import pyarrow as pa
+
+        if self._df is None:
+            return self._reframe()
+        new = []
+        for k, st in enumerate(self.states):
+            if k >= len(self._seen):
+                self.files.append(IndexedFile(st.path, st.kind, "row" if st.kind == PARQUET else "line", st.problems))
+                self._seen.append(0)
+            self.files[k].problems = st.problems
+            if st.nrows > self._seen[k]:
+                t = pa.concat_tables(st.rows).slice(self._seen[k])
+                new.append(self._frame_of(k, st, [t]))
+                self._seen[k] = st.nrows
+        if new:
+            self._df = pd.concat([self._df, *new], ignore_index=True)
+            self._index_arrays()
+        return None
+
+    def _index_arrays(self) -> None:
+        df = self._df
+        self._loc = (df["file"].to_numpy(), df["line"].to_numpy(), df["offset"].to_numpy(), df["length"].to_numpy())
+        self._ids = None
+
+    # -- reading (TraceIndex's interface)
+    def __len__(self) -> int:
+        return 0 if self._df is None else len(self._df)
+
+    @property
+    def df(self) -> Any:
+        if self._df is None:
+            self._reframe()
+        return self._df
+
+    def frame(self) -> Any:
+        """The rows as a pandas DataFrame with :data:`INDEX_COLUMNS` (a copy)."""
+        return self.df.copy()
+
+    @property
+    def cols(self) -> dict[str, list[Any]]:  # type: ignore[override]
+        df = self.df
+        return {c: df[c].tolist() for c in INDEX_COLUMNS}
+
+    @cols.setter
+    def cols(self, value: Any) -> None:  # TraceIndex.__init__ sets it; a set keeps its rows in frames
+        pass
+
+    @property
+    def pending_lines(self) -> int:
+        """Files whose last line is still being written."""
+        return sum(1 for st in self.states if st.pending)
+
+    @property
+    def file_errors(self) -> list[tuple[str, str]]:
+        return [(st.path, st.error) for st in self.states if st.error]
+
+    @property
+    def bytes(self) -> int:
+        return sum(st.size for st in self.states)
+
+    def problem_rows(self, limit: int = 1000) -> list[tuple[str, int, str]]:
+        """``(file, line, reason)`` of the bad records, the first ``limit``."""
+        out = []
+        for st in self.states:
+            if st.error:
+                out.append((st.path, 0, st.error))
+            for p in st.problems:
+                if len(out) >= limit:
+                    return out
+                out.append((st.path, p.line, p.reason))
+        return out
+
+    def row_of(self, key: int | str) -> int:
+        if isinstance(key, str):
+            if self._ids is None:
+                ids = self.df["id"].tolist()
+                self._ids = {v: i for i, v in enumerate(ids)}  # the newest row of an id wins
+            if key not in self._ids:
+                raise KeyError(f"no trace with id {key!r}")
+            return self._ids[key]
+        if not 0 <= key < len(self):
+            raise IndexError(f"row {key} is out of range (0..{len(self) - 1})")
+        return int(key)
+
+    def read(self, key: int | str) -> Trace | LoadProblem:
+        i = self.row_of(key)
+        fk, n, off, length = (int(a[i]) for a in self._loc)
+        f = self.files[fk]
+        if f.kind == PARQUET:
+            return trace_of_row(n, parquet_row_at(f.path, n))  # type: ignore[arg-type]
+        with open(f.path, "rb") as fh:  # type: ignore[arg-type]
+            fh.seek(off)
+            raw = fh.read(length)
+        return trace_of(n, parse_line(n, raw.removeprefix(b"\xef\xbb\xbf")))
+
+    def open(self, key: int | str) -> Trace:
+        item = self.read(key)
+        if isinstance(item, LoadProblem):
+            unit = self.files[int(self._loc[0][self.row_of(key)])].unit
+            raise TraceFormatError(f"{unit} {item.line}: {item.reason}")
+        return item
+
+    def location(self, key: int | str) -> tuple[str, int]:
+        """``(file path, line or row)`` of a row."""
+        i = self.row_of(key)
+        return self.files[int(self._loc[0][i])].path or "", int(self._loc[1][i])
+
+
+class _Rewritten(Exception):
+    """A file's indexed bytes changed: index it again."""
+
+
+def iter_set_traces(ts: TraceSet, rows: Iterable[int] | None = None) -> Iterator[tuple[int, Trace | LoadProblem]]:
+    """``(row, trace or problem)`` for rows of a set (all by default), each read by its bytes."""
+    for i in range(len(ts)) if rows is None else rows:
+        yield i, ts.read(i)
+
+
+class SetRegistry:
+    """The trace sets an app serves, shared by its sessions: each spec indexed once, refreshed at
+    most every ``min_interval`` seconds whoever asks (one refresh at a time per set; a caller that
+    finds one under way gets the rows as they are), the ``max_sets`` most recently used kept."""
+
+    def __init__(self, max_sets: int = 4, min_interval: float = 0.5) -> None:
+        import threading
+
+        self.max_sets, self.min_interval = max_sets, min_interval
+        self._lock = threading.Lock()
+        self._sets: dict[str, dict[str, Any]] = {}
+
+    @staticmethod
+    def key(spec: str) -> str:
+        spec = os.path.expanduser(str(spec).strip())
+        return spec if glob.has_magic(spec) else os.path.abspath(spec)
+
+    def _entry(self, spec: str) -> dict[str, Any]:
+        import threading
+
+        k = self.key(spec)
+        with self._lock:
+            e = self._sets.pop(k, None)
+            if e is None:
+                e = {"set": None, "lock": threading.Lock(), "at": 0.0, "version": 0, "error": None}
+            self._sets[k] = e  # most recently used last
+            while len(self._sets) > self.max_sets:
+                self._sets.pop(next(iter(self._sets)))
+        return e
+
+    def get(self, spec: str, *, final: bool = False) -> tuple[TraceSet, int]:
+        """``(set, version)``, indexing it first if it is new (blocking); ``version`` changes
+        whenever its rows do. Raises :class:`TraceFileError` when the spec names nothing."""
+        e = self._entry(spec)
+        with e["lock"]:
+            if e["set"] is None:
+                resolve(spec)  # a clear error for a spec that names nothing
+                e["set"] = TraceSet.open_set(self.key(spec), final=final)
+                e["at"], e["version"] = time.monotonic(), e["version"] + 1
+        return e["set"], e["version"]
+
+    def poll(self, spec: str) -> tuple[TraceSet, int]:
+        """``(set, version)`` after a refresh if the last one is older than ``min_interval`` (the
+        set is indexed first if it is new); the rows as they are while another caller refreshes."""
+        e = self._entry(spec)
+        if e["set"] is None:
+            return self.get(spec)
+        if not e["lock"].acquire(blocking=False):
+            return e["set"], e["version"]
+        try:
+            if time.monotonic() - e["at"] >= self.min_interval:
+                try:
+                    if e["set"].refresh():
+                        e["version"] += 1
+                    e["error"] = None
+                except TraceFileError as err:  # the folder went away: keep the rows, say why
+                    e["error"] = str(err)
+                e["at"] = time.monotonic()
+            return e["set"], e["version"]
+        finally:
+            e["lock"].release()
+
+    def error(self, spec: str) -> str | None:
+        e = self._sets.get(self.key(spec))
+        return e["error"] if e else None
