@@ -144,3 +144,30 @@ def test_run_charts_dark_theme_and_escaped_text(dark_app, shots, tmp_path):  # n
     assert len(fills) > 40 and set(fills) == {"rgb(229, 231, 235)"}, set(fills)
     app.shot(shots, "run_charts_dark")
     app.assert_clean()
+
+
+def test_run_charts_follow_a_verl_folder_shown_on_the_tab(app, tmp_path):  # noqa: F811 - fixtures
+    """The tab showing a folder in verl's dump layout (the local-mode folder field): steps come
+    from the file names; a step file written later appears in the charts (the follow timer)."""
+    run = tmp_path / "rollout_data"
+    run.mkdir()
+    traces = [t for p in SAMPLES for t in load_traces(str(p)).traces]
+
+    def dump(step: int, n: int) -> None:
+        lines = [traces[k % len(traces)].model_copy(update={"id": f"v{step}-{k}"}).to_json() for k in range(n)]
+        (run / f"{step}.jsonl").write_text("\n".join(lines) + "\n")
+
+    dump(1, 3)
+    dump(2, 5)
+    app.tab("Trace files")
+    app.page.locator("#tf-folder textarea, #tf-folder input").first.fill(str(run))
+    app.page.locator("#tf-set-show").click()
+    app.wait_text("#rc-note", "8 trace(s) in 2 training step(s)")
+    app.page.wait_for_function("document.querySelectorAll('#rc-diff [data-row]').length > 5")
+    assert [float(x) for x in _diff(app)["traces"]] == [3, 5, 2]
+    dump(3, 4)
+    app.wait_text("#rc-note", "12 trace(s) in 3 training step(s)")
+    app.page.wait_for_function(
+        "() => Array.from(document.querySelectorAll('#rc-diff [data-row][data-col=\"2\"]')).some((c) => c.innerText.trim() === '4')")
+    assert [float(x) for x in _diff(app)["traces"]] == [3, 4, 1]  # the default pair: first and last step
+    app.assert_clean()
