@@ -130,8 +130,9 @@ def group_frame(df: pd.DataFrame, file_names: list[str | None] | None = None) ->
         why = ("no trace in this set has a training step (metadata training_step / global_step / step, or a verl "
                "dump's <step>.jsonl file name)")
         if len(distinct) > 1:
-            names = axis_labels([_file_label((file_names or [None] * (max(distinct) + 1))[int(f)] if file_names and int(f) < len(file_names)
-                                             else None, int(f)) for f in distinct], limit=40, escape=False)
+            paths = list(file_names or [])
+            names = axis_labels([_file_label(paths[int(f)] if int(f) < len(paths) else None, int(f)) for f in distinct],
+                                limit=40, escape=False)
             mapping = dict(zip(distinct, names))
             labels = files.map(mapping).astype(object)
             order = names
