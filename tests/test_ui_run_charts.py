@@ -429,3 +429,29 @@ def test_trace_set_mode_charts_the_folder_and_follows_new_steps(tmp_path, engine
     (note, *_), _ = rc.refresh(gone)
     assert "no charts:" in note
     assert "no comparison:" in rc.on_compare(gone, "1", "2")[0]
+
+
+def test_thousands_of_steps_are_shown_as_ranges(engine_traces, tmp_path):
+    """A run of 1,200 steps (or a file giving every trace its own step): at most MAX_GROUPS
+    groups, consecutive steps merged into ranges, every trace counted once, the note says so."""
+    write_jsonl([engine_traces["ok"]], str(tmp_path / "1.jsonl"))
+    row = TraceIndex.build([str(tmp_path / "1.jsonl")]).frame()
+    df = pd.concat([row] * 2400, ignore_index=True)
+    df["training_step"] = pd.array([k // 2 for k in range(2400)], dtype="Int64")  # steps 0..1199, two traces each
+    g = rc.group_frame(df)
+    assert len(g.order) == rc.MAX_GROUPS
+    assert "1200 training step(s), shown as 500 ranges of consecutive steps" in g.note
+    stats = rc.by_group(g)
+    assert stats["n"].sum() == 2400
+    # ranges cover the steps in order, without gaps or overlaps
+    bounds = [tuple(int(x) for x in lab.split("–")) if "–" in lab else (int(lab), int(lab)) for lab in g.order]
+    assert bounds[0][0] == 0 and bounds[-1][1] == 1199
+    assert all(b[0] == a[1] + 1 for a, b in zip(bounds, bounds[1:]))
+    for lab, (lo, hi) in zip(g.order[:5], bounds[:5]):
+        assert stats.loc[lab, "n"] == 2 * (hi - lo + 1)
+    assert len(rc.steps_figure(g).data[0].x) == rc.MAX_GROUPS
+    # files past the cap: ranges of files
+    files = df.drop(columns=["training_step"]).assign(file=[k % 600 for k in range(2400)])
+    gf = rc.group_frame(files, [f"/run/part-{k:04d}.jsonl" for k in range(600)])
+    assert len(gf.order) == rc.MAX_GROUPS and gf.order[0] == "part-0000.jsonl–part-0001.jsonl"
+    assert "600 files, shown as 500 ranges of files" in gf.note and rc.by_group(gf)["n"].sum() == 2400

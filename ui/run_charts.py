@@ -46,6 +46,7 @@ from backend.trace.model import TerminationReason
 from ui.charts import LAYOUT, axis_labels, empty_figure, plot_text
 
 NO_STEP = "no step"
+MAX_GROUPS = 500  # more steps (or files) than this are shown as ranges of consecutive ones
 ALL_TRACES = "all traces"
 # the two sides of a comparison (>= 3:1 on the light and the dark page, see ui.theme.CHART)
 COLOR_A = "#3b82f6"
@@ -115,12 +116,15 @@ def group_frame(df: pd.DataFrame, file_names: list[str | None] | None = None) ->
     if has.any():
         mask = has.to_numpy()
         values, inverse = np.unique(steps.to_numpy()[mask].astype("int64"), return_inverse=True)
-        order = [str(v) for v in values.tolist()] + ([NO_STEP] if not mask.all() else [])
-        codes = np.full(n, len(values), dtype="int64")  # "no step" last
+        names, inverse = _ranges([str(v) for v in values.tolist()], inverse)
+        order = names + ([NO_STEP] if not mask.all() else [])
+        codes = np.full(n, len(names), dtype="int64")  # "no step" last
         codes[mask] = inverse
         labels = pd.Categorical.from_codes(codes, categories=order, ordered=True)
         missing = int((~mask).sum())
         note = f"{n} trace(s) in {len(values)} training step(s)"
+        if len(names) < len(values):
+            note += f", shown as {len(names)} ranges of consecutive steps"
         if missing:
             note += f"; {missing} without a step form the group “{NO_STEP}”"
         by = "training step"
@@ -133,10 +137,12 @@ def group_frame(df: pd.DataFrame, file_names: list[str | None] | None = None) ->
             paths = list(file_names or [])
             names = axis_labels([_file_label(paths[int(f)] if int(f) < len(paths) else None, int(f)) for f in distinct],
                                 limit=40, escape=False)
-            mapping = dict(zip(distinct, names))
+            ranged, pos = _ranges(names, np.arange(len(names)))
+            mapping = {f: ranged[p] for f, p in zip(distinct, pos.tolist())}
             labels = files.map(mapping).astype(object)
-            order = names
-            note = f"{n} trace(s); {why}: grouped by file ({len(distinct)} files)"
+            order = ranged
+            note = f"{n} trace(s); {why}: grouped by file ({len(distinct)} files"
+            note += f", shown as {len(ranged)} ranges of files)" if len(ranged) < len(names) else ")"
             by = "file"
         else:
             labels = pd.Series(ALL_TRACES, index=df.index, dtype=object)
@@ -145,6 +151,19 @@ def group_frame(df: pd.DataFrame, file_names: list[str | None] | None = None) ->
             by = "all"
     work["group"] = labels if isinstance(labels, pd.Categorical) else pd.Categorical(labels, categories=order, ordered=True)
     return Grouped(work, order, by, note)
+
+
+def _ranges(names: list[str], inverse: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """At most :data:`MAX_GROUPS` groups: past that, consecutive groups are merged into ranges
+    labelled ``first–last`` (a run of thousands of steps, or a file that gives every trace its
+    own step, still draws a bounded figure and picker). Returns the labels and each row's new code."""
+    if len(names) <= MAX_GROUPS:
+        return names, inverse
+    chunk = np.arange(len(names)) * MAX_GROUPS // len(names)  # group -> its range, in order
+    firsts = np.searchsorted(chunk, np.arange(MAX_GROUPS), side="left")
+    lasts = np.searchsorted(chunk, np.arange(MAX_GROUPS), side="right") - 1
+    labels = [names[a] if a == b else f"{names[a]}–{names[b]}" for a, b in zip(firsts.tolist(), lasts.tolist())]
+    return labels, chunk[inverse]
 
 
 def termination_labels(codes: pd.Series) -> pd.Series:
