@@ -7,7 +7,8 @@ columns), never a trace: a set of 100k traces is charted from its index in well 
 Groups: one per ``training_step`` (the index takes it from the trace's metadata, or from a verl
 dump's ``<step>.jsonl`` file name), in step order, and one "no step" group for the traces that have
 none. A set in which no trace has a step is grouped by file (when it spans several) or shown as one
-group, and the note above the charts says so.
+group, and the note above the charts says so. Past :data:`MAX_GROUPS` steps (or files), consecutive
+ones are merged into ranges (``100–102``), so the figure and the step pickers stay bounded.
 
 Measures per group, as the axis titles and the comparison table name them:
 
