@@ -473,3 +473,56 @@ def test_app_flag_and_env(tmp_path, monkeypatch, engine_traces):
     bad = app_module.parse_args(["--no-model", "--traces", str(tmp_path / "missing")], environ={})
     with pytest.raises(SystemExit, match="--traces: no such folder"):
         app_module.build_context(bad)
+
+
+# ---- the CLI ------------------------------------------------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cli(*args: str, env_cache) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", ALI_TRACE_INDEX_CACHE=str(env_cache))
+    return subprocess.run([sys.executable, "-m", "backend", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_index(tmp_path, engine_traces):
+    import pandas as pd
+
+    d = tmp_path / "run"
+    by_step = verl_layout(d, engine_traces, steps=(3, 4), per_step=5)
+    with open(d / "4.jsonl", "a") as f:
+        f.write("{oops\n")
+    r = cli("index", str(d), "--json", "--out", str(tmp_path / "ix.csv"), env_cache=tmp_path / "c")
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert out["traces"] == 10 and out["per_step"] == {"3": 5, "4": 5} and out["cache"]["miss"] == 2
+    assert [(os.path.basename(p["file"]), p["line"]) for p in out["problems"]] == [("4.jsonl", 6)]
+    assert "4.jsonl:6" in r.stderr
+    rows = pd.read_csv(tmp_path / "ix.csv")
+    assert rows["id"].tolist() == [t.id for s in (3, 4) for t in by_step[s]]
+    again = cli("index", str(d / "3.jsonl"), "--json", env_cache=tmp_path / "c")
+    assert again.returncode == 0 and json.loads(again.stdout)["cache"]["hit"] == 1
+    missing = cli("index", str(tmp_path / "nope"), env_cache=tmp_path / "c")
+    assert missing.returncode == 2 and "no such folder or file" in missing.stderr and "Traceback" not in missing.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli("index", str(empty), env_cache=tmp_path / "c").returncode == 2
+
+
+def test_cli_index_follow_prints_new_traces(tmp_path, engine_traces):
+    d = tmp_path / "run"
+    verl_layout(d, engine_traces, steps=(1,), per_step=2)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", ALI_TRACE_INDEX_CACHE=str(tmp_path / "c"))
+    proc = subprocess.Popen([sys.executable, "-m", "backend", "index", str(d), "--follow", "--interval", "0.2"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "2 trace(s) in 1 file(s)" in proc.stdout.readline()
+        write_jsonl(variants(engine_traces, 1, "later"), str(d / "2.jsonl"))
+        for _ in range(50):
+            line = proc.stdout.readline()
+            if "later-00000" in line:
+                break
+        assert line.startswith("step 2\tlater-00000\t")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -373,6 +373,8 @@ def set_status(session: Session, ts: Any) -> str:
     if ts.capped:
         msg += f"; {html.escape(ts.capped)}"
     if err:
+        if session.set_registry is not None and session.set_spec:
+            err = err.replace(os.path.expanduser(session.set_spec), name)  # the operator's path is not shown
         msg += f'; <span class="ali-err">{html.escape(err)}</span>'
     return f'<div class="{"ali-warn" if n or err else "ali-ok"}" data-rows="{len(ts)}">{msg}</div>'
 
@@ -486,7 +488,7 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
     set_ui = None
     if parts is not None:
         set_ui = SetUI(parts["folder"], parts["show_btn"], parts["follow"], parts["newest"], parts["status"], step_dd, page,
-                       gr.Timer(1.0))
+                       gr.Timer(1.0, active=bool(ctx.traces)))  # ticks once a set is shown
     # ---- charts by training step and the two-step comparison (ui/run_charts.py) ----
     run = run_charts.build(ctx)
     # ----
@@ -500,6 +502,7 @@ def table_outputs(session: Session, reason: str | None = ALL, source: str | None
         view = _view(session)
         view.reason, view.source, view.query = reason or ALL, source or ALL, query or ""
         out = set_outputs(session)
+        view.version = -1  # the status, step filter and bad records are not among these outputs: the next tick lists them
         return [out[0], out[1], out[3], charts.file_distributions([])]
     full = file_listing(session)
     reasons, sources = filter_choices(full)
@@ -633,14 +636,14 @@ def wire_set(ctx: AppContext, ui: TraceFilesUI, su: SetUI, session: gr.State, on
         else:
             spec = (folder or "").strip()[:4096] or ctx.traces
         if not spec:
-            return [sess, *[gr.update()] * 5, '<div class="ali-err">Type a folder or a glob first.</div>', *[gr.update()] * 3]
+            return [sess, *[gr.update()] * 5, '<div class="ali-err">Type a folder or a glob first.</div>', *[gr.update()] * 4]
         try:
             resolve(spec)
         except (TraceFileError, OSError) as e:
-            return [sess, *[gr.update()] * 5, f'<div class="ali-err">{html.escape(short_error(e))}</div>', *[gr.update()] * 3]
+            return [sess, *[gr.update()] * 5, f'<div class="ali-err">{html.escape(short_error(e))}</div>', *[gr.update()] * 4]
         sess.set_spec = spec
         sess.set_view = SetView()
-        return [sess, *listed(sess)]
+        return [sess, *listed(sess), gr.Timer(active=True)]
 
     def on_set_filter(sess: Session, reason: str, source: str, query: str, step: str, page: Any, newest: bool):
         if not in_set_mode(sess):  # the uploaded file is shown
@@ -666,9 +669,9 @@ def wire_set(ctx: AppContext, ui: TraceFilesUI, su: SetUI, session: gr.State, on
         return listed(sess)
 
     show_in = [session] + ([su.folder] if su.folder is not None else [])
-    su.show_btn.click(on_show, show_in, [session, *all_out], api_visibility="private")
+    su.show_btn.click(on_show, show_in, [session, *all_out, su.timer], api_visibility="private")
     if su.folder is not None:
-        su.folder.submit(on_show, show_in, [session, *all_out], api_visibility="private")
+        su.folder.submit(on_show, show_in, [session, *all_out, su.timer], api_visibility="private")
     for comp in (ui.reason_dd, ui.source_dd, su.step_dd):
         comp.input(on_set_filter, filters, all_out, api_visibility="private")
     ui.search.submit(on_set_filter, filters, all_out, api_visibility="private")

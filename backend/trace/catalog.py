@@ -331,6 +331,8 @@ class TraceSet(TraceIndex):
             stat = os.stat(path)
             if cached.size == stat.st_size and cached.mtime_ns == stat.st_mtime_ns:
                 self.stats["hit"] += 1
+                if cached.pending and (self.final or time.time() - stat.st_mtime_ns / 1e9 >= SETTLE_S):
+                    self._scan(cached, settle=True)  # cached while its last line had no newline
                 return cached
             if cached.kind == JSONL and stat.st_size > cached.size and cached.fingerprint == _fingerprint(path, cached.done):
                 try:
@@ -562,12 +564,13 @@ class TraceSet(TraceIndex):
     def _reframe(self) -> None:
         import pandas as pd
 
-        self.files = [IndexedFile(st.path, st.kind, "row" if st.kind == PARQUET else "line", st.problems) for st in self.states]
-        self._files_of = {st.path: k for k, st in enumerate(self.states)}
-        self._seen = [st.nrows for st in self.states]
+        files = [IndexedFile(st.path, st.kind, "row" if st.kind == PARQUET else "line", st.problems) for st in self.states]
         frames = [self._frame_of(k, st) for k, st in enumerate(self.states)]
-        self._df = pd.concat(frames, ignore_index=True) if frames else self._frame_of(0, FileState("", JSONL))
-        self._index_arrays()
+        df = pd.concat(frames, ignore_index=True) if frames else self._frame_of(0, FileState("", JSONL))
+        self._seen = [st.nrows for st in self.states]
+        # other threads read while a set is refreshed: what a row's number means is replaced last
+        self.files = files
+        self._publish(df)
 
     def _extend(self) -> None:
         """Append the rows added since the last frame (new files, grown files)."""
@@ -587,14 +590,15 @@ class TraceSet(TraceIndex):
                 new.append(self._frame_of(k, st, [t]))
                 self._seen[k] = st.nrows
         if new:
-            self._df = pd.concat([self._df, *new], ignore_index=True)
-            self._index_arrays()
+            self._publish(pd.concat([self._df, *new], ignore_index=True))
         return None
 
-    def _index_arrays(self) -> None:
-        df = self._df
+    def _publish(self, df: Any) -> None:
+        """Make ``df`` the rows: the locations first, then the frame (a reader holding the new
+        frame finds its rows' locations)."""
         self._loc = (df["file"].to_numpy(), df["line"].to_numpy(), df["offset"].to_numpy(), df["length"].to_numpy())
         self._ids = None
+        self._df = df
 
     # -- reading (TraceIndex's interface)
     def __len__(self) -> int:
