@@ -275,7 +275,8 @@ def steps_figure(g: Grouped, stats: pd.DataFrame | None = None, shares: pd.DataF
         fig.add_scatter(x=x, y=rate, mode=mode, line=dict(color=color), marker=dict(color=color, size=6), showlegend=False,
                         customdata=np.stack([stats[f"{pre}_errors_mean"].to_numpy(), n], axis=1), row=2, col=col,
                         hovertemplate="%{x}: %{y:.1f}% of traces<br>%{customdata[0]:.2f} per trace<br>%{customdata[1]} trace(s)<extra></extra>")
-        fig.update_yaxes(rangemode="tozero", row=2, col=col)
+        top = float(np.nanmax(rate))
+        fig.update_yaxes(range=[0, max(5.0, min(100.0, top * 1.15))], row=2, col=col)  # a percentage axis, not 0..1
     if stats["score_n"].sum() == 0:
         _panel_note(fig, 6, "no trace carries a score")
     else:
