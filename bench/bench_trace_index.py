@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -144,6 +145,13 @@ class Peak:
         self.peak = max(self.peak, self.rss())
 
 
+def cpu() -> float:
+    """CPU seconds of this process (user + system): on a machine other jobs load, wall time
+    includes waiting for a core, CPU time does not."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def measure(spec: str, jsonl_spec: str, cache: str) -> dict:
     import gc
 
@@ -157,7 +165,7 @@ def measure(spec: str, jsonl_spec: str, cache: str) -> dict:
     files = resolve(jsonl_spec)
     nbytes = sum(os.path.getsize(p) for p in resolve(spec))
     out["jsonl_bytes"] = sum(os.path.getsize(p) for p in files)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu()
     n = 0
     with Peak() as pk:
         for p in files:
@@ -165,18 +173,18 @@ def measure(spec: str, jsonl_spec: str, cache: str) -> dict:
                 for line in f:
                     json.loads(line)
                     n += 1
-    out["baseline_s"] = time.perf_counter() - t0
+    out["baseline_s"], out["baseline_cpu_s"] = time.perf_counter() - t0, cpu() - c0
     out["baseline_peak_mb"] = round(pk.peak, 1)
     out["lines"] = n
     gc.collect()
     shutil.rmtree(cache, ignore_errors=True)
     os.environ["ALI_TRACE_INDEX_CACHE"] = cache
     with Peak() as pk:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu()
         ts = TraceSet.open_set(spec)
         ts.flush()
         df = ts.df
-        out["cold_s"] = time.perf_counter() - t0
+        out["cold_s"], out["cold_cpu_s"] = time.perf_counter() - t0, cpu() - c0
     out["cold_peak_mb"] = round(pk.peak, 1)
     out["rows"] = len(df)
     out["bytes"] = nbytes
@@ -184,10 +192,10 @@ def measure(spec: str, jsonl_spec: str, cache: str) -> dict:
     del ts, df
     gc.collect()
     with Peak() as pk:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu()
         ts = TraceSet.open_set(spec)
         df = ts.df
-        out["warm_s"] = time.perf_counter() - t0
+        out["warm_s"], out["warm_cpu_s"] = time.perf_counter() - t0, cpu() - c0
     out["warm_peak_mb"] = round(pk.peak, 1)
     assert ts.stats["hit"] == len(ts.files) and len(df) == n
     out["rss_after_mb"] = round(Peak().rss(), 1)
@@ -325,7 +333,7 @@ def main() -> int:
                 m.update(format=fmt, mb=mb, load_before=load0, load_after=uptime())
                 results["runs"].append(m)
                 print(f"{fmt:8s} {mb:6.0f} MB  rows {m['rows']:7d}  baseline {m['baseline_s']:6.2f} s  cold {m['cold_s']:6.2f} s "
-                      f"({m['cold_s'] / m['baseline_s']:.2f}x)  warm {m['warm_s']:5.2f} s  peak cold {m['cold_peak_mb']:.0f} MB "
+                      f"({m['cold_s'] / m['baseline_s']:.2f}x; cpu {m['cold_cpu_s']:.2f} vs {m['baseline_cpu_s']:.2f} s)  warm {m['warm_s']:5.2f} s  peak cold {m['cold_peak_mb']:.0f} MB "
                       f"warm {m['warm_peak_mb']:.0f} MB  open {m['open_ms_median']:.1f}/{m['open_ms_max']:.1f} ms  "
                       f"page {m['table_page_ms']:.0f} ms search {m['table_search_ms']:.0f} ms  load {load0} -> {m['load_after']}",
                       flush=True)
@@ -334,7 +342,7 @@ def main() -> int:
             if len(runs) >= 2:
                 xs = [r["jsonl_bytes"] / 1e6 for r in runs]  # the same traces' size as JSONL, for both formats
                 growth = {}
-                for key in ("cold_s", "warm_s", "cold_peak_mb"):
+                for key in ("cold_s", "cold_cpu_s", "baseline_cpu_s", "warm_s", "warm_cpu_s", "cold_peak_mb"):
                     a, b, r2 = fit(xs, [r[key] for r in runs])
                     growth[key] = {"intercept": round(a, 3), "per_gb": round(b * 1000, 3), "r2": round(r2, 4),
                                    "at_10gb": round(a + b * 10_000, 1)}

@@ -526,3 +526,23 @@ def test_cli_index_follow_prints_new_traces(tmp_path, engine_traces):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_cli_check_over_a_folder(tmp_path, engine_traces):
+    """``check DIR`` reads the set through its index, one trace at a time: the same findings as
+    ``check FILE`` of each file, and the bad records with their file and line."""
+    d = tmp_path / "run"
+    verl_layout(d, engine_traces, steps=(1, 2), per_step=4)
+    bad = engine_traces[0].to_dict()
+    bad["response_mask"] = bad["response_mask"][:-1]  # JSON of the right shape, not a valid trace: found when opened
+    with open(d / "2.jsonl", "a") as f:
+        f.write(json.dumps(bad) + "\n")
+    r = cli("check", str(d), "--no-tokens", "--json", env_cache=tmp_path / "c")
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert [t["id"] for t in out["traces"]] == [f"s{s}-{i:05d}" for s in (1, 2) for i in range(4)]
+    assert [(os.path.basename(p["file"]), p["line"]) for p in out["problems"]] == [("2.jsonl", 5)]
+    one = json.loads(cli("check", str(d / "1.jsonl"), "--no-tokens", "--json", env_cache=tmp_path / "c").stdout)
+    assert out["traces"][:4] == one["traces"]
+    glob_run = cli("check", str(d / "1.*"), "--no-tokens", "--json", env_cache=tmp_path / "c")
+    assert glob_run.returncode == 0 and json.loads(glob_run.stdout)["traces"] == one["traces"]

@@ -1,6 +1,11 @@
 """Trace files tab: upload JSONL / JSON / Parquet, a table with filters and search, open a row in
 the Inspector, export the filtered set. Bad records are listed with their line numbers; the
 good ones load.
+
+A trace set (``--traces`` / ``ALI_TRACES``, or in local mode the folder field) is listed instead
+of the upload: the table pages and filters over its index (:class:`backend.trace.catalog.TraceSet`,
+shared by the sessions through the app's ``SetRegistry``), a row is read by its bytes when opened,
+and a timer follows the files while they are written.
 """
 
 from __future__ import annotations

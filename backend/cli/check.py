@@ -22,7 +22,8 @@ def register(sub) -> None:
                     "rest was checked); 2 nothing was checked (a missing, unreadable or empty file, no readable "
                     "trace, or none of the --id values).",
     )
-    p.add_argument("traces", metavar="TRACE", help="trace file (.jsonl, .json or .parquet)")
+    p.add_argument("traces", metavar="TRACE", help="trace file (.jsonl, .json or .parquet), or a folder or glob of them (a "
+                                                   "trace set: read through its index, one trace at a time)")
     p.add_argument("--tokenizer", help="tokenizer for the token-level checks (default: the trace's own offline profile, if any)")
     p.add_argument("--template", help="override the chat template (trl name, .jinja file, or Jinja text)")
     p.add_argument("--no-tokens", action="store_true", help="structural checks only (no re-rendering)")
@@ -60,16 +61,22 @@ def _bundle_for(trace, args, cache: dict):
 
 
 def run(args) -> int:
+    import glob
+
     from backend.diagnostics import Finding, FindingCode, Location, LogprobThresholds, check, summarize
     from backend.importers import load_any
     from backend.trace import TraceFileError
 
-    if not os.path.exists(args.traces):
-        raise CLIError(f"trace file not found: {args.traces}")
-    try:
-        res = load_any(args.traces)
-    except TraceFileError as e:
-        raise CLIError(str(e)) from None
+    if os.path.isdir(args.traces) or (glob.has_magic(args.traces) and not os.path.exists(args.traces)):
+        source, problems = _set_traces(args.traces)
+    else:
+        if not os.path.exists(args.traces):
+            raise CLIError(f"trace file not found: {args.traces}")
+        try:
+            res = load_any(args.traces)
+        except TraceFileError as e:
+            raise CLIError(str(e)) from None
+        source, problems = res.traces, [{"line": p.line, "reason": p.reason} for p in res.problems]
     th = LogprobThresholds()
     for name, key in (("token", "logprob_token_threshold"), ("step_mean", "logprob_step_threshold")):
         v = getattr(args, key, None)
@@ -82,7 +89,9 @@ def run(args) -> int:
     totals = {"error": 0, "warning": 0, "info": 0}
     text: list[str] = []
     wanted = set(args.id)
-    for t in res.traces:
+    ids: set[str] = set()
+    for t in source:
+        ids.add(t.id)
         if wanted and t.id not in wanted:
             continue
         bundle, why = _bundle_for(t, args, cache)
@@ -97,18 +106,18 @@ def run(args) -> int:
         for f in fs:
             loc = ", ".join(f"{k} {v}" for k, v in f.location.to_dict().items() if v is not None)
             text.append(f"  [{_ICON.get(f.severity, '?')}] {f.code}{' (' + loc + ')' if loc else ''}: {f.message}")
-    problems = [{"line": p.line, "reason": p.reason} for p in res.problems]
-    if not res.traces and not problems:
+    if not ids and not problems:
         raise CLIError(f"{args.traces} holds no traces (empty): nothing to check")
-    missing = [i for i in dict.fromkeys(args.id) if i not in {t.id for t in res.traces}]
-    if wanted and not out and res.traces:
+    missing = [i for i in dict.fromkeys(args.id) if i not in ids]
+    if wanted and not out and ids:
         raise CLIError(f"no trace in {args.traces} has the id {', '.join(map(repr, missing))}"
                        + (f" ({len(problems)} record(s) of it are not traces)" if problems else ""))
     for p in problems:
-        text.append(f"line {p['line']}: not a trace: {p['reason']}")
+        where = f"{p['file']}:{p['line']}" if "file" in p else f"line {p['line']}"
+        text.append(f"{where}: not a trace: {p['reason']}")
     summary = {"file": args.traces, "traces": out, "totals": totals, "problems": problems, "missing_ids": missing}
     emit(summary, args.json, "\n".join(text))
-    if not res.traces:
+    if not ids:
         print(f"error: no record of {args.traces} is a trace ({len(problems)} bad record(s), first: line "
               f"{problems[0]['line']}: {problems[0]['reason']}); nothing was checked", file=sys.stderr)
         return 2
@@ -120,3 +129,27 @@ def run(args) -> int:
             why.append(f"no trace has the id {', '.join(map(repr, missing))}")
         return bad_records_error(f"{args.traces}: " + "; ".join(why) + f"; {len(out)} trace(s) were checked")
     return 0
+
+
+def _set_traces(spec: str):
+    """The traces of a trace set, read one at a time through its index (a set need not fit in
+    memory), and its bad records (``file``, ``line``, ``reason``; a record found bad when read is
+    added as it is met)."""
+    from backend.trace import LoadProblem, TraceFileError
+    from backend.trace.catalog import TraceSet
+
+    try:
+        ts = TraceSet.open_set(spec, final=True)
+    except TraceFileError as e:
+        raise CLIError(str(e)) from None
+    problems = [{"file": f, "line": ln, "reason": why} for f, ln, why in ts.problem_rows(10_000)]
+
+    def traces():
+        for i in range(len(ts)):
+            item = ts.read(i)
+            if isinstance(item, LoadProblem):
+                problems.append({"file": ts.location(i)[0], "line": item.line, "reason": item.reason})
+                continue
+            yield item
+
+    return traces(), problems
