@@ -51,8 +51,8 @@ CSS = theme.css_variables() + """
 .ali-diff mark { background: var(--ali-hl-bg); color: var(--ali-hl-fg); }
 /* plots: transparent backgrounds (ui/charts.py); in the dark theme, plotly's own text and grid
    colours (inline styles) give way to ours. Hover labels keep plotly's colours (their box is
-   drawn in the bar's colour). */
-.dark .js-plotly-plot .main-svg :is(.xtick, .ytick, .g-xtitle, .g-ytitle, .g-gtitle, .legend, .annotation) text { fill: var(--ali-chart-fg) !important; }
+   drawn in the bar's colour). Subplots name their axes x2, y3...: .x2tick, .g-y3title. */
+.dark .js-plotly-plot .main-svg :is(.xtick, .ytick, [class$="tick"], .g-xtitle, .g-ytitle, [class^="g-"][class$="title"], .g-gtitle, .legend, .annotation) text { fill: var(--ali-chart-fg) !important; }
 .dark .js-plotly-plot .main-svg :is(.gridlayer, .zerolinelayer) path { stroke: var(--ali-chart-grid) !important; }
 #ali-header h1 { margin-bottom: 0; }
 /* chatbot tool messages: a long title (tool name, reason) wraps inside the bubble instead of

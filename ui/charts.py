@@ -36,8 +36,8 @@ def _text(s: str) -> str:
     return html.escape(s, quote=False)
 
 
-def _labels(names: list[str], limit: int = 24) -> list[str]:
-    """Axis category labels: shortened, escaped, and still one per name."""
+def _labels(names: list[str], limit: int = 24, escape: bool = True) -> list[str]:
+    """Axis category labels: shortened, escaped (unless ``escape`` is false), and still one per name."""
     out: list[str] = []
     seen: set[str] = set()
     for n in names:
@@ -47,7 +47,7 @@ def _labels(names: list[str], limit: int = 24) -> list[str]:
             label = f"{short} ({k})"
             k += 1
         seen.add(label)
-        out.append(_text(label))
+        out.append(_text(label) if escape else label)
     return out
 
 
@@ -58,6 +58,13 @@ def _empty(title: str, note: str) -> go.Figure:
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return fig
+
+
+# public names for the other chart modules (ui/run_charts.py)
+LAYOUT = _LAYOUT
+plot_text = _text
+axis_labels = _labels
+empty_figure = _empty
 
 
 def _turn_label(step: Any) -> str:

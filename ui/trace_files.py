@@ -21,7 +21,7 @@ import pandas as pd
 from backend.labels import trace_termination_label
 from backend.trace import Trace, TraceIndex
 from backend.trace.io import summary_of_trace
-from ui import charts
+from ui import charts, run_charts
 from ui.context import AppContext, Session, short_error
 
 # "termination": the end state in words with verl's code beside it (backend.labels); "preview":
@@ -53,6 +53,7 @@ class TraceFilesUI:
     count: gr.HTML | None = None  # "3 of 7 shown"
     # the trace set (a folder or glob: --traces, or in local mode the folder field)
     set_ui: SetUI | None = None
+    run: run_charts.RunChartsUI | None = None  # charts by training step (ui/run_charts.py)
 
 
 @dataclass
@@ -505,8 +506,11 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
     if parts is not None:
         set_ui = SetUI(parts["folder"], parts["show_btn"], parts["follow"], parts["newest"], parts["status"], step_dd, page,
                        gr.Timer(1.0, active=bool(ctx.traces)))  # ticks once a set is shown
+    # ---- charts by training step and the two-step comparison (ui/run_charts.py) ----
+    run = run_charts.build(ctx)
+    # ----
     return TraceFilesUI(upload, status, problems, reason_dd, source_dd, search, table, dist, export_fmt, export_btn, export_file,
-                        import_fmt, import_tok, count, set_ui)
+                        import_fmt, import_tok, count, set_ui, run=run)
 
 
 def table_outputs(session: Session, reason: str | None = ALL, source: str | None = ALL, query: str | None = "") -> list[Any]:
@@ -603,6 +607,10 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
         # whatever filled the table (page load, upload, filters, search) also sets the count, so
         # no handler's outputs (and no API output list) change for it
         ui.table.change(match_count, [session, ui.table], [ui.count], queue=False, api_visibility="private")
+    # ---- charts by training step (ui/run_charts.py): redrawn when the table's trace set changes ----
+    if ui.run is not None:
+        run_charts.wire(ui.run, session, [ui.table])
+    # ----
 
     def on_export(sess: Session, df: pd.DataFrame | None, fmt: str):
         path = export_set(sess, fmt) if in_set_mode(sess) and df is not None and "file" in df.columns else export_filtered(sess, df, fmt)
