@@ -5,9 +5,16 @@ at the end of the session. Nothing here skips: if vLLM is missing, tests that ne
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 
 import pytest
+
+# The trace-set index cache (backend/trace/catalog.py) goes to one temporary folder per test
+# session, never the user's cache folder (apps started by tests inherit it); tests of the cache
+# itself set their own.
+if not os.environ.get("ALI_TRACE_INDEX_CACHE"):
+    os.environ["ALI_TRACE_INDEX_CACHE"] = tempfile.mkdtemp(prefix="ali-index-cache-")
 
 
 def _log(msg: str) -> None:
