@@ -361,7 +361,8 @@ def ratio_figure(cmp: Comparison) -> go.Figure:
         fig.add_vline(x=x, line=dict(color=CHART["injected"], dash="dash", width=1))
     fig.update_layout(title=title, bargap=0.05, **_LAYOUT)
     fig.update_xaxes(title=f"ratio (values above {top:g} shown at {top:g})")
-    fig.update_yaxes(title="tokens", type="log" if len(pol) > 50 else "linear")
+    # log scale past 50 tokens (one bin holds most of them); ticks at powers of ten only
+    fig.update_yaxes(title="tokens", type="log" if len(pol) > 50 else "linear", dtick=1 if len(pol) > 50 else None)
     return fig
 
 
