@@ -54,13 +54,11 @@ TOPICS = ["a delayed shipment of bicycle parts", "a broken office heater", "a la
 METRICS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
 
 
-def get_weather(city: str):
-    """Get the current weather for a city.
-
-    Args:
-        city: The city name.
-    """
-    return {"city": city, "temperature_c": 10 + len(city), "conditions": "clear"}
+# the city is an enum: the forced call's arguments are bounded, so no turn runs out of max_tokens
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": CITIES}}, "required": ["city"]}},
+    "mock": {"template": "{city}: 14 C, clear sky, wind 3 m/s from the west"}}
 
 
 def case_file(i: int) -> str:
@@ -135,6 +133,7 @@ async def run_phase(urls, routing, bundle, registry, config, conversations, tag)
     for u in urls:
         await asyncio.to_thread(reset_cache, u)
     snapshots = {"start": {u: await asyncio.to_thread(read_metrics, u) for u in urls}}
+    load_before = os.getloadavg()[0]
     gen = make_generator(urls, routing, len(conversations), snapshots)
     t0 = time.perf_counter()
     try:
@@ -157,8 +156,10 @@ async def run_phase(urls, routing, bundle, registry, config, conversations, tag)
     res = {
         "routing": routing,
         "wall_s": round(wall, 3),
-        "load_avg_1m_after": os.getloadavg()[0],
+        "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # before, after
         "turns_per_loop": sorted(Counter(len(ts) for ts in turns).items()),
+        "termination": dict(Counter(str(t.termination_reason) for t in traces)),
+        "finish_reasons": dict(Counter(str(s.finish_reason) for ts in turns for s in ts)),
         "errors": errors[:3],
         "turn1_queries": delta("start", "turn1", q),
         "turn1_hits": delta("start", "turn1", h),
@@ -184,7 +185,7 @@ async def main(args) -> dict:
 
     model = models.resolve_model(None)
     bundle = load_tokenizer("smollm2")
-    registry = ToolRegistry.from_functions([get_weather])
+    registry = ToolRegistry.from_schemas([WEATHER])
     config = LoopConfig(sampling={"temperature": 0.0, "max_tokens": args.max_tokens},
                         tool_choice=["get_weather", "get_weather", "auto"], max_assistant_turns=3)
     conversations = [[{"role": "user", "content": case_file(i)}] for i in range(args.loops)]
@@ -209,7 +210,6 @@ async def main(args) -> dict:
             order = ["sticky", "least_outstanding"] if rep % 2 == 0 else ["least_outstanding", "sticky"]
             for routing in order:
                 res, _ = await run_phase(urls, routing, bundle, registry, config, conversations, f"r{rep}")
-                res["load_avg_1m_before"] = os.getloadavg()[0]
                 phases[routing].append(res)
                 print(f"rep {rep + 1} {routing}: {json.dumps(res)}", flush=True)
     finally:
@@ -228,6 +228,8 @@ async def main(args) -> dict:
         "uptime_after": os.popen("uptime").read().strip(),
         "sticky_turn2plus_hit_rate": [r["turn2plus_hit_rate"] for r in st],
         "balanced_turn2plus_hit_rate": [r["turn2plus_hit_rate"] for r in bal],
+        "sticky_turn2plus_tokens_recomputed": [r["turn2plus_queries"] - r["turn2plus_hits"] for r in st],
+        "balanced_turn2plus_tokens_recomputed": [r["turn2plus_queries"] - r["turn2plus_hits"] for r in bal],
         "sticky_wall_s": [r["wall_s"] for r in st],
         "balanced_wall_s": [r["wall_s"] for r in bal],
         "wall_ratio_sticky_over_balanced": [round(x, 3) for x in ratios],
