@@ -25,6 +25,7 @@ from backend.tool_choice import ToolChoiceError, default_policy, normalize_polic
 
 TRUNCATE_SIDES = ("left", "right", "middle")
 TOOL_ERROR_POLICIES = ("feed_back", "terminate")
+VLLM_LOGPROBS_MODES = ("raw", "processed")  # a vLLM server's --logprobs-mode: raw_logprobs / processed_logprobs
 
 
 class ConfigError(UserError):
@@ -222,6 +223,14 @@ class LoopConfig:
                             help="auto | required | none | TOOL_NAME, or one per assistant turn, comma-separated (last repeats), "
                                  "e.g. required,auto. Default: required,auto for the embedded default model when tools are "
                                  "given, else the --config value or auto", elem_id="pg-tool-choice")
+    # a vLLM server's --logprobs-mode cannot be read over HTTP: the user says it, the vllm-server
+    # backend records it in each step's logprob_semantics (other backends know their own)
+    vllm_logprobs_mode: str = knob("raw", label="vllm_logprobs_mode (vllm-server)", kind="choice", widget="dropdown",
+                                   group="format", choices=VLLM_LOGPROBS_MODES, env="ALI_VLLM_LOGPROBS_MODE",
+                                   elem_id="pg-vllm-logprobs-mode",
+                                   help="vllm-server backend: the servers' --logprobs-mode, recorded with the logprobs: raw "
+                                        "(vLLM's default raw_logprobs, before temperature/top-k/top-p) or processed "
+                                        "(processed_logprobs, after them)")
 
     def __post_init__(self) -> None:
         for name, k in FIELDS.items():

@@ -325,7 +325,9 @@ class AgentLoop:
         step.logprobs = gen.logprobs
         if gen.logprobs is not None:
             step.info.logprob_semantics = LogprobSemantics(
-                backend=self.generator.name, mode=self.generator.logprob_kind(),
+                # a vLLM server's --logprobs-mode is not visible over HTTP: the loop config says it
+                backend=self.generator.name,
+                mode=self.config.vllm_logprobs_mode if self.generator.name == "vllm-server" else self.generator.logprob_kind(),
                 temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
                 constrained=self.generator.logprobs_constrained(bool(gen.info.get("constraint"))),
             )

@@ -144,6 +144,24 @@ def test_routing_is_an_option_of_the_cli_and_the_app():
         VLLMServerGenerator(["http://127.0.0.1:1"], routing="random")
 
 
+def test_vllm_logprobs_mode_is_a_loop_setting_of_the_cli_and_the_environment():
+    """What a vLLM server's logprobs are cannot be asked over HTTP: the loop config says it
+    (``vllm_logprobs_mode``; the real-server test is in test_logprobs_vllm.py)."""
+    from backend.cli import build_parser, loop_config
+    from backend.config import ConfigError, env_defaults
+
+    assert LoopConfig().vllm_logprobs_mode == "raw"  # vLLM's default, raw_logprobs
+    args = build_parser().parse_args(["run", "--messages", "m.json", "--out", "o.jsonl", "--vllm-logprobs-mode", "processed"])
+    cfg, given = loop_config(args)
+    assert cfg.vllm_logprobs_mode == "processed" and given["vllm_logprobs_mode"] == "processed"
+    assert env_defaults({"ALI_VLLM_LOGPROBS_MODE": "processed"}) == {"vllm_logprobs_mode": "processed"}
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--messages", "m.json", "--out", "o.jsonl", "--vllm-logprobs-mode", "processed_logits"])
+    with pytest.raises(ConfigError, match="vllm_logprobs_mode must be one of raw, processed"):
+        LoopConfig.from_dict({"vllm_logprobs_mode": "processed_logprobs"})
+    assert LoopConfig.from_dict(LoopConfig(vllm_logprobs_mode="processed").to_dict()).vllm_logprobs_mode == "processed"
+
+
 # ---- against the real vLLM server ----------------------------------------------------------------------
 
 WEATHER = {"type": "function", "function": {

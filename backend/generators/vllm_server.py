@@ -9,7 +9,9 @@ cache holds the conversation so far); when that server fails, the turn goes to t
 on the ring and the conversation stays there. Requests outside a conversation, or every request
 with ``routing="least_outstanding"``, go to the server with the fewest requests in flight. Each
 :class:`Generation` records its server (``info["server_url"]``) and, when it moved,
-``info["failover_from"]``. Cancelling the calling task closes the HTTP stream; vLLM aborts a
+``info["failover_from"]``. What the servers' logprobs are (their ``--logprobs-mode``) cannot be
+read over HTTP: the loop config's ``vllm_logprobs_mode`` says it, and the engine records it in
+each step's ``logprob_semantics``. Cancelling the calling task closes the HTTP stream; vLLM aborts a
 request whose client disconnected.
 Constraints go in vLLM's ``structured_outputs`` extra parameter (``regex`` / ``json`` /
 ``grammar`` / ``structural_tag``).
@@ -93,10 +95,7 @@ class VLLMServerGenerator(Generator):
         backoff_s: float = 0.25,
         routing: str = DEFAULT_ROUTING,
         max_failovers: int = 100_000,
-        logprobs_mode: str = "raw_logprobs",
     ) -> None:
-        # the servers' --logprobs-mode (not visible over HTTP: say it when it is not vLLM's default)
-        self.logprobs_mode = logprobs_mode
         if isinstance(base_urls, str):
             base_urls = [base_urls]
         urls = [self._normalize(u) for u in base_urls if u and u.strip()]
