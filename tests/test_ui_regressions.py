@@ -177,7 +177,7 @@ def test_a_sessions_end_removes_its_download_folders(ctx, weather):
     import gradio as gr
 
     demo = ui.build_app(ctx)
-    (state,) = [b for b in demo.blocks.values() if isinstance(b, gr.State)]
+    (state,) = [b for b in demo.blocks.values() if isinstance(b, gr.State) and callable(b.value)]  # the session's (a factory)
     sess = new_session(ctx)
     saved = playground._tmp_trace_file(weather, sess)
     assert os.path.exists(saved)

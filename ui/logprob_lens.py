@@ -492,7 +492,7 @@ CSS = """
 .ali-lens-worst { font-size: 13px; max-height: 420px; overflow: auto; }
 .ali-lens-worst td { font-family: ui-monospace, monospace; }
 .ali-lens-text { white-space: pre; max-width: 24ch; overflow: hidden; text-overflow: ellipsis; }
-.ali-lens-tok { font-size: 12px; padding: 1px 8px; border-radius: 6px; border: 1px solid var(--ali-chip-border); background: var(--ali-chip-bg); color: var(--ali-chip-fg); cursor: pointer; font-family: ui-monospace, monospace; }
+.ali-lens-tok { font-size: 12px; padding: 1px 8px; border-radius: 6px; border: 1px solid var(--ali-chip-border); background: var(--ali-chip-bg); color: var(--ali-chip-fg); cursor: pointer; transition: none; font-family: ui-monospace, monospace; }
 .ali-lens-tok:hover { border-color: var(--ali-chip-fg); }
 .ali-lens-tok.sel { background: var(--ali-chip-sel-bg); color: var(--ali-chip-sel-fg); }
 """
