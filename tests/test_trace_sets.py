@@ -650,6 +650,10 @@ def test_cli_index_of_a_verl_rollout_dump(tmp_path, qwen3, engine_traces):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["traces"] == 7 and out["per_step"] == {"1": 4, "2": 3} and not out["problems"]
+    # check reads each verl row through the set, converted with the given tokenizer
+    chk = cli("check", str(d), "--tokenizer", "qwen3", "--json", env_cache=tmp_path / "c")
+    assert chk.returncode == 0, chk.stderr
+    assert [t["id"] for t in json.loads(chk.stdout)["traces"]] == [f"u{s}-{k}" for s, n in ((1, 4), (2, 3)) for k in range(n)]
 
 
 def test_tab_opens_a_verl_rollout_dump_row(tmp_path, qwen3, engine_traces):
