@@ -579,3 +579,94 @@ def test_cache_prune_removes_entries_of_gone_files(tmp_path, engine_traces):
     os.utime(old, (time.time() - 7200, time.time() - 7200))
     assert prune_cache(str(cache)) == 3
     assert len(list(cache.iterdir())) == 1 and TraceSet.open_set(str(d)).stats["hit"] == 1
+
+
+# ---- verl's own rollout dump (trainer.rollout_data_dir/<step>.jsonl: input/output text) -------------
+
+
+def verl_dump(path, qwen3, traces: list[Trace], step: int, uids: bool = True) -> list[dict]:
+    """Rows as verl's ``_dump_generations`` writes them: the prompt and response decoded with
+    ``skip_special_tokens=True``, ``gts``, ``score``, ``step`` and reward extras, one
+    ``json.dumps(entry, ensure_ascii=False)`` per line."""
+    rows = []
+    for k, t in enumerate(traces):
+        row = {"input": qwen3.tokenizer.decode(t.prompt_ids, skip_special_tokens=True),
+               "output": qwen3.tokenizer.decode(t.response_ids, skip_special_tokens=True),
+               "gts": "72", "score": k / 4, "step": step, "acc": k % 2 == 0}
+        if uids:
+            row["uid"] = f"u{step}-{k}"
+        rows.append(row)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return rows
+
+
+def test_set_indexes_and_opens_verl_rollout_dump_rows(tmp_path, qwen3, engine_traces):
+    from backend.trace.catalog import TraceSet
+    from backend.trace.io import PREVIEW_CHARS
+
+    d = tmp_path / "rollout"
+    rows = verl_dump(d / "7.jsonl", qwen3, engine_traces, step=7)
+    nouid = verl_dump(d / "8.jsonl", qwen3, engine_traces[:2], step=8, uids=False)
+    # a file mixing our records and verl rows, with a bad line between them
+    with open(d / "8.jsonl", "a") as f:
+        f.write("{oops\n")
+        f.write(engine_traces[3].to_json() + "\n")
+    ts = TraceSet.open_set(str(d), final=True, cache=str(tmp_path / "c"))
+    df = ts.df
+    assert len(df) == 7 and [(os.path.basename(p), ln) for p, ln, _ in ts.problem_rows()] == [("8.jsonl", 3)]
+    verl = df[df["source"] == "verl"]
+    assert verl["id"].tolist()[:4] == [r["uid"] for r in rows]
+    assert verl["training_step"].tolist() == [7] * 4 + [8] * 2
+    assert verl["score"].tolist() == [r["score"] for r in rows + nouid]
+    assert verl["tokens"].isna().all() and verl["turns"].isna().all() and (verl["errors"] == 0).all()
+    assert verl["preview"].tolist()[:4] == [" ".join(r["input"].split())[:PREVIEW_CHARS] for r in rows]
+    ours = df[df["source"] != "verl"]
+    assert ours["id"].tolist() == [engine_traces[3].id] and ours["tokens"].iloc[0] == len(engine_traces[3].prompt_ids) + len(engine_traces[3].response_ids)
+    # ids of rows without a uid are stable across a rebuild
+    again = TraceSet.open_set(str(d), final=True, cache=False)
+    assert again.df["id"].tolist() == df["id"].tolist()
+    # opening converts the row with the verl importer and the set's tokenizer
+    t = ts.open(rows[0]["uid"])
+    assert t.id == rows[0]["uid"] and t.metadata.get("source") == "verl" and t.metadata["score"] == 0.0 and t.metadata["step"] == 7
+    assert t.messages[-1]["role"] == "assistant" and t.messages[-1]["content"] == rows[0]["output"].rsplit("assistant\n", 1)[-1] == "72°F"
+    assert [m["role"] for m in t.messages if m["role"] != "system"] == ["user", "assistant", "tool", "assistant"]
+    assert t.messages[1]["tool_calls"][0]["function"]["name"] == "get_current_temperature" and t.response_ids
+    u = ts.open(int(df.index[df["id"] == verl["id"].iloc[4]][0]))
+    assert u.id == verl["id"].iloc[4] and u.metadata["step"] == 8
+    assert ts.open(engine_traces[3].id).response_ids == engine_traces[3].response_ids
+    # the cached index gives the same rows
+    warm = TraceSet.open_set(str(d), final=True, cache=str(tmp_path / "c"))
+    assert warm.stats["hit"] == 2 and warm.df["id"].tolist() == df["id"].tolist() and warm.df["tokens"].isna().sum() == 6
+
+
+def test_cli_index_of_a_verl_rollout_dump(tmp_path, qwen3, engine_traces):
+    d = tmp_path / "rollout"
+    verl_dump(d / "1.jsonl", qwen3, engine_traces, step=1)
+    verl_dump(d / "2.jsonl", qwen3, engine_traces[:3], step=2)
+    r = cli("index", str(d), "--json", env_cache=tmp_path / "c")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["traces"] == 7 and out["per_step"] == {"1": 4, "2": 3} and not out["problems"]
+    # check reads each verl row through the set, converted with the given tokenizer
+    chk = cli("check", str(d), "--tokenizer", "qwen3", "--json", env_cache=tmp_path / "c")
+    assert chk.returncode == 0, chk.stderr
+    assert [t["id"] for t in json.loads(chk.stdout)["traces"]] == [f"u{s}-{k}" for s, n in ((1, 4), (2, 3)) for k in range(n)]
+
+
+def test_tab_opens_a_verl_rollout_dump_row(tmp_path, qwen3, engine_traces):
+    from ui import trace_files as tf
+    from ui.context import new_session
+
+    rows = verl_dump(tmp_path / "run" / "5.jsonl", qwen3, engine_traces, step=5)
+    ctx = _app_ctx(str(tmp_path / "run"))
+    sess = new_session(ctx)
+    table = tf.set_outputs(sess)[3]
+    assert sorted(table["id"]) == sorted(r["uid"] for r in rows)
+    row = table[table["id"] == rows[1]["uid"]].iloc[0]
+    label = tf.open_set_row(sess, row)
+    t = sess.traces[label]
+    assert t.id == rows[1]["uid"] and t.metadata.get("source") == "verl" and t.metadata["score"] == rows[1]["score"]
+    assert t.response_ids and t.prompt_ids

@@ -635,6 +635,8 @@ def open_set_row(sess: Session, row: Any) -> str:
 
 def wire_set(ctx: AppContext, ui: TraceFilesUI, su: SetUI, session: gr.State, on_filter) -> None:
     """The trace set's events: show it, filters and pages over its index, the follow timer."""
+    if getattr(ctx.trace_sets, "import_bundle", False) is None:  # verl rollout-dump rows open with
+        ctx.trace_sets.import_bundle = lambda: _import_bundle(ctx, None)  # the upload's default tokenizer
     set_out = [ui.reason_dd, ui.source_dd, su.step_dd, ui.table, su.page, su.status, ui.problems]
     all_out = [*set_out, ui.dist, ui.status]
     filters = [session, ui.reason_dd, ui.source_dd, ui.search, su.step_dd, su.page, su.newest]

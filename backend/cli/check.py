@@ -68,7 +68,7 @@ def run(args) -> int:
     from backend.trace import TraceFileError
 
     if os.path.isdir(args.traces) or (glob.has_magic(args.traces) and not os.path.exists(args.traces)):
-        source, problems = _set_traces(args.traces)
+        source, problems = _set_traces(args.traces, args.tokenizer)
     else:
         if not os.path.exists(args.traces):
             raise CLIError(f"trace file not found: {args.traces}")
@@ -131,7 +131,7 @@ def run(args) -> int:
     return 0
 
 
-def _set_traces(spec: str):
+def _set_traces(spec: str, tokenizer: str | None = None):
     """The traces of a trace set, read one at a time through its index (a set need not fit in
     memory), and its bad records (``file``, ``line``, ``reason``; a record found bad when read is
     added as it is met)."""
@@ -139,7 +139,7 @@ def _set_traces(spec: str):
     from backend.trace.catalog import TraceSet
 
     try:
-        ts = TraceSet.open_set(spec, final=True)
+        ts = TraceSet.open_set(spec, final=True, tokenizer=tokenizer or "qwen3")  # verl dump rows open with it
     except TraceFileError as e:
         raise CLIError(str(e)) from None
     problems = [{"file": f, "line": ln, "reason": why} for f, ln, why in ts.problem_rows(10_000)]

@@ -57,6 +57,7 @@ from backend.trace.io import (
     open_parquet,
     parquet_row_at,
     parse_line,
+    preview_text,
     read_lines,
     step_of_path,
     summary_of_line,
@@ -76,7 +77,7 @@ from backend.trace.limits import (
 from backend.trace.model import Trace, TraceFormatError
 
 # Bump when a cached file's rows or columns change meaning (the cache is then rebuilt)
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: verl rollout-dump rows (tokens unknown: null token columns)
 SUFFIXES = (".jsonl", ".parquet")
 JSONL = "jsonl"
 # a follower indexes a last line without its newline once its file has not changed for this long
@@ -89,7 +90,7 @@ _CHUNK_ROWS = 32_768
 
 _TEXT = ("id", "source", "termination_reason", "preview")
 _FLOAT = ("duration_s", "score")
-_NULLABLE_INT = ("training_step",)
+_NULLABLE_INT = ("training_step", "turns", "tokens", "prompt_tokens", "response_tokens")
 
 
 def _arrow_schema() -> Any:
@@ -253,6 +254,56 @@ class _Bounded(io.RawIOBase):
         return b
 
 
+def _verl_importer() -> Any:
+    from backend.importers import get_importer
+
+    return get_importer("verl")
+
+
+def _verl_record(raw: bytes) -> dict[str, Any] | None:
+    """The record of a line that is not our trace but a verl output (the verl importer's sniff)."""
+    try:
+        d = json.loads(raw.removeprefix(b"\xef\xbb\xbf"))
+    except (ValueError, RecursionError):
+        return None
+    return d if _verl_importer().sniff(d) else None
+
+
+def _verl_id(d: dict[str, Any], path: str, line: int) -> str:
+    """A verl row's id: its ``uid`` (or id / request_id), else stable from the file and line."""
+    uid = d.get("uid", d.get("id", d.get("request_id")))
+    if isinstance(uid, str | int) and not isinstance(uid, bool) and str(uid) != "":
+        return str(uid)
+    return f"verl-{hashlib.sha256(f'{os.path.abspath(path)}:{line}'.encode()).hexdigest()[:12]}"
+
+
+def _verl_summary(raw: bytes, path: str, line: int) -> dict[str, Any] | None:
+    """A light summary of a verl rollout-dump row (``input``/``output`` text, ``score``, ``step``)
+    or agent-loop output (``prompt_ids``/``response_ids``), without a tokenizer: token counts are
+    unknown (null) for text rows, counted for id rows; turns and termination are not known."""
+    d = _verl_record(raw)
+    if d is None:
+        return None
+    ids = isinstance(d.get("prompt_ids"), list) and isinstance(d.get("response_ids"), list)
+    p, r = (len(d["prompt_ids"]), len(d["response_ids"])) if ids else (None, None)
+    if p is not None and too_many_tokens(p + r):
+        return None  # refused as the importer refuses it
+    uid = _verl_id(d, path, line)
+    step = d.get("step", d.get("global_step"))
+    score = d.get("score")
+    inp = d.get("input")
+    tr = d.get("termination_reason")
+    return {
+        "id": str(uid), "source": "verl", "turns": None, "tokens": None if p is None else p + r,
+        "prompt_tokens": p, "response_tokens": r, "termination_reason": tr if isinstance(tr, str) else "",
+        "errors": 0, "messages": 0, "tools": 0, "duration_s": None,
+        "score": float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None,
+        "preview": preview_text(inp) if isinstance(inp, str) else "",
+        "training_step": step if isinstance(step, int) and not isinstance(step, bool) else None,
+        "tool_errors": 0, "parse_errors": 0,
+    }
+
+
 class _Rows:
     """Rows of one file collected as Python lists, turned into Arrow tables every
     :data:`_CHUNK_ROWS`."""
@@ -292,9 +343,15 @@ class TraceSet(TraceIndex):
     files are complete (a last line without its newline is indexed as it is, as a one-shot
     reader does); otherwise they may be being written (:meth:`refresh` follows them)."""
 
-    def __init__(self, spec: str, *, final: bool = False, cache: str | None | bool = True) -> None:
+    def __init__(self, spec: str, *, final: bool = False, cache: str | None | bool = True,
+                 tokenizer: str = "qwen3", import_bundle: Any = None) -> None:
         super().__init__()
         self.spec = spec
+        # verl rollout-dump rows are converted when opened with this tokenizer: ``import_bundle``
+        # (a function giving the bundle: the app's operator-chosen one) or the profile ``tokenizer``
+        self.tokenizer = tokenizer
+        self.import_bundle = import_bundle
+        self._import_ctx: Any = None
         self.final = final
         self.cache = cache_dir() if cache is True else (cache or None)
         self.states: list[FileState] = []
@@ -451,6 +508,8 @@ class TraceSet(TraceIndex):
                 if not src.last_nl and off + n >= size - start and not take_partial:
                     break  # a line still being written: indexed once complete
                 item = raw if isinstance(raw, LoadProblem) else summary_of_line(ln, raw)
+                if isinstance(item, LoadProblem) and not isinstance(raw, LoadProblem):
+                    item = _verl_summary(raw, st.path, ln) or item
                 if isinstance(item, LoadProblem):
                     st.problems.append(LoadProblem(ln, item.reason))
                 elif rows.n >= room:
@@ -601,6 +660,9 @@ class TraceSet(TraceIndex):
         for c in _TEXT:
             df[c] = pd.Series(t.column(c).to_pylist(), dtype=object, index=df.index)
         df["training_step"] = df["training_step"].astype("Int64")
+        for c in _NULLABLE_INT[1:]:  # null only for verl rollout-dump rows (not tokenized when indexed)
+            if t.column(c).null_count:
+                df[c] = df[c].astype("Int64")
         df["file"] = k
         return df[INDEX_COLUMNS]
 
@@ -712,7 +774,24 @@ class TraceSet(TraceIndex):
         with open(f.path, "rb") as fh:  # type: ignore[arg-type]
             fh.seek(off)
             raw = fh.read(length)
-        return trace_of(n, parse_line(n, raw.removeprefix(b"\xef\xbb\xbf")))
+        item = trace_of(n, parse_line(n, raw.removeprefix(b"\xef\xbb\xbf")))
+        rec = _verl_record(raw) if isinstance(item, LoadProblem) else None
+        if rec is None:
+            return item
+        return self._import_verl(n, rec, f.path)  # type: ignore[arg-type]
+
+    def _import_verl(self, n: int, rec: dict[str, Any], path: str) -> Trace | LoadProblem:
+        """A verl row converted by the verl importer with the set's tokenizer."""
+        from backend.importers import ImportContext, convert_record
+
+        if self._import_ctx is None:
+            bundle = self.import_bundle() if self.import_bundle is not None else None
+            self._import_ctx = ImportContext(tokenizer=getattr(bundle, "name", None) or self.tokenizer, path=path, _bundle=bundle)
+        for item, _ in convert_record(n, rec, "verl", self._import_ctx, where={"file": os.path.basename(path), "line": n}):
+            if isinstance(item, Trace):
+                item.id = _verl_id(rec, path, n)  # the id the index lists it by
+            return item
+        return LoadProblem(n, "the verl row gave no trace")
 
     def open(self, key: int | str) -> Trace:
         item = self.read(key)
@@ -746,6 +825,7 @@ class SetRegistry:
         import threading
 
         self.max_sets, self.min_interval = max_sets, min_interval
+        self.import_bundle: Any = None  # the tokenizer bundle verl rows are opened with (TraceSet)
         self._lock = threading.Lock()
         self._sets: dict[str, dict[str, Any]] = {}
 
@@ -774,7 +854,7 @@ class SetRegistry:
         with e["lock"]:
             if e["set"] is None:
                 resolve(spec)  # a clear error for a spec that names nothing
-                e["set"] = TraceSet.open_set(self.key(spec), final=final)
+                e["set"] = TraceSet.open_set(self.key(spec), final=final, import_bundle=self.import_bundle)
                 e["at"], e["version"] = time.monotonic(), e["version"] + 1
         return e["set"], e["version"]
 

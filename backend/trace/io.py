@@ -393,8 +393,13 @@ def _preview(messages: Any) -> str:
         if isinstance(m, dict) and m.get("role") == "user":
             c = m.get("content")
             text = c if isinstance(c, str) else json.dumps(c, ensure_ascii=False) if c is not None else ""
-            return " ".join(text.split())[:PREVIEW_CHARS]
+            return preview_text(text)
     return ""
+
+
+def preview_text(text: str) -> str:
+    """A table preview of a text: whitespace collapsed, at most PREVIEW_CHARS."""
+    return " ".join(text.split())[:PREVIEW_CHARS]
 
 
 def _score(meta: Any) -> float | None:
