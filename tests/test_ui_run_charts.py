@@ -455,3 +455,31 @@ def test_thousands_of_steps_are_shown_as_ranges(engine_traces, tmp_path):
     gf = rc.group_frame(files, [f"/run/part-{k:04d}.jsonl" for k in range(600)])
     assert len(gf.order) == rc.MAX_GROUPS and gf.order[0] == "part-0000.jsonl–part-0001.jsonl"
     assert "600 files, shown as 500 ranges of files" in gf.note and rc.by_group(gf)["n"].sum() == 2400
+
+
+def test_charts_of_a_verl_rollout_dump_folder(tmp_path):
+    """verl's own dump (text rows: step, score, no token counts) charted from a trace set: the
+    steps and scores come out, and the token panels are empty, not zero."""
+    from backend.trace.catalog import TraceSet
+
+    bundle = load_tokenizer("qwen3")
+    traces = [t for p in sorted(SAMPLE_DIR.glob("*.jsonl")) for t in load_traces(str(p)).traces if t.prompt_ids]
+    scores = {1: [0.0, 0.5, 1.0], 2: [1.0, 1.0]}
+    for step, sc in scores.items():
+        with open(tmp_path / f"{step}.jsonl", "w", encoding="utf-8") as f:
+            for k, s in enumerate(sc):
+                t = traces[k % len(traces)]
+                f.write(json.dumps({"input": bundle.tokenizer.decode(t.prompt_ids, skip_special_tokens=True),
+                                    "output": bundle.tokenizer.decode(t.response_ids, skip_special_tokens=True),
+                                    "gts": "x", "score": s, "step": step, "uid": f"u{step}-{k}"}, ensure_ascii=False) + "\n")
+    ts = TraceSet.open_set(str(tmp_path), final=True, cache=False)
+    g = rc.group_frame(ts.df)
+    assert g.order == ["1", "2"]
+    stats = rc.by_group(g)
+    assert stats["n"].tolist() == [3, 2]
+    assert stats["score_mean"].tolist() == [statistics.mean(scores[1]), statistics.mean(scores[2])]
+    assert stats["resp_median"].isna().all() and stats["turns_median"].isna().all()  # unknown, not 0
+    fig = rc.steps_figure(g, stats)
+    assert fig.data  # drawn
+    fig2, table, note = rc.compare(g, "1", "2")
+    assert table is not None
