@@ -483,3 +483,15 @@ def test_charts_of_a_verl_rollout_dump_folder(tmp_path):
     assert fig.data  # drawn
     fig2, table, note = rc.compare(g, "1", "2")
     assert table is not None
+
+
+def test_a_panel_note_sits_in_its_own_panel():
+    """The "no score" note is drawn in the score panel (bottom right), not over another one."""
+    df = pd.DataFrame({"id": ["a", "b"], "training_step": [1, 2], "response_tokens": [10, 20], "turns": [1, 2],
+                       "termination_reason": ["no_tool_calls"] * 2, "tool_errors": [0, 1], "parse_errors": [0, 0],
+                       "score": [None, None], "source": ["engine"] * 2})
+    fig = rc.steps_figure(rc.group_frame(df))
+    (note,) = [a for a in fig.layout.annotations if a.text == "no trace carries a score"]
+    xd, yd = fig.layout.xaxis6.domain, fig.layout.yaxis6.domain
+    assert note.xref == "paper" and xd[0] < note.x < xd[1] and yd[0] < note.y < yd[1]
+    assert not (fig.layout.xaxis.domain[0] < note.x < fig.layout.xaxis.domain[1])  # not in panel 1's column

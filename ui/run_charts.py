@@ -236,8 +236,11 @@ def termination_colors(labels: list[str]) -> dict[str, str]:
 
 
 def _panel_note(fig: go.Figure, k: int, text: str) -> None:
+    """A note in the middle of subplot ``k``, placed in paper coordinates from the subplot's
+    domains (an "xK domain" reference lands in the wrong panel when subplot K has no trace)."""
     ax = "" if k == 1 else str(k)
-    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref=f"x{ax} domain", yref=f"y{ax} domain")
+    xd, yd = fig.layout[f"xaxis{ax}"].domain, fig.layout[f"yaxis{ax}"].domain
+    fig.add_annotation(text=text, showarrow=False, x=(xd[0] + xd[1]) / 2, y=(yd[0] + yd[1]) / 2, xref="paper", yref="paper")
 
 
 def steps_figure(g: Grouped, stats: pd.DataFrame | None = None, shares: pd.DataFrame | None = None) -> go.Figure:
