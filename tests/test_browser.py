@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import os
 import re
@@ -82,21 +83,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    """``app.py --backend scripted`` (no model is loaded) on a free port; killed at the end."""
+@contextlib.contextmanager
+def running_app(args: list[str], log_path: Path, *, env: dict[str, str] | None = None, start_timeout_s: float = 180):
+    """``app.py ARGS`` on a free loopback port, yielding its URL once it answers; stopped at the
+    end, and its log must hold no traceback (a handler crashed: the UI must show messages)."""
     port = _free_port()
-    log_path = tmp_path_factory.mktemp("app") / "app.log"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False",
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1", **(env or {}))
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "app.py", "--backend", "scripted", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
+        proc = subprocess.Popen([sys.executable, "app.py", *args, "--host", "127.0.0.1", "--port", str(port)],
+                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + start_timeout_s
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"app.py exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
@@ -118,8 +117,14 @@ def app_url(tmp_path_factory):
             proc.kill()
             proc.wait(timeout=15)
         text = log_path.read_text(errors="replace")
-        # a traceback in the server log means a handler crashed (the UI must show messages, not crash)
         assert "Traceback" not in text, text[-4000:]
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    """``app.py --backend scripted`` (no model is loaded) on a free port; killed at the end."""
+    with running_app(["--backend", "scripted"], tmp_path_factory.mktemp("app") / "app.log") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -14,15 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from test_browser import CHROMIUM, App, _free_port, browser  # noqa: F401 - fixtures, used by name
+from test_browser import CHROMIUM, App, browser, running_app  # noqa: F401 - fixtures, used by name
 from test_browser_inspector import check_contrast
 
 pytestmark = [
@@ -64,38 +59,9 @@ def lens_app_url(tmp_path_factory, smollm2_model_dir):
     del gen
     folder = tmp_path_factory.mktemp("lens_samples")
     write_jsonl([trace], str(folder / "lens.jsonl"))
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("lens_app") / "app.log"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1")
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "app.py", "--backend", "transformers", "--sample-dir", str(folder), "--host", "127.0.0.1",
-             "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"app.py exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"app.py did not answer on {url}:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.3)
+    with running_app(["--backend", "transformers", "--sample-dir", str(folder)], tmp_path_factory.mktemp("lens_app") / "app.log",
+                     start_timeout_s=240) as url:
         yield url, trace
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-        text = log_path.read_text(errors="replace")
-        assert "Traceback" not in text, text[-4000:]
 
 
 def lens_targets() -> list[dict]:

@@ -12,11 +12,9 @@ import concurrent.futures
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
-from test_browser import App, _free_port, browser  # noqa: F401 - fixtures, used by name
+from test_browser import App, browser, running_app  # noqa: F401 - fixtures, used by name
 
 from backend.engine import AgentLoop, LoopConfig
 from backend.generators.scripted import ScriptedGenerator
@@ -66,39 +64,10 @@ def run_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def set_app_url(tmp_path_factory, run_dir):
     """``app.py --backend scripted --traces DIR`` on a free port (local mode); killed at the end."""
-    port = _free_port()
     tmp = tmp_path_factory.mktemp("app")
-    log_path = tmp / "app.log"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False",
-               PYTHONUNBUFFERED="1", ALI_TRACE_INDEX_CACHE=str(tmp / "cache"))
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "app.py", "--backend", "scripted", "--host", "127.0.0.1", "--port", str(port),
-                                 "--traces", str(run_dir)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"app.py exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"app.py did not answer on {url}:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.3)
+    with running_app(["--backend", "scripted", "--traces", str(run_dir)], tmp / "app.log",
+                     env={"ALI_TRACE_INDEX_CACHE": str(tmp / "cache")}) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-        text = log_path.read_text(errors="replace")
-        assert "Traceback" not in text, text[-4000:]
 
 
 @pytest.fixture
