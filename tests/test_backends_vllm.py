@@ -300,7 +300,15 @@ async def test_server_cancel_closes_the_stream_and_vllm_aborts(vllm_server, prom
             gen.generate(prompts[0], SamplingParams(temperature=0.0, max_tokens=1800, ignore_eos=True), on_tokens=lambda d: first.set())
         )
         await asyncio.wait_for(first.wait(), 60)
-        assert await asyncio.to_thread(_running, vllm_server.url) >= 1
+        # vLLM's num_requests_running gauge is set from the scheduler stats of a
+        # later engine step than the one that streamed the first token (and not
+        # every output carries stats), so one read right after the first token can
+        # still say 0: wait for the gauge, with the request still streaming.
+        deadline = time.monotonic() + 20
+        while await asyncio.to_thread(_running, vllm_server.url) < 1:
+            assert not task.done(), "the request ended before vLLM's metrics showed it running"
+            assert time.monotonic() < deadline, "vLLM's metrics never showed the streaming request as running"
+            await asyncio.sleep(0.1)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
