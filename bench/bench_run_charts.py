@@ -6,7 +6,10 @@ step, response tokens, turns, end state, tool and parse errors, a score on 90 %)
 a :class:`backend.trace.TraceIndex` (its columns), so what is timed is the handler the tab runs,
 :func:`ui.run_charts.refresh` on a session holding that index: the index frame (cached by the
 index, as in the app), the groups, the six-panel figure, the default comparison and its table.
-Also timed: ``on_compare`` (a step picker changed), and the figures' JSON (what Gradio sends).
+Also timed: ``on_compare`` (a step picker changed), the figures' JSON (what Gradio sends), and
+``--sessions`` sessions following one trace set (a run being written: every session's table
+changes once per new version of the set, and each redraws): the time for all of them per version,
+against one session's refresh.
 
 Baseline, in the same process: a plain pandas ``groupby("training_step")`` of the same frame with
 the same statistics (quantiles of response tokens and turns, means of the error flags and the score,
@@ -82,6 +85,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--sessions", type=int, default=8, help="sessions following one set")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
 
@@ -102,11 +106,30 @@ def main() -> None:
     order = g.order
     compare_s, cmp_out = _time(lambda: rc.on_compare(sess, order[0], order[len(order) // 2]), a.repeat)
     json_s, payload = _time(lambda: values[1].to_json() + values[5].to_json(), a.repeat)
+    # sessions following one set: the app's SetRegistry hands every session the same set object and
+    # its version (a lookup; here the index itself, a new version each time the run grows)
+    class Registry:
+        version = 0
+
+        def get(self, spec):
+            return ix, self.version
+
+    reg = Registry()
+    watchers = [Session(set_spec="run", set_registry=reg) for _ in range(a.sessions)]
+
+    def new_version():
+        reg.version += 1
+        for w in watchers:
+            rc.refresh(w)
+
+    follow_s, _ = _time(new_version, a.repeat)
     res = {
         "rows": len(ix), "groups": len(order), "index_frame_s": frame_s, "baseline_groupby_s": base_s,
         "groups_s": groups_s, "aggregates_s": aggs_s, "steps_figure_s": fig_s, "refresh_s": refresh_s,
         "refresh_over_baseline": refresh_s / base_s, "on_compare_s": compare_s, "figures_json_s": json_s,
-        "figures_json_bytes": len(payload), "load": os.getloadavg(),
+        "figures_json_bytes": len(payload),
+        "sessions_following": a.sessions, "follow_all_sessions_per_version_s": follow_s,
+        "follow_over_one_refresh": follow_s / refresh_s, "load": os.getloadavg(),
     }
     if a.json:
         print(json.dumps(res))

@@ -431,6 +431,38 @@ def test_trace_set_mode_charts_the_folder_and_follows_new_steps(tmp_path, engine
     assert "no comparison:" in rc.on_compare(gone, "1", "2")[0]
 
 
+def test_sessions_watching_one_set_share_its_charts_until_it_grows(tmp_path, engine_traces, monkeypatch):
+    """Many visitors following one run: the set's charts are drawn once per version of the set,
+    not once per session and tick; a grown set is drawn again, and a session's table is its own."""
+    from backend.trace.catalog import SetRegistry
+
+    monkeypatch.setenv("ALI_TRACE_INDEX_CACHE", str(tmp_path / "cache"))
+    run = tmp_path / "rollout_data"
+    run.mkdir()
+    e = engine_traces
+    write_jsonl([_relabel(t, 1, k, 0.1) for k, t in enumerate([e["ok"], e["malformed"]])], str(run / "1.jsonl"))
+    write_jsonl([_relabel(e["ok"], 2, 0, 0.4)], str(run / "2.jsonl"))
+    reg = SetRegistry(min_interval=0)
+    a, b, c = (Session(set_spec=str(run), set_registry=reg) for _ in range(3))
+    before = dict(rc._DRAWN_STATS)
+    (note_a, fig_a, *_, table_a), key_a = rc.refresh(a)
+    (note_b, fig_b, *_, table_b), key_b = rc.refresh(b)
+    rc.refresh(c)
+    assert rc._DRAWN_STATS["drawn"] - before["drawn"] == 1 and rc._DRAWN_STATS["reused"] - before["reused"] == 2
+    assert key_a == key_b and note_a == note_b and fig_a is fig_b
+    assert table_a is not table_b  # each session gets its own copy of the table
+    table_a.iloc[0, 1] = -12345.0
+    assert rc.refresh(c)[0][6].iloc[0, 1] != -12345.0
+
+    write_jsonl([_relabel(e["tool_fail_end"], 3, 0, 0.9)], str(run / "3.jsonl"))
+    reg.poll(str(run))
+    drawn = rc._DRAWN_STATS["drawn"]
+    (note_b2, *_), key_b2 = rc.refresh(b)
+    assert rc._DRAWN_STATS["drawn"] == drawn + 1 and key_b2 != key_b and "4 trace(s) in 3 training step(s)" in note_b2
+    assert rc.on_compare(a, "1", "3")[2].set_index("measure").loc[rc.M_TRACES, "B"] == 1
+    assert rc._DRAWN_STATS["drawn"] == drawn + 1  # the comparison reused the grouped set
+
+
 def test_thousands_of_steps_are_shown_as_ranges(engine_traces, tmp_path):
     """A run of 1,200 steps (or a file giving every trace its own step): at most MAX_GROUPS
     groups, consecutive steps merged into ranges, every trace counted once, the note says so."""

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import html
 import os
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -465,6 +467,45 @@ def build(ctx: Any = None) -> RunChartsUI:
     return RunChartsUI(note, steps, step_a, step_b, compare_note, compare_plot, table, key)
 
 
+# A trace set is shared by every session that shows it (the app's SetRegistry), and a followed run
+# changes its version up to once a second: its charts are drawn once per version, whatever the
+# number of sessions watching, and kept while the set object lives (weakly keyed, so a set the
+# registry lets go takes its charts with it).
+_DRAWN: weakref.WeakKeyDictionary[Any, tuple[str, Grouped, list[Any]]] = weakref.WeakKeyDictionary()
+_DRAWN_LOCK = threading.Lock()
+_DRAWN_STATS = {"drawn": 0, "reused": 0}
+
+
+def _drawn(session: Any, draw: bool = True) -> tuple[Grouped, list[Any] | None, str]:
+    """(the grouped frame, [note, steps figure, step A, step B, compare note, compare figure,
+    table] for the default pair, key) of the session's current set; raises UserError. With
+    ``draw`` false only the grouped frame is made when nothing is kept (the values are then None)."""
+    held = _set_of(session)
+    if held is not None:
+        ts = held[0]
+        df, files, key = session_frame(session)
+        with _DRAWN_LOCK:
+            hit = _DRAWN.get(ts)
+        if hit is not None and hit[0] == key:
+            _DRAWN_STATS["reused"] += 1
+            return hit[1], hit[2], key
+    else:
+        ts = None
+        df, files, key = session_frame(session)
+    g = group_frame(df, files)
+    if not draw:
+        return g, None, key
+    a, b = default_pair(g.order)
+    fig, table, why = compare(g, a, b)
+    values = [note_html(g.note), steps_figure(g), {"choices": g.order, "value": a}, {"choices": g.order, "value": b},
+              note_html(why, "warn"), fig, table]
+    _DRAWN_STATS["drawn"] += 1
+    if ts is not None:
+        with _DRAWN_LOCK:
+            _DRAWN[ts] = (key, g, values)
+    return g, values, key
+
+
 def refresh(session: Any) -> tuple[list[Any], str]:
     """The section's values for the session's current set: [note, steps figure, step A dropdown,
     step B dropdown, compare note, compare figure, table], and the set's key."""
@@ -473,17 +514,14 @@ def refresh(session: Any) -> tuple[list[Any], str]:
     from backend.errors import UserError
 
     try:
-        df, files, key = session_frame(session)
+        _, values, key = _drawn(session)
     except UserError as e:  # a trace set that cannot be read: the set's own status says more
         why = f"no charts: {e}"
         return [note_html(why, "warn"), empty_figure("By training step", plot_text(why[:200])), gr.update(choices=[], value=None),
                 gr.update(choices=[], value=None), "", empty_figure("Compare two steps", ""),
                 pd.DataFrame([], columns=TABLE_COLUMNS)], ""
-    g = group_frame(df, files)
-    a, b = default_pair(g.order)
-    fig, table, why = compare(g, a, b)
-    return [note_html(g.note), steps_figure(g), gr.update(choices=g.order, value=a), gr.update(choices=g.order, value=b),
-            note_html(why, "warn"), fig, table], key
+    note, fig_steps, dd_a, dd_b, why, fig, table = values
+    return [note, fig_steps, gr.update(**dd_a), gr.update(**dd_b), why, fig, table.copy()], key
 
 
 def on_compare(session: Any, a: str | None, b: str | None) -> list[Any]:
@@ -491,10 +529,10 @@ def on_compare(session: Any, a: str | None, b: str | None) -> list[Any]:
     from backend.errors import UserError
 
     try:
-        df, files, _ = session_frame(session)
+        g = _drawn(session, draw=False)[0]
     except UserError as e:
         return [note_html(f"no comparison: {e}", "warn"), empty_figure("Compare two steps", ""), pd.DataFrame([], columns=TABLE_COLUMNS)]
-    fig, table, why = compare(group_frame(df, files), a, b)
+    fig, table, why = compare(g, a, b)
     return [note_html(why, "warn"), fig, table]
 
 
