@@ -302,7 +302,8 @@ def test_trace_file_listing_is_the_files_index(ctx, tmp_path):
     df = trace_files.table_outputs(sess)[2]
     for c in ("id", "turns", "tokens", "errors"):
         assert list(df[c]) == ix.cols[c], c
-    assert list(df["preview"]) == [trace_files.preview(sess.traces[x]) for x in sess.file_traces]
+    loaded = [trace_files.file_trace(sess, i) for i in range(4)]
+    assert list(df["preview"]) == [trace_files.preview(t) for t in loaded]
     assert ix.cols["offset"] == [sum(len(x) + 1 for x in lines[:i]) for i in range(4)]
     # corrupt lines 1, 2 and 4 in place (same lengths): row 3 still opens, the others are refused
     raw = bytearray(f.read_bytes())
@@ -310,12 +311,88 @@ def test_trace_file_listing_is_the_files_index(ctx, tmp_path):
         off, n = ix.cols["offset"][i], ix.cols["length"][i]
         raw[off:off + n - 1] = b"x" * (n - 1)
     f.write_bytes(bytes(raw))
-    assert ix.open(2) == sess.traces[sess.file_traces[2]]
+    assert ix.open(2) == loaded[2]
     for i in (0, 1, 3):
         with pytest.raises(TraceFormatError, match=rf"^line {i + 1}: invalid JSON"):
             ix.open(i)
     # the listing did not re-read the file
     assert list(trace_files.table_outputs(sess)[2]["id"]) == list(df["id"])
+
+
+def _sample_lines() -> list[bytes]:
+    return [ln for p in sorted(SAMPLE_DIR.glob("*.jsonl")) for ln in p.read_bytes().splitlines() if ln.strip()]
+
+
+def test_an_upload_of_our_traces_is_listed_not_held(ctx, tmp_path, monkeypatch):
+    """An upload of our own traces is listed from its index and opened row by row: the session
+    holds the one trace the Inspector shows (at most MAX_OPENED opened ones), its own link to the
+    file (gradio deletes its copy after an hour), and the table's filters, search, charts and
+    export give what they give for the same traces held in memory."""
+    from backend.labels import trace_termination_label
+    from backend.trace import load_traces
+
+    monkeypatch.setattr(trace_files, "MAX_OPENED", 3)
+    lines = _sample_lines()
+    f = tmp_path / "all.jsonl"
+    f.write_bytes(b"\n".join(lines) + b"\n")
+    want = load_traces(str(f)).traces
+    sess = fresh(ctx)
+    status, probs = trace_files.load_file(ctx, sess, str(f))
+    assert f"{len(want)} trace(s) loaded" in status and probs.empty
+    assert isinstance(sess.file_rows, trace_files.FileRows) and len(sess.file_traces) == len(want)
+    held = [x for x in sess.traces if x.startswith("file · ")]
+    assert held == [sess.current] == [sess.file_traces[0]] and sess.traces[sess.current] == want[0]
+    os.remove(f)  # gradio's copy goes; the session's link stays
+    assert [trace_files.file_trace(sess, i) for i in range(len(want))] == want
+    assert [x for x in sess.traces if x.startswith("file · ")] == held  # reading for export keeps nothing
+    # the table and its filters, as for the traces held (the samples' own labels and search text)
+    df = trace_files.table_outputs(sess)[2]
+    assert list(df["termination"]) == [trace_termination_label(t) for t in want]
+    for reason, query in (("malformed_tool_call", ""), (trace_files.ALL, "paris"), (trace_files.ALL, "get_weather"),
+                          (trace_files.ALL, "no such text anywhere")):
+        got = trace_files.table_outputs(sess, reason, trace_files.ALL, query)[2]
+        expect = [t.id for t in want if (reason == trace_files.ALL or t.termination_reason == reason)
+                  and query in trace_files._haystack(t)]
+        assert list(got["id"]) == expect, (reason, query)
+    fig = trace_files.table_outputs(sess)[3]
+    ref = trace_files.charts.file_distributions(want)
+    assert [list(d.x) for d in fig.data] == [list(d.x) for d in ref.data]
+    # opening rows: each is read when selected; past MAX_OPENED the oldest (not the shown one) is let go
+    opened = [trace_files.open_file_row(sess, i) for i in range(1, 6)]
+    assert opened == sess.file_traces[1:6]
+    file_labels = [x for x in sess.traces if x.startswith("file · ")]
+    assert file_labels == [sess.current, *opened[-2:]]  # 3: the shown one and the two newest
+    assert [sess.traces[x] for x in opened[-2:]] == want[4:6]
+    assert trace_files.open_file_row(sess, 1) == sess.file_traces[1] and sess.traces[sess.file_traces[1]] == want[1]
+    # export of the filtered rows, read one at a time from the kept file
+    out = trace_files.export_filtered(sess, trace_files.table_outputs(sess, trace_files.ALL, trace_files.ALL, "seattle")[2], "jsonl")
+    assert [t.id for t in load_any(out).traces] == [t.id for t in want if "seattle" in trace_files._haystack(t)]
+    sess.remove_temp_dirs()
+    assert not os.path.exists(sess.file_rows.path)  # the session's link goes with it
+
+
+def test_a_new_upload_replaces_the_last_and_a_failed_one_keeps_it(ctx, tmp_path):
+    lines = _sample_lines()
+    a, b, bad = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "bad.parquet"
+    a.write_bytes(b"\n".join(lines[:3]) + b"\n")
+    b.write_bytes(b"\n".join(lines[3:5]) + b"\n")
+    bad.write_bytes(b"not parquet")
+    sess = fresh(ctx)
+    trace_files.load_file(ctx, sess, str(a))
+    first_a = sess.current
+    trace_files.open_file_row(sess, 1)
+    status, _ = trace_files.load_file(ctx, sess, str(bad))
+    assert "Could not read" in status
+    assert sess.file_name == "a.jsonl" and trace_files.file_trace(sess, 2).id == json.loads(lines[2])["id"]
+    kept_a = sess.file_rows.path
+    trace_files.load_file(ctx, sess, str(b))
+    assert not os.path.exists(kept_a)  # the last upload's link is removed with it
+    file_labels = [x for x in sess.traces if x.startswith("file · ")]
+    assert first_a not in file_labels and file_labels == [sess.current] == [sess.file_traces[0]]
+    assert len(sess.file_traces) == 2 and trace_files.file_trace(sess, 1).id == json.loads(lines[4])["id"]
+    # the same file twice: new labels, each row opens its own trace
+    trace_files.load_file(ctx, sess, str(b))
+    assert [trace_files.file_trace(sess, i).id for i in range(2)] == [json.loads(x)["id"] for x in lines[3:5]]
 
 
 def test_trace_file_filters_search_and_export(ctx, tmp_path):

@@ -137,15 +137,22 @@ def step_timeline(trace: Trace | None) -> go.Figure:
 
 def file_distributions(traces: list[Trace]) -> go.Figure:
     """Turns, response lengths and termination reasons of a set of traces."""
-    if not traces:
-        return _empty("Loaded traces", "no traces loaded")
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("assistant turns", "response tokens", "termination reason"))
-    fig.add_histogram(x=[t.num_turns for t in traces], marker_color=COLORS["turns"], name="turns", row=1, col=1)
-    fig.add_histogram(x=[len(t.response_ids) for t in traces], marker_color=COLORS["generated"], name="response tokens", row=1, col=2)
     from backend.labels import trace_termination_label
 
+    return distributions([t.num_turns for t in traces], [len(t.response_ids) for t in traces],
+                         [trace_termination_label(t) for t in traces])
+
+
+def distributions(turns: list[int], response_tokens: list[int], ends: list[str]) -> go.Figure:
+    """:func:`file_distributions` from the traces' numbers (an index's columns): assistant turns,
+    response tokens and end states in words, one of each per trace."""
+    if not turns:
+        return _empty("Loaded traces", "no traces loaded")
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("assistant turns", "response tokens", "termination reason"))
+    fig.add_histogram(x=list(turns), marker_color=COLORS["turns"], name="turns", row=1, col=1)
+    fig.add_histogram(x=list(response_tokens), marker_color=COLORS["generated"], name="response tokens", row=1, col=2)
     # the same words as the table and the Inspector ("answered (no_tool_calls)", "imported (no end state)")
-    reasons = Counter(trace_termination_label(t) for t in traces)
+    reasons = Counter(ends)
     names = sorted(reasons, key=lambda r: -reasons[r])
     fig.add_bar(x=_labels(names), y=[reasons[r] for r in names], marker_color=COLORS["injected"], name="termination", row=1, col=3,
                 hovertext=[_text(r[:300]) for r in names], hoverinfo="text+y")

@@ -383,6 +383,9 @@ class Session:
     file_index: Any = None  # its backend.trace.TraceIndex (row i: file_traces[i]), which the Trace files tab lists
     file_name: str = ""
     file_problems: list[tuple[int, str]] = field(default_factory=list)
+    # an upload of our own traces is not held: its rows (ui.trace_files.FileRows: the kept
+    # file's index, each row's end state in words and search text) and the traces opened from it
+    file_rows: Any = None
     # the trace set the Trace files tab lists instead of the file (None: the file): the operator's
     # (--traces), or in local mode a folder typed in the tab; the app's SetRegistry, shared
     set_spec: str | None = None
@@ -417,6 +420,19 @@ class Session:
         d = lifecycle.temp_dir(f"ali-{re.sub(r'[^a-z]+', '', kind) or 'file'}-")
         self.temp_dirs[kind] = d
         return d
+
+    def swap_temp_dir(self, kind: str, new: str) -> None:
+        """Make ``new`` (a folder of :func:`backend.lifecycle.temp_dir`) the session's folder of
+        ``kind``, removing the one it replaces: the old one lives until the new one is ready."""
+        from backend import lifecycle
+
+        old = self.temp_dirs.get(kind)
+        self.temp_dirs[kind] = new
+        if old and old != new:
+            try:
+                lifecycle.remove_temp_dir(old)
+            except ValueError:
+                pass
 
     def remove_temp_dirs(self) -> None:
         from backend import lifecycle

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gradio as gr
@@ -33,6 +33,71 @@ AUTO = "auto"
 # what an uploaded file may be: "auto" (our traces; a file holding none but another tool's
 # records is imported) or one of the importers' formats
 FILE_FORMATS = [AUTO, "agents-sdk", "verl", "openai-chat", "sharegpt"]
+# traces of an upload that is not held (FileRows) kept opened in the session at once: the ones the
+# Inspector was given, the oldest let go first (opened again from the file when selected)
+MAX_OPENED = 64
+
+
+@dataclass
+class FileRows:
+    """An upload of our own traces (JSONL, JSON, our Parquet), listed from its index and opened
+    row by row: the session holds the index and, per row, the end state in words and the search
+    text, never all the traces (measured: a 50 MB JSONL file of 6,333 traces held 309 MB as
+    traces, 14 MB so). ``path`` is the session's own link or copy of the upload (gradio deletes
+    its copy after an hour; this one goes when the session ends)."""
+
+    index: TraceIndex
+    ends: list[str]
+    haystacks: list[str]
+    path: str
+    opened: dict[str, None] = field(default_factory=dict)  # labels opened into session.traces, oldest first
+
+
+def keep_upload(path: str, folder: str) -> str:
+    """The upload at ``path`` linked (or, across file systems, copied) into ``folder``."""
+    import shutil
+
+    dest = os.path.join(folder, os.path.basename(path) or "upload")
+    try:
+        os.link(path, dest)
+    except OSError:
+        shutil.copyfile(path, dest)
+    return dest
+
+
+def open_file_row(session: Session, i: int) -> str:
+    """Row ``i`` of the session's file as a trace of the session: its label. A held file's trace
+    is there already; an upload that is not held (:class:`FileRows`) is read by the row's bytes
+    (raises :class:`backend.trace.TraceFormatError` / ``TraceFileError`` / ``OSError`` when it
+    cannot be), and the oldest traces opened past :data:`MAX_OPENED` are let go."""
+    label = session.file_traces[i]
+    rows = session.file_rows
+    if not isinstance(rows, FileRows):
+        return label
+    if label in rows.opened and label in session.traces:
+        rows.opened.pop(label)
+        rows.opened[label] = None
+        return label
+    t = rows.index.open(i)
+    label = session.add(label, t)  # a new name if something else took this one meanwhile
+    session.file_traces[i] = label
+    rows.opened[label] = None
+    for old in list(rows.opened):
+        if len(rows.opened) <= MAX_OPENED:
+            break
+        if old != session.current and old != label:
+            rows.opened.pop(old)
+            session.traces.pop(old, None)
+    return label
+
+
+def file_trace(session: Session, i: int) -> Trace:
+    """Row ``i``'s trace, without keeping it in the session (read by its bytes when not held)."""
+    rows = session.file_rows
+    label = session.file_traces[i]
+    if isinstance(rows, FileRows) and label not in rows.opened:
+        return rows.index.open(i)
+    return session.traces[label]
 
 
 @dataclass
@@ -83,19 +148,24 @@ def preview(t: Trace, limit: int = PREVIEW_CHARS) -> str:
     return _shorten(summary_of_trace(t)["preview"], limit)
 
 
-def listing(index: TraceIndex, labels: list[str], traces: dict[str, Trace]) -> pd.DataFrame:
+def listing(index: TraceIndex, labels: list[str], traces: dict[str, Trace], ends: list[str] | None = None) -> pd.DataFrame:
     """The table of a file: one row per row of its ``index`` (id, source, turns, tokens, errors,
     preview come from the index), ``#`` the row's position in ``labels`` (its trace in the
-    session), the termination in words (:func:`backend.labels.trace_termination_label`)."""
+    session), the termination in words (:func:`backend.labels.trace_termination_label`; ``ends``:
+    those words per row, for a file whose traces are not held)."""
     cols = index.cols
     rows = []
     for i, label in enumerate(labels[: len(index)]):
-        t = traces.get(label)
-        if t is None:
-            continue
+        if ends is not None:
+            end = ends[i]
+        else:
+            t = traces.get(label)
+            if t is None:
+                continue
+            end = trace_termination_label(t)
         rows.append({
             "#": i, "id": cols["id"][i], "source": cols["source"][i] or "?", "turns": cols["turns"][i],
-            "tokens": cols["tokens"][i], "termination": trace_termination_label(t), "errors": cols["errors"][i],
+            "tokens": cols["tokens"][i], "termination": end, "errors": cols["errors"][i],
             "preview": _shorten(cols["preview"][i], PREVIEW_CHARS),
         })
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -112,6 +182,9 @@ def traces_frame(labels: list[str], traces: dict[str, Trace]) -> pd.DataFrame:
 def file_listing(session: Session) -> pd.DataFrame:
     """The table of the session's file: from the uploaded file's index (built by
     :func:`load_file`), or from an index over the traces in memory (the samples)."""
+    rows = session.file_rows
+    if isinstance(rows, FileRows):
+        return listing(rows.index, session.file_traces, session.traces, rows.ends)
     ix = session.file_index
     if ix is not None and len(ix) == len(session.file_traces):
         return listing(ix, session.file_traces, session.traces)
@@ -130,19 +203,28 @@ def _haystack(t: Trace) -> str:
 
 
 def filter_frame(df: pd.DataFrame, labels: list[str], traces: dict[str, Trace], reason: str | None, source: str | None,
-                 query: str | None) -> pd.DataFrame:
+                 query: str | None, rows: FileRows | None = None) -> pd.DataFrame:
+    """The rows of a file's table the filters keep (``rows``: a file whose traces are not held,
+    filtered by its index's end states and its rows' search text)."""
     if df.empty:
         return df
     keep = pd.Series(True, index=df.index)
     if reason and reason != ALL:
         # the label the dropdown shows, or verl's code (``malformed_tool_call``)
-        codes = df["#"].map(lambda i: traces[labels[i]].termination_reason or "")
+        if rows is not None:
+            code_of = rows.index.cols["termination_reason"]
+            codes = df["#"].map(lambda i: code_of[i] or "")
+        else:
+            codes = df["#"].map(lambda i: traces[labels[i]].termination_reason or "")
         keep &= (df["termination"] == reason) | (codes == reason)
     if source and source != ALL:
         keep &= df["source"] == source
-    q = (query or "").strip().lower()
+    q = (query or "").strip().lower()[:SEARCH_CHARS]
     if q:
-        keep &= df["#"].map(lambda i: q in _haystack(traces[labels[i]]))
+        if rows is not None:
+            keep &= df["#"].map(lambda i: q in rows.haystacks[i])
+        else:
+            keep &= df["#"].map(lambda i: q in _haystack(traces[labels[i]]))
     return df[keep].reset_index(drop=True)
 
 
@@ -178,11 +260,14 @@ def _import_bundle(ctx: AppContext, name: str | None) -> Any:
     return ctx.tokenizers.get(name)
 
 
-def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | None = None) -> tuple[TraceIndex, str | None]:
+def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | None = None,
+                keep_in: str | None = None) -> tuple[TraceIndex | FileRows, str | None]:
     """The index of an uploaded file (its traces held: ``index.traces``), and the format(s) it
     was imported from (None for our own traces). ``fmt`` "auto": our traces as they are, indexed
     as they are read; a file in which nothing is a trace but whose records are another tool's is
-    imported with ``tokenizer``, then indexed."""
+    imported with ``tokenizer``, then indexed. With ``keep_in`` (a folder of the session's), a
+    file of our own traces is kept there and given as :class:`FileRows`: every record validated
+    as it is read, the traces not held."""
     from backend import importers
     from backend.importers import load_any
     from backend.trace import TraceFileError
@@ -193,9 +278,34 @@ def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | No
     if fmt != AUTO:
         return TraceIndex.of_result(importers.import_file(path, fmt, bundle=bundle()), path), fmt
     if importers.detect(path) in (None, "trace"):
-        return TraceIndex.build([path], keep=True), None
+        if keep_in is None:
+            return TraceIndex.build([path], keep=True), None
+        kept = keep_upload(path, keep_in)
+        ends: list[str] = []
+        hay: list[str] = []
+
+        def seen(t: Trace) -> None:
+            ends.append(trace_termination_label(t))
+            hay.append(_haystack(t))
+
+        return FileRows(TraceIndex.build([kept], on_trace=seen), ends, hay, kept), None
     res = load_any(path, import_foreign=True, bundle=bundle())
     return TraceIndex.of_result(res, path), ", ".join(getattr(res, "formats", None) or {}) or None
+
+
+def _let_go_of_file(session: Session) -> set[str]:
+    """A new upload replaces the last one: its traces leave the session (all but the one the
+    Inspector shows until it shows another, and the samples, which the app holds anyway).
+    Returns the label of the one kept, if it is the old file's."""
+    kept: set[str] = set()
+    for label in session.file_traces:
+        if label.startswith("file · "):
+            if label == session.current:
+                kept.add(label)
+            else:
+                session.traces.pop(label, None)
+    session.file_rows = None
+    return kept
 
 
 def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AUTO,
@@ -204,6 +314,7 @@ def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AU
     :func:`read_upload`). Returns (status html, problems frame)."""
     import html
 
+    from backend import lifecycle
     from backend.trace import TraceFileError, human_bytes
 
     empty = pd.DataFrame([], columns=["line", "problem"])
@@ -214,22 +325,54 @@ def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AU
         size = os.path.getsize(path)
         if size > ctx.max_upload_bytes:
             raise TraceFileError(f"{name} is {human_bytes(size)}, over this app's {human_bytes(ctx.max_upload_bytes)} upload limit")
-        index, imported = read_upload(ctx, path, fmt, tokenizer)
+        # the last upload's folder stays until this one is read: a file that fails leaves it as it was
+        kept_dir = lifecycle.temp_dir("ali-upload-")
+        try:
+            got, imported = read_upload(ctx, path, fmt, tokenizer, keep_in=kept_dir)
+        except BaseException:
+            lifecycle.remove_temp_dir(kept_dir)
+            raise
     except Exception as e:  # noqa: BLE001 - shown to the user
         return f'<div class="ali-err">Could not read {html.escape(name)}: {html.escape(short_error(e))}</div>', empty
-    traces = index.traces or []
-    index.traces = None  # the session holds them; the index keeps its rows and locations
-    labels = [session.add(f"file · {name} · {t.id}", t) for t in traces]
-    session.file_traces = labels
+    old_labels = _let_go_of_file(session)
+    session.swap_temp_dir("upload", kept_dir)
+    if isinstance(got, FileRows):  # our own traces: listed from the index, opened row by row
+        index, rows = got.index, got
+        taken = set(session.traces)
+        labels = []
+        for tid in index.cols["id"]:
+            base = label = f"file · {name} · {tid}"
+            n = 2
+            while label in taken:
+                label = f"{base} ({n})"
+                n += 1
+            taken.add(label)
+            labels.append(label)
+        traces: list[Trace] = []
+        session.file_traces = labels
+        session.file_rows = rows
+    else:
+        index, rows = got, None
+        traces = index.traces or []
+        index.traces = None  # the session holds them; the index keeps its rows and locations
+        labels = [session.add(f"file · {name} · {t.id}", t) for t in traces]
+        session.file_traces = labels
     session.file_index = index
     session.file_name = name
     problems = index.problems
     session.file_problems = [(p.line, p.reason) for p in problems]
+    count = len(labels)
     if labels:
-        session.current = labels[0]
+        try:
+            session.current = open_file_row(session, 0)
+        except Exception:  # noqa: BLE001 - the row is listed; selecting it says why it does not open
+            pass
+    if old_labels and session.current not in old_labels:  # the Inspector shows the new file: the last trace of the old one goes
+        for label in old_labels:
+            session.traces.pop(label, None)
     unit = index.unit  # what a bad record's number counts: line, row or index
     probs = pd.DataFrame([{"line": p.line, "problem": p.reason} for p in problems], columns=["line", "problem"])
-    msg = f"{html.escape(name)}: {len(traces)} trace(s) loaded"
+    msg = f"{html.escape(name)}: {count} trace(s) loaded"
     if imported:
         given = sum(1 for t in traces if t.metadata.get("ids") == "given")
         how = f"token ids as given for {given}, " if given else ""
@@ -249,12 +392,17 @@ def export_filtered(session: Session, df: pd.DataFrame | None, fmt: str) -> str:
 
     if df is None or len(df) == 0:
         raise gr.Error("nothing to export: the filtered table is empty")
-    traces = [session.traces[session.file_traces[int(i)]] for i in df["#"]]
+    from backend.trace import TraceFileError, TraceFormatError
+
+    traces = (file_trace(session, int(i)) for i in df["#"])  # one at a time: a file not held stays so
     d = session.temp_dir("export")  # the session's newest only; removed when it ends, or at shutdown
     ext = "parquet" if fmt == "parquet" else "jsonl"
     base = os.path.splitext(session.file_name or "traces")[0] or "traces"
     out = os.path.join(d, f"{base}-filtered.{ext}")
-    export_traces(traces, fmt, out)
+    try:
+        export_traces(traces, fmt, out)
+    except (TraceFileError, TraceFormatError, OSError) as e:
+        raise gr.Error(f"{session.file_name}: {short_error(e)}") from None
     return out
 
 
@@ -436,7 +584,7 @@ def export_set(session: Session, fmt: str, limit: int = 10_000) -> str:
         raise gr.Error("nothing to export: no trace matches the filters")
     if len(m) > limit:
         raise gr.Error(f"{len(m):,} traces match; narrow the filters to at most {limit:,} to export them from here")
-    traces = [ts.open(int(i)) for i in m.index]
+    traces = (ts.open(int(i)) for i in m.index)  # one at a time
     d = session.temp_dir("export")
     out = os.path.join(d, f"traces-filtered.{'parquet' if fmt == 'parquet' else 'jsonl'}")
     export_traces(traces, fmt, out)
@@ -523,13 +671,24 @@ def table_outputs(session: Session, reason: str | None = ALL, source: str | None
         return [out[0], out[1], out[3], charts.file_distributions([])]
     full = file_listing(session)
     reasons, sources = filter_choices(full)
+    rows = session.file_rows if isinstance(session.file_rows, FileRows) else None
     if reason not in reasons:  # verl's code (an API caller) selects its label
-        by_code = {session.traces[session.file_traces[int(i)]].termination_reason: lab for i, lab in zip(full["#"], full["termination"])}
+        if rows is not None:
+            codes = [rows.index.cols["termination_reason"][int(i)] for i in full["#"]]
+        else:
+            codes = [session.traces[session.file_traces[int(i)]].termination_reason for i in full["#"]]
+        by_code = dict(zip(codes, full["termination"]))
         reason = by_code.get(reason, ALL)
     source = source if source in sources else ALL
-    df = filter_frame(full, session.file_traces, session.traces, reason, source, query)
-    traces = [session.traces[session.file_traces[int(i)]] for i in df["#"]] if not df.empty else []
-    return [gr.update(choices=reasons, value=reason), gr.update(choices=sources, value=source), df, charts.file_distributions(traces)]
+    df = filter_frame(full, session.file_traces, session.traces, reason, source, query, rows)
+    if rows is not None:  # from the index: the traces are not held
+        cols = rows.index.cols
+        at = [int(i) for i in df["#"]]
+        dist = charts.distributions([cols["turns"][i] for i in at], [cols["response_tokens"][i] for i in at],
+                                    [rows.ends[i] for i in at])
+    else:
+        dist = charts.file_distributions([session.traces[session.file_traces[int(i)]] for i in df["#"]] if not df.empty else [])
+    return [gr.update(choices=reasons, value=reason), gr.update(choices=sources, value=source), df, dist]
 
 
 def match_count(session: Session, df: pd.DataFrame | None) -> str:
@@ -582,7 +741,12 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
             raise gr.Error("no such row")
         if in_set_mode(sess) and "file" in df.columns:
             return fn_open(sess, open_set_row(sess, df.iloc[row]))
-        label = sess.file_traces[int(df.iloc[row]["#"])]
+        from backend.trace import TraceFileError, TraceFormatError
+
+        try:
+            label = open_file_row(sess, int(df.iloc[row]["#"]))
+        except (TraceFileError, TraceFormatError, OSError) as e:  # the record's reason, as a message
+            raise gr.Error(f"{sess.file_name}: {short_error(e)}") from None
         return fn_open(sess, label)
 
     filt_out = [ui.reason_dd, ui.source_dd, ui.table, ui.dist]

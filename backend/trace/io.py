@@ -602,14 +602,18 @@ class TraceIndex:
 
     # -- building
     @classmethod
-    def build(cls, paths: Iterable[str], *, validate: bool = False, keep: bool = False) -> TraceIndex:
+    def build(cls, paths: Iterable[str], *, validate: bool = False, keep: bool = False,
+              on_trace: Callable[[Trace], None] | None = None) -> TraceIndex:
         """The index of our trace files (JSONL, JSON, our Parquet). A file that cannot be read at
-        all raises :class:`TraceFileError`, as :func:`backend.importers.load_any` does."""
+        all raises :class:`TraceFileError`, as :func:`backend.importers.load_any` does.
+        ``validate``: every record is made a trace (a record that is not one is a problem, as
+        when loading); ``on_trace(trace)`` is then called for each row's trace, in row order, so a
+        caller can keep what it needs of it without the index holding the traces (``keep``)."""
         ix = cls()
         if keep:
             ix.traces = []
         for path in paths:
-            ix._add_file(path, validate or keep)
+            ix._add_file(path, validate or keep or on_trace is not None, on_trace)
         return ix
 
     @classmethod
@@ -650,13 +654,16 @@ class TraceIndex:
         if self.traces is not None and trace is not None:
             self.traces.append(trace)
 
-    def _add_file(self, path: str, validate: bool) -> None:
+    def _add_file(self, path: str, validate: bool, on_trace: Callable[[Trace], None] | None = None) -> None:
         src = sniff(path)
         if src.kind == PARQUET:
             check_layout(open_parquet(path), path)
         elif src.kind == JSON:  # the document is in memory already: its traces are held
             res = collect(src, LoadResult(), "record")
             self._add_memory(res.traces, res.problems, res.lines, path, "line", None)
+            if on_trace is not None:
+                for t in res.traces:
+                    on_trace(t)
             return
         f = IndexedFile(path, src.kind, src.unit)
         k = len(self.files)
@@ -674,6 +681,8 @@ class TraceIndex:
                 off, length = where if src.kind == JSONL else (-1, -1)
                 if isinstance(item, Trace):
                     self._row(summary_of_trace(item), k, n, off, length, item)
+                    if on_trace is not None:
+                        on_trace(item)
                 else:
                     self._row(item, k, n, off, length)
 

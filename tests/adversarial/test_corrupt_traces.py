@@ -787,11 +787,14 @@ def ui_load(ctx, path):
 
 
 def test_ui_loader_keeps_good_and_lists_bad(mixed, line_limit, ui_ctx):
+    from ui import trace_files
+
     sess, status, probs = ui_load(ui_ctx, mixed.path)
     assert f"{N_GOOD} trace(s) loaded" in status and f"{N_BAD + 1} bad record(s)" in status
-    assert [sess.traces[label].id for label in sess.file_traces] == [rec["id"] for _, rec in mixed.good]
-    for label, (_, rec) in zip(sess.file_traces, mixed.good):
-        check_good(sess.traces[label], rec)
+    got = [trace_files.file_trace(sess, i) for i in range(len(sess.file_traces))]
+    assert [t.id for t in got] == [rec["id"] for _, rec in mixed.good]
+    for t, (_, rec) in zip(got, mixed.good):
+        check_good(t, rec)
     assert list(probs["line"]) == sorted(mixed.bad)
     for ln, reason in zip(probs["line"], probs["problem"]):
         check_reason(reason, mixed.bad[int(ln)])
@@ -921,8 +924,10 @@ def test_byte_order_mark_is_ignored_everywhere(tmp_path, ui_ctx):
         assert [t.id for t in res.traces] == want and not res.problems
     table = TraceIndex.build([str(p)])
     assert [table.open(i).id for i in range(len(table))] == want and not table.problems
+    from ui import trace_files
+
     sess, status, _ = ui_load(ui_ctx, p)
-    assert [sess.traces[x].id for x in sess.file_traces] == want
+    assert [trace_files.file_trace(sess, i).id for i in range(len(sess.file_traces))] == want
     j = tmp_path / "bom.json"  # a JSON document with a BOM
     j.write_bytes(b"\xef\xbb\xbf[" + lines[0] + b",\n" + other + b"]")
     assert [t.id for t in load_any(str(j)).traces] == want
