@@ -489,6 +489,25 @@ def test_trace_file_upload_bad_line_and_open_in_inspector(app, tmp_path):
     app.assert_clean()
 
 
+def test_an_uploaded_files_rows_are_read_when_selected(app, tmp_path):
+    """Our own traces are not held after an upload: a row the Inspector was not given opens from
+    the file when it is clicked, and then is one of the Inspector's traces."""
+    f = tmp_path / "three.jsonl"
+    f.write_text("".join(json.dumps(_sample_record(id=f"lazy-{c}")) + "\n" for c in "abc"))
+    app.tab("Trace files")
+    app.page.locator("#tf-upload input[type=file]").set_input_files(str(f))
+    app.wait_text("#tf-status", "three.jsonl: 3 trace(s) loaded")
+    app.page.wait_for_function("document.querySelectorAll('#tf-table [data-row][data-col=\"0\"]').length === 3")
+    app.cell("tf-table", 2, 1).click()
+    app.page.wait_for_selector("#tab-inspector", state="visible")
+    app.wait_text("#insp-summary", "lazy-c")
+    assert app.js("document.querySelector('#insp-trace input').value") == "file · three.jsonl · lazy-c"
+    app.tab("Trace files")
+    app.cell("tf-table", 1, 1).click()
+    app.wait_text("#insp-summary", "lazy-b")
+    app.assert_clean()
+
+
 def test_trace_file_upload_imports_an_agents_sdk_run_and_reimports_on_a_tokenizer_change(app):
     """Another tool's file through the real page: an OpenAI Agents SDK run is imported (not
     refused), listed with its source, opens in the Inspector with its tokens; choosing another

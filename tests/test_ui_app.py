@@ -371,6 +371,20 @@ def test_an_upload_of_our_traces_is_listed_not_held(ctx, tmp_path, monkeypatch):
     assert not os.path.exists(sess.file_rows.path)  # the session's link goes with it
 
 
+def test_an_uploads_kept_link_is_named_inside_the_sessions_folder(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    folder = tmp_path / "kept"
+    folder.mkdir()
+    for name in ("..jsonl", ".hidden.jsonl", "a b;$(x).jsonl", "é.jsonl", "..."):
+        p = src / name
+        p.write_text("x\n")
+        out = trace_files.keep_upload(str(p), str(folder))
+        assert os.path.dirname(out) == str(folder) and not os.path.basename(out).startswith(".")
+        assert open(out).read() == "x\n"
+        os.remove(out)
+
+
 def test_a_new_upload_replaces_the_last_and_a_failed_one_keeps_it(ctx, tmp_path):
     lines = _sample_lines()
     a, b, bad = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "bad.parquet"

@@ -55,9 +55,11 @@ class FileRows:
 
 def keep_upload(path: str, folder: str) -> str:
     """The upload at ``path`` linked (or, across file systems, copied) into ``folder``."""
+    import re
     import shutil
 
-    dest = os.path.join(folder, os.path.basename(path) or "upload")
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(path))[-120:].lstrip(".")  # a name, never a path
+    dest = os.path.join(folder, name or "upload")
     try:
         os.link(path, dest)
     except OSError:
