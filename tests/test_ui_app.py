@@ -451,7 +451,9 @@ def test_trace_file_upload_imports_other_tools_formats(ctx, name, fmt):
     sess = fresh(ctx)
     status, probs = trace_files.load_file(ctx, sess, path)
     assert f"{len(want.traces)} trace(s) imported from <b>{fmt}</b>" in status, status
-    got = [sess.traces[label] for label in sess.file_traces]
+    got = [trace_files.file_trace(sess, i) for i in range(len(sess.file_traces))]  # read from the converted copy
+    assert [x for x in sess.traces if x.startswith("file · ")] == [sess.current]  # an import is not held either
+    assert isinstance(sess.file_rows, trace_files.FileRows) and sess.file_rows.path.endswith(".jsonl")
     assert [(t.id, t.prompt_ids, t.response_ids, t.response_mask, t.messages) for t in got] == \
         [(t.id, t.prompt_ids, t.response_ids, t.response_mask, t.messages) for t in want.traces]
     assert list(probs["line"]) == [p.line for p in want.problems]
@@ -466,7 +468,7 @@ def test_trace_file_import_tokenizer_and_format_choice(ctx, tmp_path):
     sess = fresh(ctx)
     status, _ = trace_files.load_file(ctx, sess, path, "auto", "qwen2.5")
     assert "rendered and decoded with qwen2.5" in status
-    first = sess.traces[sess.file_traces[0]]
+    first = trace_files.file_trace(sess, 0)
     assert first.tokenizer.name == "qwen2.5"
     assert first.prompt_ids + first.response_ids == ctx.tokenizers.get("qwen2.5").tokenizer.encode(
         ctx.tokenizers.get("qwen2.5").tokenizer.decode(first.prompt_ids + first.response_ids), add_special_tokens=False)
@@ -483,7 +485,7 @@ def test_trace_file_import_tokenizer_and_format_choice(ctx, tmp_path):
     ours = str(SAMPLE_DIR / "01_weather.jsonl")
     sess = fresh(ctx)
     status, _ = trace_files.load_file(ctx, sess, ours, "verl")
-    (t,) = [sess.traces[label] for label in sess.file_traces]
+    (t,) = [trace_files.file_trace(sess, i) for i in range(len(sess.file_traces))]
     assert "token ids as given for 1" in status and len(t.prompt_ids) == 178 and inspector.mask_runs(t.response_mask) == [(1, 25), (0, 28), (1, 16)]
     # our own traces under auto: loaded as they are, not imported
     status, _ = trace_files.load_file(ctx, fresh(ctx), ours)
@@ -504,7 +506,7 @@ def test_trace_file_upload_imports_another_tools_parquet(ctx, tmp_path):
     status, probs = trace_files.load_file(ctx, sess, str(p))
     assert "2 trace(s) imported from <b>sharegpt</b>" in status and "listed below with their row numbers" in status
     assert list(probs["line"]) == [2]
-    t = sess.traces[sess.file_traces[0]]
+    t = trace_files.file_trace(sess, 0)
     assert [m["role"] for m in t.messages] == ["user", "assistant", "tool", "assistant"] and 1 in t.response_mask
 
 

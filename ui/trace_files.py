@@ -51,15 +51,54 @@ class FileRows:
     haystacks: list[str]
     path: str
     opened: dict[str, None] = field(default_factory=dict)  # labels opened into session.traces, oldest first
+    # an import (another tool's records, converted and written to ``path`` as our traces): how
+    # many carried their token ids, and the tokenizer the first was rendered with
+    given: int = 0
+    tokenizer: str | None = None
+
+
+def _kept_name(path: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(path))[-120:].lstrip(".") or "upload"
+
+
+def _rows_of(kept: str) -> FileRows:
+    """The :class:`FileRows` of a file of our traces (every record validated as it is read)."""
+    ends: list[str] = []
+    hay: list[str] = []
+
+    def seen(t: Trace) -> None:
+        ends.append(trace_termination_label(t))
+        hay.append(_haystack(t))
+
+    return FileRows(TraceIndex.build([kept], on_trace=seen), ends, hay, kept)
+
+
+def _rows_of_import(res: Any, path: str, folder: str) -> FileRows:
+    """An import's traces written to ``folder`` as our JSONL and listed from there, so the session
+    does not hold them either; the import's bad records keep the upload's line (or row) numbers."""
+    from backend.trace import write_jsonl
+
+    stem = os.path.splitext(_kept_name(path))[0] or "upload"
+    out = os.path.join(folder, f"{stem}.jsonl")
+    write_jsonl(res.traces, out)
+    rows = _rows_of(out)
+    f = rows.index.files[0]
+    f.unit = getattr(res, "unit", "line")
+    f.formats = dict(getattr(res, "formats", None) or {})
+    f.problems.extend(res.problems)
+    f.problems.unlisted = getattr(res.problems, "unlisted", 0)
+    rows.given = sum(1 for t in res.traces if t.metadata.get("ids") == "given")
+    rows.tokenizer = res.traces[0].tokenizer.name if res.traces else None
+    return rows
 
 
 def keep_upload(path: str, folder: str) -> str:
     """The upload at ``path`` linked (or, across file systems, copied) into ``folder``."""
-    import re
     import shutil
 
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(path))[-120:].lstrip(".")  # a name, never a path
-    dest = os.path.join(folder, name or "upload")
+    dest = os.path.join(folder, _kept_name(path))  # a name, never a path
     try:
         os.link(path, dest)
     except OSError:
@@ -278,21 +317,15 @@ def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | No
         raise TraceFileError(f"unknown file format {fmt!r}; choose one of {', '.join(FILE_FORMATS)}")
     bundle = lambda: _import_bundle(ctx, tokenizer)  # noqa: E731 - loaded only for an import
     if fmt != AUTO:
-        return TraceIndex.of_result(importers.import_file(path, fmt, bundle=bundle()), path), fmt
+        res = importers.import_file(path, fmt, bundle=bundle())
+        return (_rows_of_import(res, path, keep_in) if keep_in else TraceIndex.of_result(res, path)), fmt
     if importers.detect(path) in (None, "trace"):
         if keep_in is None:
             return TraceIndex.build([path], keep=True), None
-        kept = keep_upload(path, keep_in)
-        ends: list[str] = []
-        hay: list[str] = []
-
-        def seen(t: Trace) -> None:
-            ends.append(trace_termination_label(t))
-            hay.append(_haystack(t))
-
-        return FileRows(TraceIndex.build([kept], on_trace=seen), ends, hay, kept), None
+        return _rows_of(keep_upload(path, keep_in)), None
     res = load_any(path, import_foreign=True, bundle=bundle())
-    return TraceIndex.of_result(res, path), ", ".join(getattr(res, "formats", None) or {}) or None
+    formats = ", ".join(getattr(res, "formats", None) or {}) or None
+    return (_rows_of_import(res, path, keep_in) if keep_in else TraceIndex.of_result(res, path)), formats
 
 
 def _let_go_of_file(session: Session) -> set[str]:
@@ -376,10 +409,13 @@ def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AU
     probs = pd.DataFrame([{"line": p.line, "problem": p.reason} for p in problems], columns=["line", "problem"])
     msg = f"{html.escape(name)}: {count} trace(s) loaded"
     if imported:
-        given = sum(1 for t in traces if t.metadata.get("ids") == "given")
+        if rows is not None:
+            given, tok = rows.given, rows.tokenizer or tokenizer or ctx.default_tokenizer
+        else:
+            given = sum(1 for t in traces if t.metadata.get("ids") == "given")
+            tok = traces[0].tokenizer.name if traces else (tokenizer or ctx.default_tokenizer)
         how = f"token ids as given for {given}, " if given else ""
-        tok = traces[0].tokenizer.name if traces else (tokenizer or ctx.default_tokenizer)
-        msg = (f"{html.escape(name)}: {len(traces)} trace(s) imported from <b>{html.escape(imported)}</b> "
+        msg = (f"{html.escape(name)}: {count} trace(s) imported from <b>{html.escape(imported)}</b> "
                f"({how}rendered and decoded with {html.escape(str(tok))})")
     if problems:
         total = index.problem_count
