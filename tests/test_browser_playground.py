@@ -126,8 +126,17 @@ def test_a_forced_run_says_so_in_its_status(app):
     type_tool_choice(app, "required")
     app.page.get_by_text("Loop limits (LoopConfig)").click()
     box = app.page.locator("#pg-max-assistant input")
-    box.fill("3")
-    box.press("Enter")
+    box.wait_for(state="visible")
+    # the accordion's fields mount as it opens: a value typed while they do can be lost (seen once
+    # in CI under load: the run went on with no turn limit), so the value is typed until it stays
+    for _ in range(10):
+        box.fill("3")
+        box.press("Enter")
+        box.press("Tab")
+        app.page.wait_for_timeout(300)
+        if box.input_value() == "3":
+            break
+    assert box.input_value() == "3"
     app.page.locator("#pg-send").click()
     status = app.wait_text("#pg-status", "ended", timeout=60_000)
     assert "hit max_assistant_turns (max_assistant_turns)" in status and "every turn" in status, status
