@@ -373,6 +373,15 @@ def load_samples(folder: Path = SAMPLE_DIR) -> tuple[list[tuple[str, Trace]], li
     return out, problems
 
 
+def free_label(label: str, taken: Any) -> str:
+    """``label``, or ``label (2)``, ``label (3)``, … : the first not in ``taken``."""
+    base, n = label, 2
+    while label in taken:
+        label = f"{base} ({n})"
+        n += 1
+    return label
+
+
 @dataclass
 class Session:
     """One browser session's state (in a ``gr.State``; never shared)."""
@@ -445,10 +454,7 @@ class Session:
         self.temp_dirs.clear()
 
     def add(self, label: str, trace: Trace) -> str:
-        base, n = label, 2
-        while label in self.traces:
-            label = f"{base} ({n})"
-            n += 1
+        label = free_label(label, self.traces)
         self.traces[label] = trace
         return label
 

@@ -22,7 +22,7 @@ from backend.labels import trace_termination_label
 from backend.trace import Trace, TraceIndex
 from backend.trace.io import summary_of_trace
 from ui import charts, run_charts
-from ui.context import AppContext, Session, short_error
+from ui.context import AppContext, Session, free_label, short_error
 
 # "termination": the end state in words with verl's code beside it (backend.labels); "preview":
 # the first user message
@@ -40,11 +40,12 @@ MAX_OPENED = 64
 
 @dataclass
 class FileRows:
-    """An upload of our own traces (JSONL, JSON, our Parquet), listed from its index and opened
-    row by row: the session holds the index and, per row, the end state in words and the search
-    text, never all the traces (measured: a 50 MB JSONL file of 6,333 traces held 309 MB as
-    traces, 14 MB so). ``path`` is the session's own link or copy of the upload (gradio deletes
-    its copy after an hour; this one goes when the session ends)."""
+    """An upload (our traces: JSONL, JSON, our Parquet; or an import, converted to our JSONL),
+    listed from its index and opened row by row: the session holds the index and, per row, the
+    end state in words and the search text, never all the traces (measured: a 50 MB JSONL file of
+    6,333 traces held 309 MB as traces, 11 MB so). ``path`` is the session's own link or copy of
+    the upload, or the import's converted copy (gradio deletes its copy after an hour; this one
+    goes when the session ends or the next upload replaces it)."""
 
     index: TraceIndex
     ends: list[str]
@@ -301,14 +302,13 @@ def _import_bundle(ctx: AppContext, name: str | None) -> Any:
     return ctx.tokenizers.get(name)
 
 
-def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | None = None,
-                keep_in: str | None = None) -> tuple[TraceIndex | FileRows, str | None]:
-    """The index of an uploaded file (its traces held: ``index.traces``), and the format(s) it
-    was imported from (None for our own traces). ``fmt`` "auto": our traces as they are, indexed
-    as they are read; a file in which nothing is a trace but whose records are another tool's is
-    imported with ``tokenizer``, then indexed. With ``keep_in`` (a folder of the session's), a
-    file of our own traces is kept there and given as :class:`FileRows`: every record validated
-    as it is read, the traces not held."""
+def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | None = None, *,
+                keep_in: str) -> tuple[FileRows, str | None]:
+    """The rows of an uploaded file (:class:`FileRows`, kept in the session's folder ``keep_in``),
+    and the format(s) it was imported from (None for our own traces). ``fmt`` "auto": our traces
+    as they are (the file linked into ``keep_in``), every record validated as it is read; a file
+    in which nothing is a trace but whose records are another tool's is imported with
+    ``tokenizer``, and the traces written to ``keep_in`` as our JSONL. No trace is held."""
     from backend import importers
     from backend.importers import load_any
     from backend.trace import TraceFileError
@@ -317,15 +317,11 @@ def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | No
         raise TraceFileError(f"unknown file format {fmt!r}; choose one of {', '.join(FILE_FORMATS)}")
     bundle = lambda: _import_bundle(ctx, tokenizer)  # noqa: E731 - loaded only for an import
     if fmt != AUTO:
-        res = importers.import_file(path, fmt, bundle=bundle())
-        return (_rows_of_import(res, path, keep_in) if keep_in else TraceIndex.of_result(res, path)), fmt
+        return _rows_of_import(importers.import_file(path, fmt, bundle=bundle()), path, keep_in), fmt
     if importers.detect(path) in (None, "trace"):
-        if keep_in is None:
-            return TraceIndex.build([path], keep=True), None
         return _rows_of(keep_upload(path, keep_in)), None
     res = load_any(path, import_foreign=True, bundle=bundle())
-    formats = ", ".join(getattr(res, "formats", None) or {}) or None
-    return (_rows_of_import(res, path, keep_in) if keep_in else TraceIndex.of_result(res, path)), formats
+    return _rows_of_import(res, path, keep_in), ", ".join(getattr(res, "formats", None) or {}) or None
 
 
 def _let_go_of_file(session: Session) -> set[str]:
@@ -363,7 +359,7 @@ def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AU
         # the last upload's folder stays until this one is read: a file that fails leaves it as it was
         kept_dir = lifecycle.temp_dir("ali-upload-")
         try:
-            got, imported = read_upload(ctx, path, fmt, tokenizer, keep_in=kept_dir)
+            rows, imported = read_upload(ctx, path, fmt, tokenizer, keep_in=kept_dir)
         except BaseException:
             lifecycle.remove_temp_dir(kept_dir)
             raise
@@ -371,27 +367,15 @@ def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AU
         return f'<div class="ali-err">Could not read {html.escape(name)}: {html.escape(short_error(e))}</div>', empty
     old_labels = _let_go_of_file(session)
     session.swap_temp_dir("upload", kept_dir)
-    if isinstance(got, FileRows):  # our own traces: listed from the index, opened row by row
-        index, rows = got.index, got
-        taken = set(session.traces)
-        labels = []
-        for tid in index.cols["id"]:
-            base = label = f"file · {name} · {tid}"
-            n = 2
-            while label in taken:
-                label = f"{base} ({n})"
-                n += 1
-            taken.add(label)
-            labels.append(label)
-        traces: list[Trace] = []
-        session.file_traces = labels
-        session.file_rows = rows
-    else:
-        index, rows = got, None
-        traces = index.traces or []
-        index.traces = None  # the session holds them; the index keeps its rows and locations
-        labels = [session.add(f"file · {name} · {t.id}", t) for t in traces]
-        session.file_traces = labels
+    # listed from the index, opened row by row: each row's label is free now (opening it checks again)
+    index = rows.index
+    taken = set(session.traces)
+    labels = []
+    for tid in index.cols["id"]:
+        labels.append(free_label(f"file · {name} · {tid}", taken))
+        taken.add(labels[-1])
+    session.file_traces = labels
+    session.file_rows = rows
     session.file_index = index
     session.file_name = name
     problems = index.problems
@@ -409,11 +393,7 @@ def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AU
     probs = pd.DataFrame([{"line": p.line, "problem": p.reason} for p in problems], columns=["line", "problem"])
     msg = f"{html.escape(name)}: {count} trace(s) loaded"
     if imported:
-        if rows is not None:
-            given, tok = rows.given, rows.tokenizer or tokenizer or ctx.default_tokenizer
-        else:
-            given = sum(1 for t in traces if t.metadata.get("ids") == "given")
-            tok = traces[0].tokenizer.name if traces else (tokenizer or ctx.default_tokenizer)
+        given, tok = rows.given, rows.tokenizer or tokenizer or ctx.default_tokenizer
         how = f"token ids as given for {given}, " if given else ""
         msg = (f"{html.escape(name)}: {count} trace(s) imported from <b>{html.escape(imported)}</b> "
                f"({how}rendered and decoded with {html.escape(str(tok))})")
