@@ -203,12 +203,12 @@ def main() -> int:
     if not args.no_full:
         import gc
 
+        from bench_trace_index import Peak
+
         from ui import trace_files
         from ui.context import AppContext, Session
 
-        def rss() -> int:  # resident bytes now (Linux)
-            with open("/proc/self/statm") as f:
-                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        rss = Peak().rss  # resident MB now (Linux)
 
         gc.collect()
         r0 = rss()
@@ -217,7 +217,7 @@ def main() -> int:
         status, _ = trace_files.load_file(AppContext(max_upload_bytes=1 << 40), sess, path)
         tab_s = time.perf_counter() - t0
         gc.collect()
-        tab_mb = (rss() - r0) / 2**20
+        tab_mb = rss() - r0
         assert len(sess.file_traces) == n and f"{n} trace(s) loaded" in status, status
         sess.remove_temp_dirs()
         del sess
@@ -227,7 +227,7 @@ def main() -> int:
         tab = TraceIndex.build([path], keep=True)
         held_s = time.perf_counter() - t0
         gc.collect()
-        held_mb = (rss() - r0) / 2**20
+        held_mb = rss() - r0
         assert len(tab) == n and len(tab.traces) == n
         del tab
         t0 = time.perf_counter()

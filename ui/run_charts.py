@@ -481,17 +481,14 @@ def _drawn(session: Any, draw: bool = True) -> tuple[Grouped, list[Any] | None, 
     table] for the default pair, key) of the session's current set; raises UserError. With
     ``draw`` false only the grouped frame is made when nothing is kept (the values are then None)."""
     held = _set_of(session)
-    if held is not None:
-        ts = held[0]
-        df, files, key = session_frame(session)
+    ts = held[0] if held is not None else None
+    df, files, key = session_frame(session)
+    if ts is not None:
         with _DRAWN_LOCK:
             hit = _DRAWN.get(ts)
         if hit is not None and hit[0] == key:
             _DRAWN_STATS["reused"] += 1
             return hit[1], hit[2], key
-    else:
-        ts = None
-        df, files, key = session_frame(session)
     g = group_frame(df, files)
     if not draw:
         return g, None, key

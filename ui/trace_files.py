@@ -19,7 +19,7 @@ import gradio as gr
 import pandas as pd
 
 from backend.labels import trace_termination_label
-from backend.trace import Trace, TraceIndex
+from backend.trace import Trace, TraceFileError, TraceFormatError, TraceIndex
 from backend.trace.io import summary_of_trace
 from ui import charts, run_charts
 from ui.context import AppContext, Session, free_label, short_error
@@ -36,6 +36,8 @@ FILE_FORMATS = [AUTO, "agents-sdk", "verl", "openai-chat", "sharegpt"]
 # traces of an upload that is not held (FileRows) kept opened in the session at once: the ones the
 # Inspector was given, the oldest let go first (opened again from the file when selected)
 MAX_OPENED = 64
+# what reading a row of a kept upload may raise: a bad record, a damaged or vanished file
+READ_ERRORS = (TraceFileError, TraceFormatError, OSError)
 
 
 @dataclass
@@ -110,8 +112,7 @@ def keep_upload(path: str, folder: str) -> str:
 def open_file_row(session: Session, i: int) -> str:
     """Row ``i`` of the session's file as a trace of the session: its label. A held file's trace
     is there already; an upload that is not held (:class:`FileRows`) is read by the row's bytes
-    (raises :class:`backend.trace.TraceFormatError` / ``TraceFileError`` / ``OSError`` when it
-    cannot be), and the oldest traces opened past :data:`MAX_OPENED` are let go."""
+    (raises one of :data:`READ_ERRORS` when it cannot be), and the oldest traces opened past :data:`MAX_OPENED` are let go."""
     label = session.file_traces[i]
     rows = session.file_rows
     if not isinstance(rows, FileRows):
@@ -290,8 +291,6 @@ def import_tokenizers(ctx: AppContext) -> list[str]:
 
 
 def _import_bundle(ctx: AppContext, name: str | None) -> Any:
-    from backend.trace import TraceFileError
-
     name = name or ctx.default_tokenizer
     allowed = import_tokenizers(ctx)
     if name not in allowed:
@@ -311,7 +310,6 @@ def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | No
     ``tokenizer``, and the traces written to ``keep_in`` as our JSONL. No trace is held."""
     from backend import importers
     from backend.importers import load_any
-    from backend.trace import TraceFileError
 
     if fmt not in FILE_FORMATS:
         raise TraceFileError(f"unknown file format {fmt!r}; choose one of {', '.join(FILE_FORMATS)}")
@@ -346,7 +344,7 @@ def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AU
     import html
 
     from backend import lifecycle
-    from backend.trace import TraceFileError, human_bytes
+    from backend.trace import human_bytes
 
     empty = pd.DataFrame([], columns=["line", "problem"])
     if not path:
@@ -410,8 +408,6 @@ def export_filtered(session: Session, df: pd.DataFrame | None, fmt: str) -> str:
 
     if df is None or len(df) == 0:
         raise gr.Error("nothing to export: the filtered table is empty")
-    from backend.trace import TraceFileError, TraceFormatError
-
     traces = (file_trace(session, int(i)) for i in df["#"])  # one at a time: a file not held stays so
     d = session.temp_dir("export")  # the session's newest only; removed when it ends, or at shutdown
     ext = "parquet" if fmt == "parquet" else "jsonl"
@@ -419,7 +415,7 @@ def export_filtered(session: Session, df: pd.DataFrame | None, fmt: str) -> str:
     out = os.path.join(d, f"{base}-filtered.{ext}")
     try:
         export_traces(traces, fmt, out)
-    except (TraceFileError, TraceFormatError, OSError) as e:
+    except READ_ERRORS as e:
         raise gr.Error(f"{session.file_name}: {short_error(e)}") from None
     return out
 
@@ -759,11 +755,9 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
             raise gr.Error("no such row")
         if in_set_mode(sess) and "file" in df.columns:
             return fn_open(sess, open_set_row(sess, df.iloc[row]))
-        from backend.trace import TraceFileError, TraceFormatError
-
         try:
             label = open_file_row(sess, int(df.iloc[row]["#"]))
-        except (TraceFileError, TraceFormatError, OSError) as e:  # the record's reason, as a message
+        except READ_ERRORS as e:  # the record's reason, as a message
             raise gr.Error(f"{sess.file_name}: {short_error(e)}") from None
         return fn_open(sess, label)
 
@@ -829,7 +823,6 @@ def wire_set(ctx: AppContext, ui: TraceFilesUI, su: SetUI, session: gr.State, on
     def on_show(sess: Session, folder: str | None = None):
         import html
 
-        from backend.trace import TraceFileError
         from backend.trace.catalog import resolve
 
         if ctx.trust.public or su.folder is None:
