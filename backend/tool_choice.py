@@ -137,6 +137,15 @@ def call_grammar(fmt: ToolCallFormat, tools: list[dict[str, Any]], *, multiple: 
     calls to ``tools``: the format's rules around xgrammar's rules for one call's JSON body."""
     import xgrammar as xgr
 
+    pairs = [(t.get("function", t)["name"], grammar_parameters(json_parameters(t))) for t in tools]
+    try:
+        custom = fmt.custom_grammar(pairs, multiple=multiple, max_calls=max_calls)
+    except ToolChoiceError:
+        raise
+    except Exception as e:  # a schema the format's grammar cannot express
+        raise ToolChoiceError(f"cannot build a grammar for these tool schemas: {e}") from e
+    if custom is not None:
+        return custom
     schema = fmt.call_schema([(t.get("function", t)["name"], grammar_parameters(json_parameters(t))) for t in tools])
     try:
         body = str(xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False, separators=(", ", ": ")))

@@ -17,6 +17,8 @@ import pytest
 
 import backend.parsers
 from backend.parsers import (
+    PARSER_MODULES,
+    available_parsers,
     ParseResult,
     ToolCallFormat,
     ToolCallParser,
@@ -143,11 +145,18 @@ def test_guess_format(text, expected):
     assert guess_parser(text) == (expected or "hermes")
 
 
-def test_every_public_module_of_the_package_is_imported():
-    """A new format module needs no import line anywhere: the package imports all its modules."""
+def test_the_parser_table_names_every_parser_module_and_loads_lazily():
+    """Parsers are listed in one table (name -> module), imported on first use; every module of the
+    package that defines a parser class has its row, and each row's module registers that name."""
     names = [m.name for m in pkgutil.iter_modules(backend.parsers.__path__) if not m.name.startswith("_")]
-    assert {"hermes", "hunyuan", "llama3_json", "mistral", "format", "base"} <= set(names)
-    assert all(f"backend.parsers.{n}" in sys.modules for n in names)
+    table_modules = {m.rsplit(".", 1)[1] for m in PARSER_MODULES.values()}
+    for n in names:
+        src = (ROOT / "backend" / "parsers" / f"{n}.py").read_text(encoding="utf-8")
+        if "@register_parser(" in src:
+            assert n in table_modules, f"backend/parsers/{n}.py registers a parser but has no row in PARSER_MODULES"
+    for name, module in PARSER_MODULES.items():
+        assert name in available_parsers()
+        assert module in sys.modules
     assert importlib.import_module("backend.parsers.hermes").HermesParser.call_format is get_format("hermes")
 
 

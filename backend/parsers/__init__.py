@@ -10,15 +10,14 @@ Native formats: ``hermes``, ``hunyuan``, ``llama3_json``, ``mistral``. Adapters:
 
 Each native parser declares its format (:class:`~backend.parsers.format.ToolCallFormat`);
 ``tool_choice``, the template sniffer (:func:`guess_parser`), the vLLM adapter and the importers
-read the declarations. Every public module of this package is imported here, so a new format is
-one new module that registers its parser.
+read the declarations. The parsers shipped here are listed in one table
+(:data:`~backend.parsers.base.PARSER_MODULES`, name -> module) and imported on first use, so a new
+format is one new module and one row of that table.
 """
-
-import importlib
-import pkgutil
 
 from backend.parsers.base import (
     DEFAULT_FORMAT,
+    PARSER_MODULES,
     ParserError,
     ParseResult,
     ToolCallParser,
@@ -35,13 +34,9 @@ from backend.parsers.base import (
 from backend.parsers.format import ToolCallFormat
 from backend.parsers.vllm_adapter import vllm_available, vllm_parser_names
 
-# Importing the modules registers their parsers.
-for _m in pkgutil.iter_modules(__path__):
-    if not _m.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_m.name}")
-
 __all__ = [
     "DEFAULT_FORMAT",
+    "PARSER_MODULES",
     "ParseResult",
     "ParserError",
     "ToolCallFormat",

@@ -19,7 +19,17 @@ from backend.errors import UserError
 from backend.parsers.format import ToolCallFormat
 from backend.trace import ParseError, ToolCall
 
+# The one table of parsers shipped here: name -> module that defines it (imported on first use,
+# as vLLM's tool_parsers/__init__.py does). A new format is one module and one row.
+PARSER_MODULES: dict[str, str] = {
+    "hermes": "backend.parsers.hermes",
+    "hunyuan": "backend.parsers.hunyuan",
+    "llama3_json": "backend.parsers.llama3_json",
+    "mistral": "backend.parsers.mistral",
+    "transformers": "backend.parsers.transformers_adapter",
+}
 _REGISTRY: dict[str, type[ToolCallParser]] = {}
+_ALL_LOADED = False
 # Parsers named "<prefix>:<name>" (vLLM's own: "vllm:hermes"), built by a factory the adapter
 # module registers, so this module never imports an adapter.
 _PREFIXED: dict[str, Callable[..., ToolCallParser]] = {}
@@ -128,14 +138,36 @@ def register_prefix(prefix: str, factory: Callable[..., ToolCallParser]) -> None
     _PREFIXED[prefix] = factory
 
 
+def _load(name: str) -> type[ToolCallParser] | None:
+    """The parser class registered as ``name``, importing its module from the table if needed."""
+    cls = _REGISTRY.get(name)
+    if cls is None and name in PARSER_MODULES:
+        import importlib
+
+        importlib.import_module(PARSER_MODULES[name])
+        cls = _REGISTRY.get(name)
+        if cls is None:  # pragma: no cover - a table row whose module registers another name
+            raise ParserError(f"module {PARSER_MODULES[name]} does not define the {name!r} parser")
+    return cls
+
+
+def _load_all() -> None:
+    global _ALL_LOADED
+    if not _ALL_LOADED:
+        for name in PARSER_MODULES:
+            _load(name)
+        _ALL_LOADED = True
+
+
 def tool_call_formats() -> dict[str, ToolCallFormat]:
     """Every registered parser's declared format, by parser name (sorted)."""
+    _load_all()
     return {n: c.call_format for n, c in sorted(_REGISTRY.items()) if c.call_format is not None}
 
 
 def get_format(name: str) -> ToolCallFormat | None:
     """The declared format of parser ``name`` (``vllm:<name>`` reads as ``name``), or None."""
-    cls = _REGISTRY.get(name.split(":", 1)[-1])
+    cls = _load(name.split(":", 1)[-1])
     return cls.call_format if cls is not None else None
 
 
@@ -167,6 +199,7 @@ def parser_for_vllm(vllm_name: str) -> str | None:
 
 def available_parsers() -> list[str]:
     """Registered parser names. ``vllm:<name>`` adapters are not listed (see :func:`vllm_parser_names`)."""
+    _load_all()
     return sorted(_REGISTRY)
 
 
@@ -179,7 +212,7 @@ def get_parser(name: str, tokenizer: Any = None, **options: Any) -> ToolCallPars
     prefix, sep, rest = name.partition(":")
     if sep and prefix in _PREFIXED:
         return _PREFIXED[prefix](rest, tokenizer=tokenizer, **options)
-    cls = _REGISTRY.get(name)
+    cls = _load(name)
     if cls is None:
         raise ParserError(
             f"unknown tool-call parser {name!r}; available: {', '.join(available_parsers())}, or vllm:<name> to use vLLM's parser"

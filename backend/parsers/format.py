@@ -59,6 +59,14 @@ class ToolCallFormat:
 
     # ---- tool_choice grammar --------------------------------------------------------------
 
+    def custom_grammar(self, tools: list[tuple[str, dict[str, Any]]], *, multiple: bool,
+                       max_calls: int | None = None) -> str | None:
+        """A whole EBNF grammar (``root`` rule first) for one call (or with ``multiple`` 1..
+        ``max_calls`` calls) to ``tools`` (``(name, parameters as JSON Schema)`` pairs), for
+        formats whose calls are not a JSON body between tags (XML parameters, Harmony headers).
+        None (the default): the JSON layout above is used (:meth:`grammar_rules`)."""
+        return None
+
     def call_schema(self, tools: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         """The JSON Schema of one call's JSON body for ``(name, parameters JSON Schema)`` pairs."""
         variants = [
