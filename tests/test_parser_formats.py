@@ -18,10 +18,10 @@ import pytest
 import backend.parsers
 from backend.parsers import (
     PARSER_MODULES,
-    available_parsers,
     ParseResult,
     ToolCallFormat,
     ToolCallParser,
+    available_parsers,
     get_format,
     get_parser,
     guess_format,
