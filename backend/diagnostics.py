@@ -52,6 +52,14 @@ Codes (severity):
   temperature ≠ 1 or with top-k / top-p filtering, or logprobs a decoding constraint masked
   (vLLM applies the grammar bitmask before taking even its raw logprobs). One per trace, at
   the first such step.
+* ``template_mismatch`` (warning) — the template the trace was made with does not fit its
+  tokenizer (recorded in ``trace.tokenizer.template_warnings``): special tokens the vocabulary
+  splits into pieces, an EOS the template never writes, a trl template written for another
+  family's vocabulary. The ids are then not the ones the model family sees.
+* ``verl_tool_turn`` (info) — a tool turn that verl's way of tokenizing it (render the tool
+  messages alone, strip the empty-conversation prefix) would build differently or not at all
+  with this template; the loop used the conversation's suffix (``info.method == "suffix"``), and
+  a verl-style trainer would see other ids there.
 """
 
 from __future__ import annotations
@@ -686,10 +694,36 @@ def check(trace: Trace, bundle: Any = None, *, logprob_thresholds: LogprobThresh
     findings += _check_calls(trace, ix)
     findings += _check_lengths(trace, ix)
     findings += _check_logprobs(trace, ix, logprob_thresholds or LogprobThresholds())
+    findings += _check_template_fit(trace, ix)
     if bundle is not None:
         findings += _token_checks(trace, bundle, ix)
     findings.sort(key=lambda f: (_SEV_ORDER.get(f.severity, 9), f.location.token if f.location.token is not None else 1 << 60, f.location.message if f.location.message is not None else 1 << 30))
     return findings
+
+
+def _check_template_fit(trace: Trace, ix: _Index) -> list[Finding]:
+    out: list[Finding] = []
+    tok = trace.tokenizer
+    for w in (tok.template_warnings or []) if tok is not None else []:
+        out.append(Finding(C.TEMPLATE_MISMATCH, "warning", f"template {tok.template!r} over tokenizer {tok.name!r}: {w}",
+                           Location(step=0 if trace.steps else None, token=0)))
+    for s in trace.steps:
+        if s.state != StepState.PROCESSING_TOOLS or s.info.method != "suffix":
+            continue
+        if s.info.verl_error:
+            what = f"fails on it ({_short(s.info.verl_error, 160)})"
+        elif s.info.verl_tokens is not None:
+            what = f"builds {s.info.verl_tokens} tokens here instead of {s.end - s.start}"
+        else:
+            continue
+        out.append(Finding(
+            C.VERL_TOOL_TURN, "info",
+            f"step {s.index}: the loop tokenized this tool turn as the text the template adds after the conversation; "
+            f"verl's method (render the tool messages alone, strip the empty-conversation prefix) {what}, so a "
+            "verl-style trainer would see other ids here",
+            ix.at_step(s.index), {"verl_error": s.info.verl_error, "verl_tokens": s.info.verl_tokens,
+                                  "tokens": s.end - s.start}))
+    return out
 
 
 def _check_logprobs(trace: Trace, ix: _Index, th: LogprobThresholds) -> list[Finding]:

@@ -5,9 +5,10 @@ PENDING → GENERATING → PROCESSING_TOOLS → GENERATING → … → TERMINATE
 * PENDING renders the messages + tools with the generation prompt: ``prompt_ids``.
 * GENERATING sends ``prompt_ids + response_ids`` to the generator and appends the returned ids
   as they are (mask 1). No text round-trip: what the model produced is what is recorded.
-* PROCESSING_TOOLS runs the parsed calls (at most ``max_parallel_calls``), then tokenizes only
-  the new tool messages, as verl does (render them with the generation prompt, strip the
-  template's empty-conversation prefix), and appends them (mask 0).
+* PROCESSING_TOOLS runs the parsed calls (at most ``max_parallel_calls``), then tokenizes the
+  new tool messages as the text the template adds after the conversation (checked to be a
+  suffix; verl's way — render them alone, strip the empty-conversation prefix — where it agrees,
+  which is then used alone) and appends them (mask 0).
 
 Every transition becomes a :class:`~backend.trace.Step`; the result is a :class:`~backend.trace.Trace`.
 Configuration is immutable (:class:`LoopConfig`); all per-run state lives in one :class:`_Run`.
@@ -96,6 +97,10 @@ class AgentLoop:
         self.config = config or LoopConfig()
         self.parser = get_parser(self.config.parser or tokenizer.parser, tokenizer=tokenizer.tokenizer)
         self._system_prefix: str | None = None
+        # whether verl's way of tokenizing a tool turn was seen to agree with the conversation's
+        # suffix for this template (backend.rendering.render_tool_turn)
+        self._verl_agrees = False
+        self._stop_ids = set(tokenizer.stop_token_ids)
         policy = self.config.tool_choice_policy
         try:
             validate_policy(policy, [t.get("function", t).get("name") for t in self.tool_schemas])
@@ -339,8 +344,8 @@ class AgentLoop:
         # parse for display and for the assistant message, whatever happens next; the parser
         # sees the text without the final EOS
         text = step.text
-        if ids and ids[-1] == self.bundle.eos_token_id:
-            eos = self.bundle.tokenizer.eos_token or ""
+        if ids and ids[-1] in self._stop_ids:
+            eos = self.bundle.tokenizer.convert_ids_to_tokens(ids[-1]) or ""
             text = strip_suffix(text, eos) if eos and text.endswith(eos) else self._decode(ids[:-1])
         parsed = self.parser.parse(text)
         calls = [
@@ -409,12 +414,18 @@ class AgentLoop:
         try:
             text, ids, info = await self._off_loop(
                 render_tool_turn, self.bundle, new_messages,
+                history=run.messages, tools=self.tool_schemas,
                 chat_template_kwargs=self.config.apply_chat_template_kwargs, system_prefix=self._system_prefix,
-                _size_hint=sum(len(m["content"]) for m in new_messages),
+                trust_verl=self._verl_agrees,
+                _size_hint=sum(len(m["content"]) for m in new_messages) + (0 if self._verl_agrees else run.trace.total * 4),
             )
         except RenderError as e:
             step.error = str(e)
             return self._end_step(run, step, t0, on_event, S.TERMINATED, R.RENDER_ERROR)
+        if info.method == "verl":
+            # verl's method agreed with the conversation's suffix: later turns use it alone, so a
+            # turn's cost does not grow with the conversation
+            self._verl_agrees = True
         step.info.update(info)
         step.text = text
         if len(run.trace.response_mask) + len(ids) >= self.config.response_length:

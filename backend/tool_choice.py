@@ -169,10 +169,12 @@ def build_constraint(choice: str, parser_name: str, tools: list[dict[str, Any]],
         return Constraint(kind="forbid", spec=[fmt.forbid], description="tool_choice=none: no tool call")
     fmt_name = parser_name.split(":", 1)[-1]
     if choice == REQUIRED:
+        if fmt.max_calls_per_turn is not None:
+            max_calls = fmt.max_calls_per_turn if max_calls is None else min(max_calls, fmt.max_calls_per_turn)
         grammar = call_grammar(fmt, tools, multiple=True, max_calls=max_calls)
         how_many = "one call" if max_calls == 1 else "one or more calls" if max_calls is None else f"1 to {max_calls} calls"
         description = f"tool_choice=required: {how_many} ({parser_name} format)"
-        check = GivenTurnCheck(fmt_name, _allowed(tools), max_calls, description)
+        check = GivenTurnCheck(fmt_name, _allowed(tools), max_calls, description, fmt.reasoning_in_grammar)
         return Constraint(kind="grammar", spec=grammar, description=description, given_check=check)
     named = [t for t in tools if t.get("function", t).get("name") == choice]
     if not named:
@@ -180,7 +182,7 @@ def build_constraint(choice: str, parser_name: str, tools: list[dict[str, Any]],
     grammar = call_grammar(fmt, named, multiple=False)
     description = f"tool_choice={choice}: one call to {choice}"
     return Constraint(kind="grammar", spec=grammar, description=description,
-                      given_check=GivenTurnCheck(fmt_name, _allowed(named), 1, description))
+                      given_check=GivenTurnCheck(fmt_name, _allowed(named), 1, description, fmt.reasoning_in_grammar))
 
 
 def _allowed(tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -196,6 +198,7 @@ class GivenTurnCheck:
     tools: dict[str, dict[str, Any]]  # allowed tool name -> parameters as JSON Schema
     max_calls: int | None
     description: str
+    allow_reasoning: bool = False  # the format's grammar admits its reasoning before the calls
 
     def check_text(self, text: str) -> str | None:
         """Why ``text`` (the turn without its EOS) breaks the constraint; None if it obeys."""
@@ -208,7 +211,8 @@ class GivenTurnCheck:
             return f"a tool call cannot be read ({errors[0].message}), and {self.description} allows only well-formed calls"
         if not parsed.tool_calls:
             return f"the turn has no tool call, which {self.description} requires"
-        other = " ".join(x for x in (parsed.reasoning, parsed.content) if x and x.strip())
+        other = " ".join(x for x in (None if self.allow_reasoning else parsed.reasoning, parsed.content)
+                         if x and x.strip())
         if other:
             shown = other if len(other) <= 60 else other[:57] + "..."
             return f"the turn has text besides its tool calls ({shown!r}); {self.description} allows only the calls"
@@ -233,32 +237,35 @@ class GivenTurnCheck:
 # ---- checking token ids against a constraint (scripted backend, tests) ------------------------
 
 
-def check_given(constraint: Constraint | None, tokenizer: Any, ids: list[int]) -> str | None:
+def check_given(constraint: Constraint | None, tokenizer: Any, ids: list[int],
+                stop_ids: tuple[int, ...] | None = None) -> str | None:
     """Why a whole turn that was NOT generated under ``constraint`` (a script, an imported turn;
     EOS included) breaks it; None if it obeys. A tool_choice grammar is checked by its meaning
     (:class:`GivenTurnCheck`: what the JSON Schema accepts), not token by token; anything else
     as :func:`check_ids` does."""
     check = getattr(constraint, "given_check", None)
     if constraint is None or constraint.kind != "grammar" or not isinstance(check, GivenTurnCheck):
-        return check_ids(constraint, tokenizer, ids)
+        return check_ids(constraint, tokenizer, ids, stop_ids=stop_ids)
     eos = tokenizer.eos_token_id
-    if eos is not None and (not ids or ids[-1] != eos):
+    stops = tuple(stop_ids) if stop_ids else ((eos,) if eos is not None else ())
+    if stops and (not ids or ids[-1] not in stops):
         return f"the turn does not end with EOS; under {constraint.description} a turn ends when its calls are complete"
-    return check.check_text(tokenizer.decode(ids[:-1] if eos is not None else ids, skip_special_tokens=False))
+    return check.check_text(tokenizer.decode(ids[:-1] if stops else ids, skip_special_tokens=False))
 
 
 class _MatcherCache:
     def __init__(self) -> None:
-        self._info: dict[int, Any] = {}
-        self._compiled: dict[tuple[int, str], Any] = {}
+        self._info: dict[tuple[int, tuple[int, ...] | None], Any] = {}
+        self._compiled: dict[tuple[Any, str], Any] = {}
 
-    def compiled(self, tokenizer: Any, grammar: str):
+    def compiled(self, tokenizer: Any, grammar: str, stop_ids: tuple[int, ...] | None = None):
         import xgrammar as xgr
 
-        key = id(tokenizer)
+        key = (id(tokenizer), stop_ids)
         info = self._info.get(key)
         if info is None:
-            info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer))
+            info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer),
+                                                      stop_token_ids=list(stop_ids) if stop_ids else None)
             self._info[key] = info
         ck = (key, grammar)
         if ck not in self._compiled:
@@ -269,9 +276,10 @@ class _MatcherCache:
 _CACHE = _MatcherCache()
 
 
-def check_ids(constraint: Constraint, tokenizer: Any, ids: list[int]) -> str | None:
+def check_ids(constraint: Constraint, tokenizer: Any, ids: list[int], stop_ids: tuple[int, ...] | None = None) -> str | None:
     """Why ``ids`` (a whole generated turn, EOS included) violate ``constraint`` token by token
-    (what the backend enforced while generating); None if they obey it."""
+    (what the backend enforced while generating); None if they obey it. ``stop_ids``: the tokens
+    that end a turn (default the tokenizer's EOS; gpt-oss also ends one on ``<|call|>``)."""
     if constraint is None or constraint.kind == "none":
         return None
     if constraint.kind == "forbid":
@@ -284,7 +292,7 @@ def check_ids(constraint: Constraint, tokenizer: Any, ids: list[int]) -> str | N
         return f"cannot check a {constraint.kind!r} constraint"
     import xgrammar as xgr
 
-    matcher = xgr.GrammarMatcher(_CACHE.compiled(tokenizer, constraint.spec))
+    matcher = xgr.GrammarMatcher(_CACHE.compiled(tokenizer, constraint.spec, tuple(stop_ids) if stop_ids else None))
     for i, t in enumerate(ids):
         if not matcher.accept_token(t):
             return f"token {i} ({tokenizer.decode([t])!r}) is not allowed by {constraint.description or 'the grammar'}"

@@ -6,7 +6,12 @@ plus the processing-tools step (tool call + incremental tokenization of the tool
 baseline is what the "Tool Use, Unified" blog does each turn: apply_chat_template over the
 whole conversation so far, tokenized. Both run in this process; ratios are what we report.
 
-    .venv/bin/python bench/bench_engine.py [--turns 40] [--repeats 15]
+    .venv/bin/python bench/bench_engine.py [--turns 40] [--repeats 15] [--tokenizer PROFILE]
+
+Every offline profile works (``--tokenizer llama3``, ``gpt-oss``, ...): its own format's turns.
+The tool-turn method the engine used is reported (``verl`` where verl's way agrees with the
+conversation's suffix and is then used alone; ``suffix`` where it does not, which re-renders the
+conversation each tool turn).
 """
 
 from __future__ import annotations
@@ -51,13 +56,23 @@ class PreTokenized(Generator):
         return Generation(token_ids=list(ids), finish_reason="stop")
 
 
-def turn_texts(n: int) -> list[str]:
+def turn_texts(n: int, fmt: str = "hermes") -> list[str]:
+    """``n`` tool-calling turns and a final answer, in the profile's native format (its parser's
+    ``format_calls``; Harmony turns carry their channel headers and end on ``<|call|>``)."""
+    from backend.parsers import get_parser
+
+    parser = get_parser(fmt)
     cities = ["Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Perth", "Quito", "Seoul"]
     out = []
     for i in range(n):
-        args = {"city": f"{cities[i % len(cities)]} {i}"}
-        out.append("Let me check.\n<tool_call>\n" + json.dumps({"name": "get_current_temperature", "arguments": args}) + "\n</tool_call>")
-    out.append("All done.")
+        call = parser.format_calls([{"name": "get_current_temperature", "arguments": {"city": f"{cities[i % len(cities)]} {i}"}}])
+        if fmt == "harmony":
+            out.append("<|channel|>analysis<|message|>Let me check.<|end|><|start|>assistant" + call + "<|call|>")
+        elif fmt == "hermes":
+            out.append("Let me check.\n" + call)
+        else:
+            out.append(call)
+    out.append("<|channel|>final<|message|>All done." if fmt == "harmony" else "All done.")
     return out
 
 
@@ -73,8 +88,12 @@ def main() -> None:
 
     bundle = load_tokenizer(args.tokenizer)
     tok = bundle.tokenizer
-    texts = turn_texts(args.turns)
-    ids = [tok.encode(t, add_special_tokens=False) + [tok.eos_token_id] for t in texts]
+    texts = turn_texts(args.turns, bundle.parser)
+    stops = set(bundle.stop_token_ids)
+    ids = []
+    for t in texts:
+        turn = tok.encode(t, add_special_tokens=False)
+        ids.append(turn if turn[-1] in stops else [*turn, tok.eos_token_id])
     if args.tool == "mock":
         tools = ToolRegistry.from_schemas([{
             "type": "function",
@@ -120,6 +139,7 @@ def main() -> None:
         "turns": n,
         "repeats": args.repeats,
         "final_tokens": len(last_trace.input_ids),
+        "tool_turn_methods": sorted({str(s.info.method) for s in last_trace.steps if s.state == "processing_tools"}),
         "engine_median_ms_all_turns": round(all_turns * 1e3, 3),
         "engine_turn2_ms": round(med[2] * 1e3, 3),
         f"engine_turn{n}_ms": round(med[n] * 1e3, 3),

@@ -542,3 +542,40 @@ def test_logprob_mismatch_and_logprob_semantics(seed001):
     gens[1].info.logprob_semantics = LogprobSemantics(backend="vllm", mode="raw", temperature=0.7)
     (f,) = only(check(t), "logprob_semantics")
     assert f.location.step == gens[1].index and "temperature 0.7" in f.message
+
+
+# ---- templates that do not fit, and tool turns a verl-style trainer builds differently ---------
+
+
+def test_template_mismatch_a_llama_template_over_the_qwen_vocabulary(qwen3):
+    """A Llama 3.1 template over Qwen's vocabulary splits <|start_header_id|> into pieces: the run
+    says so ("template_mismatch"), where the same run with Qwen's own template does not."""
+    llama_over_qwen = load_tokenizer("qwen3", template="llama3_1")
+    t = run_loop(llama_over_qwen, ['{"name": "get_current_temperature", "parameters": {"city": "Seattle"}}', ANSWER],
+                 parser="llama3_json", max_assistant_turns=1)
+    fs = only(check(t), "template_mismatch")
+    assert {f.severity for f in fs} == {"warning"} and all("llama3_1" in f.message for f in fs)
+    assert any("<|start_header_id|>" in f.message and "single tokens" in f.message for f in fs)
+    assert any("EOS <|im_end|>" in f.message for f in fs)
+    assert any("written for the llama3 vocabulary" in f.message and "--tokenizer llama3" in f.message for f in fs)
+    assert not only(check(run_loop(qwen3, [CALL_SEATTLE, ANSWER])), "template_mismatch")
+
+
+def test_verl_tool_turn_where_verls_method_fails_or_differs(qwen3):
+    """A tool turn the loop tokenized as the conversation's suffix because verl's way (the tool
+    messages rendered alone) fails or gives other ids: one info finding per such step."""
+    t = trace(GOOD, [WEATHER], steps=[])
+    from backend.trace import Step
+
+    t.steps = [Step(index=0, state="pending", start=0, end=0),
+               Step(index=1, state="processing_tools", start=0, end=10, mask=0,
+                    info=StepInfo(method="suffix", verl_error="No user query found in messages.")),
+               Step(index=2, state="processing_tools", start=10, end=14, mask=0,
+                    info=StepInfo(method="suffix", verl_tokens=51)),
+               Step(index=3, state="processing_tools", start=14, end=18, mask=0, info=StepInfo(method="verl"))]
+    fs = only(check(t), "verl_tool_turn")
+    assert [f.location.step for f in fs] == [1, 2]
+    assert all(f.severity == "info" for f in fs)
+    assert "No user query found" in fs[0].message and "builds 51 tokens here instead of 4" in fs[1].message
+    # the seed run on Qwen3: verl's method agrees, nothing to say
+    assert not only(check(run_loop(qwen3, [CALL_SEATTLE, ANSWER])), "verl_tool_turn")

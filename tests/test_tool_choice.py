@@ -42,8 +42,9 @@ def ids(tok, text):
 def test_required_grammar_accepts_what_the_parser_writes(tok, fmt):
     """Each format's own writer (parser.format_calls) produces text the grammar accepts, and the
     parser reads the calls back: grammar, writer and parser agree."""
-    parser = get_parser(fmt)
+    parser = get_parser(fmt, tools=SCHEMAS)  # formats that type values by schema read them
     calls = [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "add", "arguments": {"a": 1, "b": 2}}]
+    calls = calls[: FORMATS[fmt].max_calls_per_turn or len(calls)]  # gpt-oss: one call per turn
     text = parser.format_calls(calls)
     c = build_constraint("required", fmt, SCHEMAS)
     assert check_ids(c, tok, ids(tok, text)) is None, text
@@ -68,15 +69,20 @@ def test_required_rejects_prose_bad_arguments_and_missing_eos(tok):
 def test_required_is_bounded_by_max_calls(tok, fmt):
     """``required`` with max_calls=N accepts 1..N calls and refuses N+1 (the loop passes
     max_parallel_calls: a small model would otherwise write calls until its token budget ends)."""
-    parser = get_parser(fmt)
+    parser = get_parser(fmt, tools=SCHEMAS)
     call = {"name": "add", "arguments": {"a": 1, "b": 2}}
+    per_turn = FORMATS[fmt].max_calls_per_turn  # a format's own bound (gpt-oss: one call, then <|call|>)
     for n_max in (1, 2, 3):
         c = build_constraint("required", fmt, SCHEMAS, max_calls=n_max)
-        for n in range(1, n_max + 1):
+        bound = min(n_max, per_turn) if per_turn else n_max
+        for n in range(1, bound + 1):
             assert check_ids(c, tok, ids(tok, parser.format_calls([call] * n))) is None, (fmt, n_max, n)
-        assert check_ids(c, tok, ids(tok, parser.format_calls([call] * (n_max + 1)))), (fmt, n_max)
+        assert check_ids(c, tok, ids(tok, parser.format_calls([call] * (bound + 1)))), (fmt, n_max)
     many = build_constraint("required", fmt, SCHEMAS)  # no bound
-    assert check_ids(many, tok, ids(tok, parser.format_calls([call] * 20))) is None
+    n_many = per_turn or 20
+    assert check_ids(many, tok, ids(tok, parser.format_calls([call] * n_many))) is None
+    if per_turn:
+        assert check_ids(many, tok, ids(tok, parser.format_calls([call] * (per_turn + 1))))
 
 
 def test_engine_bounds_required_by_max_parallel_calls():

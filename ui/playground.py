@@ -402,7 +402,8 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
             bundle = load.result()
         except Exception as e:  # noqa: BLE001
             raise UserError(f"tokenizer: {short_error(e)}") from None
-        gen = ScriptedGenerator(bundle.tokenizer, script[session.script_cursor :], token_delay_s=float(s.token_delay or 0.0))
+        gen = ScriptedGenerator(bundle.tokenizer, script[session.script_cursor :], token_delay_s=float(s.token_delay or 0.0),
+                                stop_token_ids=bundle.stop_token_ids)
     else:
         start = asyncio.ensure_future(ctx.model.get())
         what = "connecting to the model" if ctx.model.generator is not None else (

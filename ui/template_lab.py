@@ -110,6 +110,8 @@ def render_one(ctx: AppContext, tokenizer: str, template: str, custom: str, mess
     summary = (f'<div class="ali-ok"><b data-count="tokens">{len(r.token_ids)}</b> tokens · {n_chars} characters · '
                f'template <code>{html.escape(bundle.template_name)}</code> (sha {bundle.template_sha256[:12]}) · parser '
                f'{html.escape(bundle.parser)}</div>')
+    for w in bundle.template_warnings():  # a template that does not fit the tokenizer: never silent
+        summary += f'<div class="ali-warn" data-warning="template-fit">{html.escape(w)}</div>'
     text = token_view.mark_special_text(r.text, bundle.tokenizer)
     kinds = [token_view.PROMPT] * len(r.token_ids)
     toks = token_view.render_tokens(r.token_ids, kinds, bundle.tokenizer, prefix=prefix)

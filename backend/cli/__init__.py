@@ -51,6 +51,13 @@ def print_notes(notes: list[str]) -> None:
         print(f"note: {n}", file=sys.stderr)
 
 
+def print_warnings(warnings: list[str]) -> None:
+    """What is probably wrong but does not stop the command (a template that does not fit the
+    tokenizer), one ``warning:`` line each on stderr."""
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+
+
 def read_json_file(path: str, what: str) -> Any:
     try:
         with open(path, encoding="utf-8") as f:

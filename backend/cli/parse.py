@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from backend.cli import CLIError, emit
+from backend.cli import CLIError, emit, print_warnings
 
 
 def register(sub) -> None:
     p = sub.add_parser("parse", help="parse tool calls out of model output text")
-    p.add_argument("--format", default="hermes", help="parser: hermes, hunyuan, llama3_json, mistral, vllm:<name>, transformers")
+    p.add_argument("--format", default=None,
+                   help="parser: a native format (hermes, qwen3_xml, harmony, llama3_json, mistral, deepseek_v3, glm45, ...; "
+                        "default: the --tokenizer profile's format, else hermes), vllm:<name>, transformers")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--text", help="the model output")
     g.add_argument("--text-file", help="a file holding the model output")
-    p.add_argument("--tokenizer", default=None, help="tokenizer for the vllm:/transformers adapters (default qwen3)")
+    p.add_argument("--tokenizer", default=None,
+                   help="offline profile, hub id or path: the vocabulary the vllm:/transformers adapters read with (default qwen3) "
+                        "and the default --format")
+    p.add_argument("--template", default=None, help="override the tokenizer's chat template (trl name, .jinja file, Jinja text)")
+    p.add_argument("--tools", default=None, help="a .json list of tool schemas: formats that type values by schema (qwen3_xml, "
+                                                 "glm45) and vLLM's parsers read them")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -27,12 +34,21 @@ def run(args) -> int:
             raise CLIError(f"text file not found: {args.text_file}") from None
     else:
         text = args.text
-    tok = None
-    if args.format.startswith("vllm:") or args.format == "transformers" or args.tokenizer:
+    bundle = None
+    fmt = args.format
+    if args.tokenizer or args.template or (fmt or "").startswith("vllm:") or fmt == "transformers":
         from backend.tokenizers import load_tokenizer
 
-        tok = load_tokenizer(args.tokenizer or "qwen3").tokenizer
-    parser = get_parser(args.format, tokenizer=tok)
+        bundle = load_tokenizer(args.tokenizer or "qwen3", template=args.template)
+        print_warnings(bundle.template_warnings())
+    if fmt is None:
+        fmt = bundle.parser if bundle is not None else "hermes"
+    tools = None
+    if args.tools:
+        from backend.cli.render import load_tool_schemas
+
+        tools = load_tool_schemas(args.tools).schemas
+    parser = get_parser(fmt, tokenizer=bundle.tokenizer if bundle is not None else None, tools=tools)
     res = parser.parse(text).to_dict()
     emit(res, args.json)
     return 0

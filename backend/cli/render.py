@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-from backend.cli import CLIError, emit, print_notes, read_json_file
+from backend.cli import CLIError, emit, print_notes, print_warnings, read_json_file
 
 
 def register(sub) -> None:
     p = sub.add_parser("render", help="render messages + tools with a chat template to text and token ids")
-    p.add_argument("--tokenizer", default="qwen3", help="offline profile (qwen3, qwen3-thinking, qwen2.5, smollm2), hub id or path")
+    p.add_argument("--tokenizer", default="qwen3", help="offline profile (python -m backend profiles), hub id or path")
     p.add_argument("--messages", required=True, help="JSON file: a list of messages (HF chat format)")
     p.add_argument("--tools", help="a .json list of tool schemas (a plain OpenAI tools list, [] for none; a \"mock\" key is "
                                    "dropped), a verl .yaml, or a .py file of documented functions. Schemas are rendered as "
@@ -68,5 +68,6 @@ def run(args) -> int:
         out["tool_type_mappings"] = [m.to_dict() for m in tools.type_mappings]
         out["tool_notes"] = tools.notes
     print_notes(tools.notes)
+    print_warnings(bundle.template_warnings())
     emit(out, args.json, None if args.json else r.text + f"\n--- {len(r.token_ids)} tokens")
     return 0

@@ -80,7 +80,7 @@ def run(args) -> int:
             raise CLIError(f"script file not found: {args.script}")
         script = load_script(args.script)
         bundle = load_tokenizer(args.tokenizer or "qwen3", template=args.template)
-        make_generator = lambda item: ScriptedGenerator(bundle.tokenizer, script)  # noqa: E731
+        make_generator = lambda item: ScriptedGenerator(bundle.tokenizer, script, stop_token_ids=bundle.stop_token_ids)  # noqa: E731
     else:
         from backend.generators.factory import create_generator, normalize_backend
 

@@ -5,7 +5,16 @@ from __future__ import annotations
 import asyncio
 import os
 
-from backend.cli import CLIError, add_model_args, apply_tool_choice, emit, engine_options, loop_config, print_notes
+from backend.cli import (
+    CLIError,
+    add_model_args,
+    apply_tool_choice,
+    emit,
+    engine_options,
+    loop_config,
+    print_notes,
+    print_warnings,
+)
 from backend.cli.render import load_messages
 
 
@@ -58,10 +67,12 @@ def run(args) -> int:
         if not os.path.exists(args.script):
             raise CLIError(f"script file not found: {args.script}")
         bundle = load_tokenizer(args.tokenizer or "qwen3", template=args.template)
-        gen = ScriptedGenerator(bundle.tokenizer, load_script(args.script))
+        gen = ScriptedGenerator(bundle.tokenizer, load_script(args.script), stop_token_ids=bundle.stop_token_ids)
     else:
         bundle = load_tokenizer(args.tokenizer or args.model or "smollm2", template=args.template)
         gen = create_generator(b, model=args.model, server_urls=args.server_url, tokenizer=bundle, **engine_options(args, b))
+
+    print_warnings(bundle.template_warnings())
 
     async def go():
         try:

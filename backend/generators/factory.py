@@ -88,6 +88,9 @@ def create_generator(
         if script is None:
             raise ValueError("backend 'scripted' needs a script (a list of assistant turns)")
         tok = getattr(tokenizer, "tokenizer", tokenizer)  # a TokenizerBundle or a tokenizer
+        stops = getattr(tokenizer, "stop_token_ids", None)
+        if stops and "stop_token_ids" not in engine_opts:
+            engine_opts = {**engine_opts, "stop_token_ids": stops}
         return ScriptedGenerator(tok, list(script), **engine_opts)
     except TypeError as e:
         if "unexpected keyword argument" in str(e):

@@ -84,7 +84,8 @@ class ScriptedGenerator(Generator):
     label = "scripted"
     decodes = False  # it replays given text, checked against the constraint here
 
-    def __init__(self, tokenizer: Any, script: list[Any], *, token_delay_s: float = 0.0):
+    def __init__(self, tokenizer: Any, script: list[Any], *, token_delay_s: float = 0.0,
+                 stop_token_ids: tuple[int, ...] | list[int] | None = None):
         for i, e in enumerate(script):
             check_entry(i, e)
         self.tokenizer = tokenizer
@@ -92,13 +93,16 @@ class ScriptedGenerator(Generator):
         self.token_delay_s = token_delay_s
         self.calls = 0
         self.eos_id = tokenizer.eos_token_id
+        # a script's text that already ends with one of these (gpt-oss's <|call|>, Llama's
+        # <|eom_id|>) ended its turn there: no EOS is added after it
+        self.stop_ids = tuple(stop_token_ids) if stop_token_ids else ((self.eos_id,) if self.eos_id is not None else ())
 
     def _ids(self, entry: Any) -> list[int]:
         if isinstance(entry, dict) and "token_ids" in entry:
             return [int(t) for t in entry["token_ids"]]
         text = entry if isinstance(entry, str) else entry["text"]
         ids = self.tokenizer.encode(text, add_special_tokens=False)
-        if self.eos_id is not None and (not ids or ids[-1] != self.eos_id):
+        if self.eos_id is not None and (not ids or ids[-1] not in self.stop_ids):
             ids.append(self.eos_id)
         return ids
 
@@ -116,7 +120,7 @@ class ScriptedGenerator(Generator):
             # JSON whitespace, unlisted keys the schema allows), not by the generation grammar.
             from backend.tool_choice import check_given
 
-            why = check_given(constraint, self.tokenizer, ids)
+            why = check_given(constraint, self.tokenizer, ids, stop_ids=self.stop_ids)
             if why:
                 raise GenerationError(f"script entry {turn} does not obey the decoding constraint: {why}")
         finish = "stop"

@@ -22,10 +22,19 @@ from backend.trace import ParseError, ToolCall
 # The one table of parsers shipped here: name -> module that defines it (imported on first use,
 # as vLLM's tool_parsers/__init__.py does). A new format is one module and one row.
 PARSER_MODULES: dict[str, str] = {
+    "deepseek_v3": "backend.parsers.deepseek_v3",
+    "deepseek_v31": "backend.parsers.deepseek_v3",
+    "glm45": "backend.parsers.glm45",
+    "granite": "backend.parsers.granite",
+    "harmony": "backend.parsers.harmony",
     "hermes": "backend.parsers.hermes",
     "hunyuan": "backend.parsers.hunyuan",
+    "kimi_k2": "backend.parsers.kimi_k2",
     "llama3_json": "backend.parsers.llama3_json",
     "mistral": "backend.parsers.mistral",
+    "phi4_mini_json": "backend.parsers.phi4_mini",
+    "pythonic": "backend.parsers.pythonic",
+    "qwen3_xml": "backend.parsers.qwen3_xml",
     "transformers": "backend.parsers.transformers_adapter",
 }
 _REGISTRY: dict[str, type[ToolCallParser]] = {}
@@ -52,10 +61,13 @@ class ParseResult:
     reasoning: str | None = None  # None when the text has no reasoning block at all
     tool_calls: list[ToolCall] = field(default_factory=list)
     errors: list[ParseError] = field(default_factory=list)
+    # Harmony: each message's {"channel", "recipient", "span": [start, end], ...} in order; None elsewhere
+    channels: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready view (spans as ``[start, end]`` lists, or None)."""
-        return {
+        """A JSON-ready view (spans as ``[start, end]`` lists, or None); ``channels`` only where
+        the parser reports them."""
+        out: dict[str, Any] = {
             "content": self.content,
             "reasoning": self.reasoning,
             "tool_calls": [
@@ -65,6 +77,9 @@ class ParseResult:
             "errors": [{"message": e.message, "span": list(e.span) if e.span is not None else None, "severity": e.severity}
                        for e in self.errors],
         }
+        if self.channels is not None:
+            out["channels"] = [dict(c) for c in self.channels]
+        return out
 
 
 class ToolCallParser(abc.ABC):

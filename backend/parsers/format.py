@@ -46,6 +46,10 @@ class ToolCallFormat:
     response_close: str = ""
     turn_open: str = ""
     turn_close: str = ""
+    # at most this many calls in one generated turn (gpt-oss ends its turn at <|call|>): None, any
+    max_calls_per_turn: int | None = None
+    # the tool_choice grammar admits the format's reasoning before the calls (Harmony's analysis)
+    reasoning_in_grammar: bool = False
 
     @property
     def forbid(self) -> str:

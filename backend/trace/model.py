@@ -109,6 +109,8 @@ class FindingCode(StrEnum):
     CHECK_SKIPPED = "check_skipped"
     LOGPROB_MISMATCH = "logprob_mismatch"
     LOGPROB_SEMANTICS = "logprob_semantics"
+    TEMPLATE_MISMATCH = "template_mismatch"
+    VERL_TOOL_TURN = "verl_tool_turn"
 
 
 def _known_reason(v: Any) -> Any:
@@ -276,10 +278,11 @@ class StepInfo(_Model):
     not_appended: str | None = None
     would_append_tokens: int | None = None
     # processing_tools: how the tool turn was tokenized (backend.rendering.render_tool_turn)
-    method: str | None = None  # "verl" or "diff"
+    method: str | None = None  # "suffix", "verl" or "diff"
     stripped_prefix_tokens: int | None = None
-    prefix_mismatch: bool | None = None
-    verl_error: str | None = None
+    prefix_mismatch: bool | None = None  # traces written before the suffix method
+    verl_error: str | None = None  # verl's method failed on this turn (why)
+    verl_tokens: int | None = None  # verl's method gives other ids (this many) than the suffix
     # imported processing_tools step: the roles of its messages when not only tool output
     roles: list[str] | None = None
     # generating, with Step.logprobs: what those logprobs are (backend, raw/processed, sampling)
@@ -417,6 +420,8 @@ class TokenizerInfo(_Model):
     template_sha256: str | None = None
     eos_token_id: int | None = None
     vocab_size: int | None = None
+    # why the template does not fit this tokenizer (backend.tokenizers.template_fit_warnings)
+    template_warnings: list[str] | None = None
 
 
 def new_trace_id() -> str:
