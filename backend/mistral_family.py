@@ -41,6 +41,13 @@ from backend.rendering import RenderError
 
 TOOL_CALLS = "[TOOL_CALLS]"
 DEFAULT_TEKKEN = "tekken_240911"
+MISTRAL_COMMON_VERSION = "1.13.1"  # the version pinned in requirements (constraints.txt)
+TEMPLATE_NAME = f"mistral-common ({DEFAULT_TEKKEN})"  # what a Mistral bundle names as its "template"
+
+
+def vocabulary_source(name: str = DEFAULT_TEKKEN) -> dict[str, str]:
+    """Where the tekken vocabulary comes from (``profiles --json``)."""
+    return {"package": "mistral-common", "version": MISTRAL_COMMON_VERSION, "file": f"mistral_common/data/{name}.json"}
 _CALL_ID = re.compile(r"[a-zA-Z0-9]{9}")
 _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -194,6 +201,10 @@ class MistralRenderer:
                     request_normalizer=get_normalizer(self._tk.version, self._tk.model_settings_builder),
                 )
             return self._ft
+
+    def encode_generated(self, text: str) -> list[int]:
+        """The ids a model generated for ``text`` (see :func:`encode_generated`)."""
+        return encode_generated(self.tokenizer, text)
 
     def decode(self, ids: list[int]) -> str:
         """mistral-common's decode with the special tokens kept."""
@@ -448,3 +459,31 @@ class MistralRenderer:
             raise MistralRenderError("no tool calls to format")
         ids = [self._tk.get_special_token(TOOL_CALLS), *self._tk.encode(self._calls_json(calls), bos=False, eos=False)]
         return ids + [self._tk.eos_id] if eos else ids
+
+
+# ---- text a model generates, with its control tokens ------------------------------------------
+
+
+_CONTROL_NAMES = re.compile(r"</?s>|\[/?[A-Z_]{2,32}\]|<pad>|<unk>")
+
+
+def encode_generated(tokenizer: Any, text: str) -> list[int]:
+    """The ids a model generated for ``text``: control-token names (``[TOOL_CALLS]``, ``</s>``,
+    ``[/INST]``, ...) become their control ids, the rest is ordinary text. ``encode`` never
+    produces control ids (mistral-common's policy for text from outside), but a scripted or
+    imported assistant turn's ``[TOOL_CALLS]`` is the token the model wrote."""
+    tk = _tekken(tokenizer)
+    out: list[int] = []
+    pos = 0
+    for m in _CONTROL_NAMES.finditer(text):
+        try:
+            tid = tk.get_special_token(m.group())
+        except Exception:  # noqa: BLE001 - not a control token of this vocabulary: plain text
+            continue
+        if m.start() > pos:
+            out += tk.encode(text[pos:m.start()], bos=False, eos=False)
+        out.append(tid)
+        pos = m.end()
+    if pos < len(text):
+        out += tk.encode(text[pos:], bos=False, eos=False)
+    return out

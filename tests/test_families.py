@@ -47,6 +47,8 @@ ANSWER = "It is 22 degrees in Seattle."
 
 
 def script_for(profile: str, bundle) -> list[str]:
+    if bundle.renderer is not None:  # Mistral: the call as mistral-common writes it for this vocabulary
+        return [bundle.renderer.format_text_calls([{**CALL, "id": "a1B2c3D4e"}]), ANSWER]  # v3 models write the id
     call = get_parser(bundle.parser).format_calls([CALL])
     if bundle.parser == "harmony":
         return ["<|channel|>analysis<|message|>I should look it up.<|end|><|start|>assistant" + call + "<|call|>",
@@ -138,7 +140,7 @@ async def test_seed_scenario_is_token_exact_on_every_family(profile):
     bundle = load_tokenizer(profile)
     tok = bundle.tokenizer
     script = script_for(profile, bundle)
-    gen = ScriptedGenerator(tok, script, stop_token_ids=bundle.stop_token_ids)
+    gen = ScriptedGenerator(tok, script, stop_token_ids=bundle.stop_token_ids, encode=bundle.encode_generated)
     trace = await AgentLoop(gen, bundle, tools=ToolRegistry.from_schemas([TOOL]), config=LoopConfig()).run(QUESTION)
 
     assert trace.termination_reason == "no_tool_calls", (trace.termination_reason, [s.error for s in trace.steps])
@@ -151,10 +153,12 @@ async def test_seed_scenario_is_token_exact_on_every_family(profile):
 
     # generated turns: the script's encoding, then EOS unless the turn ended on a stop token
     def turn_ids(text: str) -> list[int]:
-        ids = tok.encode(text, add_special_tokens=False)
+        ids = bundle.encode_generated(text)
         return ids if ids[-1] in bundle.stop_token_ids else [*ids, tok.eos_token_id]
 
     t1, t2 = turn_ids(script[0]), turn_ids(script[1])
+    if bundle.renderer is not None:
+        return _check_mistral(bundle, trace, t1, t2)
     # the tool turn: what transformers renders after the conversation once the tool message follows
     history = [*QUESTION, trace.messages[1]]
     tool_msg = trace.messages[2]
@@ -182,10 +186,38 @@ async def test_tool_choice_required_then_auto_on_every_family(name):
     for the family and the scripted turn is checked against it (a Harmony turn may reason in its
     analysis channel first; it ends on <|call|>, not EOS)."""
     bundle = load_tokenizer(name)
-    gen = ScriptedGenerator(bundle.tokenizer, script_for(name, bundle), stop_token_ids=bundle.stop_token_ids)
+    gen = ScriptedGenerator(bundle.tokenizer, script_for(name, bundle), stop_token_ids=bundle.stop_token_ids,
+                            encode=bundle.encode_generated)
     cfg = LoopConfig(tool_choice=["required", "auto"])
     trace = await AgentLoop(gen, bundle, tools=ToolRegistry.from_schemas([TOOL]), config=cfg).run(QUESTION)
     assert trace.termination_reason == "no_tool_calls", [s.error for s in trace.steps]
     first = next(s for s in trace.steps if s.state == "generating")
     assert first.constraint and first.constraint["tool_choice"] == "required"
     assert [c.name for c in first.tool_calls] == [CALL["name"]]
+
+
+def _check_mistral(bundle, trace, t1: list[int], t2: list[int]) -> None:
+    """Mistral has no template: the oracle is mistral-common's own encoder, fed the conversation
+    as an OpenAI-style request (call ids as Mistral requires them: 9 letters/digits)."""
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+
+    from backend.mistral_family import mistral_call_id
+
+    call = trace.messages[1]["tool_calls"][0]
+    cid = mistral_call_id(call["id"])
+    assert cid == call["id"] == "a1B2c3D4e"  # the id the model wrote is kept
+    messages = [*QUESTION,
+                {"role": "assistant", "content": None, "tool_calls": [{"id": cid, "type": "function", "function": {
+                    "name": call["function"]["name"], "arguments": json.dumps(call["function"]["arguments"])}}]},
+                {"role": "tool", "tool_call_id": cid, "name": CALL["name"], "content": trace.messages[2]["content"]}]
+    req = ChatCompletionRequest.from_openai(messages=messages, tools=[SCHEMA])
+    oracle = bundle.tokenizer.tokenizer.encode_chat_completion(req).tokens
+    prompt = bundle.tokenizer.tokenizer.encode_chat_completion(ChatCompletionRequest.from_openai(
+        messages=QUESTION, tools=[SCHEMA])).tokens
+    assert trace.prompt_ids == prompt
+    # mistral-common renders the assistant's call exactly as the model generated it
+    assert oracle[: len(prompt) + len(t1)] == prompt + t1
+    t_tool = oracle[len(prompt) + len(t1):]
+    assert [tuple(r) for r in mask_runs(trace.response_mask)] == [(1, len(t1)), (0, len(t_tool)), (1, len(t2))]
+    assert trace.response_ids == t1 + t_tool + t2
+    assert trace.messages[-1]["content"] == ANSWER

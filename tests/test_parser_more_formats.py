@@ -538,17 +538,26 @@ def test_one_megabyte_argument_is_fast(fmt):
 ])
 def test_one_megabyte_of_broken_calls_is_linear(fmt, unit):
     p = get_parser(fmt)
-    small = unit * ((1 << 17) // len(unit))
-    big = unit * ((1 << 20) // len(unit))
-    t0 = time.perf_counter()
-    res_small = p.parse(small)
-    t1 = time.perf_counter()
-    res = p.parse(big)
-    t2 = time.perf_counter()
+
+    def best(text: str) -> tuple[float, ParseResult]:
+        times = []
+        for _ in range(3):  # best of three: the machine is shared
+            t0 = time.perf_counter()
+            res = p.parse(text)
+            times.append(time.perf_counter() - t0)
+        return min(times), res
+
+    small = unit * ((1 << 16) // len(unit))
+    big = unit * ((1 << 19) // len(unit))
+    t_small, res_small = best(small)
+    t_big, res = best(big)
     check_spans(big, res)
     assert res.errors and res_small.errors
-    assert (t2 - t1) < 20 * max(t1 - t0, 0.01), (t1 - t0, t2 - t1)  # 8x the text, not 64x the time
-    assert t2 - t1 < 10, t2 - t1
+    assert t_big < 30 * max(t_small, 0.005), (t_small, t_big)  # 8x the text: linear is ~8x, quadratic 64x
+    whole = unit * ((1 << 20) // len(unit))
+    t0 = time.perf_counter()
+    assert p.parse(whole).errors
+    assert time.perf_counter() - t0 < 15
 
 
 def test_pythonic_grammar_for_nested_schemas_is_valid(tok):

@@ -278,11 +278,15 @@ class VLLM:
         self.req = ChatCompletionRequest(model="m", messages=[], tools=tools or None)
         self.tool_cls = ToolParserManager.get_tool_parser(name)
         self.reasoning_cls = ReasoningParserManager.get_reasoning_parser("qwen3")
+        # building one takes 0.2 s (vocabulary scans); they reset on every extract_* call
+        self._reasoning = {t: self.reasoning_cls(tok, chat_template_kwargs={"enable_thinking": t}) for t in (True, False)}
+        self._tools = self.tool_cls(tok, self.req.tools)
 
-    def parse(self, text: str, thinking: bool) -> tuple[str | None, str, list[tuple[str, dict]]]:
-        rp = self.reasoning_cls(self.tok, chat_template_kwargs={"enable_thinking": thinking})
+    def parse(self, text: str, thinking: bool, fresh: bool = False) -> tuple[str | None, str, list[tuple[str, dict]]]:
+        rp = self.reasoning_cls(self.tok, chat_template_kwargs={"enable_thinking": thinking}) if fresh else self._reasoning[thinking]
         reasoning, content = rp.extract_reasoning(text, self.req)
-        info = self.tool_cls(self.tok, self.req.tools).extract_tool_calls(content or "", self.req)
+        tp = self.tool_cls(self.tok, self.req.tools) if fresh else self._tools
+        info = tp.extract_tool_calls(content or "", self.req)
         calls = [(c.function.name, json.loads(c.function.arguments)) for c in info.tool_calls]
         return (reasoning.strip() if reasoning is not None else None), (info.content or "").strip(), calls
 
@@ -299,12 +303,15 @@ def test_vllm_parity_on_generated_turns(tok, vllm_name, with_tools, caplog):
     mine = get_parser("qwen3_xml", tools=tools)
     writer = get_parser("qwen3_xml")
     r = random.Random(f"parity-{vllm_name}-{with_tools}")
-    n_calls = n_think = 0
+    n_calls = n_think = n_turns = 0
     with caplog.at_level(logging.CRITICAL):
         for _ in range(250):
             text, think = gen_turn(r, writer)
             res = parse(text, mine)
             reasoning, content, their_calls = theirs.parse(text, think)
+            if n_turns < 3:  # reused vLLM parsers answer as new ones do
+                assert theirs.parse(text, think, fresh=True) == (reasoning, content, their_calls)
+            n_turns += 1
             assert calls_of(res) == their_calls, text
             assert res.content == content, text
             assert (res.reasoning or None) == (reasoning or None), text
@@ -344,12 +351,17 @@ def test_vllm_adapter_locates_spans_with_ours(tok):
     pytest.importorskip("vllm", reason="vLLM is not installed: the vllm: adapters cannot run")
     text = "Checking.\n\n" + get_parser("qwen3_xml").format_calls(WRITE_CALLS[:2])
     for name in VLLM_NAMES:
-        p = get_parser(f"vllm:{name}", tokenizer=tok, tools=TOOLS)
+        # without tools (every value the text written), so that the adapter's locator, which
+        # parses with our parser built without tools, compares like with like
+        p = get_parser(f"vllm:{name}", tokenizer=tok)
         res = p.parse(text)
-        mine = parse(text)
-        assert calls_of(res) == calls_of(mine)
+        mine = get_parser("qwen3_xml").parse(text)
+        assert calls_of(res) == calls_of(mine) and len(res.tool_calls) == 2
         assert [c.span for c in res.tool_calls] == [c.span for c in mine.tool_calls]
+        assert all(c.span is not None for c in res.tool_calls)
         assert res.content == mine.content == "Checking."
+        typed = get_parser(f"vllm:{name}", tokenizer=tok, tools=TOOLS).parse(text)
+        assert calls_of(typed) == calls_of(parse(text))
         assert p.format_calls(WRITE_CALLS) == get_parser("qwen3_xml").format_calls(WRITE_CALLS)
 
 
@@ -378,9 +390,21 @@ def test_schema_types_and_conversion_agree_with_vllm():
             want = coerce_to_schema_type(raw, extract_types_from_schema(schema))
             if why is None:
                 assert value == want and type(value) is type(want), (schema, raw, value, want)
-            else:  # ours keeps the text; vLLM's fallback gives the text too, or a JSON value of another type
+            else:  # none of the declared types reads it: ours keeps the text, vLLM falls back to any JSON
                 assert value == raw
-                assert want == raw or not isinstance(want, str), (schema, raw, want)
+                assert want == _json_or_text(raw), (schema, raw, want)
+
+
+def _json_or_text(raw: str) -> Any:
+    try:
+        v = json.loads(raw)
+    except ValueError:
+        return raw
+    try:
+        json.dumps(v, allow_nan=False)
+    except ValueError:
+        return raw
+    return v
 
 
 @pytest.mark.parametrize("schema,raw,vllm_value", [

@@ -403,7 +403,7 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
         except Exception as e:  # noqa: BLE001
             raise UserError(f"tokenizer: {short_error(e)}") from None
         gen = ScriptedGenerator(bundle.tokenizer, script[session.script_cursor :], token_delay_s=float(s.token_delay or 0.0),
-                                stop_token_ids=bundle.stop_token_ids)
+                                stop_token_ids=bundle.stop_token_ids, encode=bundle.encode_generated)
     else:
         start = asyncio.ensure_future(ctx.model.get())
         what = "connecting to the model" if ctx.model.generator is not None else (

@@ -80,7 +80,10 @@ def run(args) -> int:
             raise CLIError(f"script file not found: {args.script}")
         script = load_script(args.script)
         bundle = load_tokenizer(args.tokenizer or "qwen3", template=args.template)
-        make_generator = lambda item: ScriptedGenerator(bundle.tokenizer, script, stop_token_ids=bundle.stop_token_ids)  # noqa: E731
+
+        def make_generator(item):
+            return ScriptedGenerator(bundle.tokenizer, script, stop_token_ids=bundle.stop_token_ids,
+                                     encode=bundle.encode_generated)
     else:
         from backend.generators.factory import create_generator, normalize_backend
 

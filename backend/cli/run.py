@@ -67,7 +67,8 @@ def run(args) -> int:
         if not os.path.exists(args.script):
             raise CLIError(f"script file not found: {args.script}")
         bundle = load_tokenizer(args.tokenizer or "qwen3", template=args.template)
-        gen = ScriptedGenerator(bundle.tokenizer, load_script(args.script), stop_token_ids=bundle.stop_token_ids)
+        gen = ScriptedGenerator(bundle.tokenizer, load_script(args.script), stop_token_ids=bundle.stop_token_ids,
+                                encode=bundle.encode_generated)
     else:
         bundle = load_tokenizer(args.tokenizer or args.model or "smollm2", template=args.template)
         gen = create_generator(b, model=args.model, server_urls=args.server_url, tokenizer=bundle, **engine_options(args, b))

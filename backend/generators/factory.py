@@ -91,6 +91,8 @@ def create_generator(
         stops = getattr(tokenizer, "stop_token_ids", None)
         if stops and "stop_token_ids" not in engine_opts:
             engine_opts = {**engine_opts, "stop_token_ids": stops}
+        if hasattr(tokenizer, "encode_generated") and "encode" not in engine_opts:
+            engine_opts = {**engine_opts, "encode": tokenizer.encode_generated}
         return ScriptedGenerator(tok, list(script), **engine_opts)
     except TypeError as e:
         if "unexpected keyword argument" in str(e):

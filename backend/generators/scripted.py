@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,8 @@ class ScriptedGenerator(Generator):
     decodes = False  # it replays given text, checked against the constraint here
 
     def __init__(self, tokenizer: Any, script: list[Any], *, token_delay_s: float = 0.0,
-                 stop_token_ids: tuple[int, ...] | list[int] | None = None):
+                 stop_token_ids: tuple[int, ...] | list[int] | None = None,
+                 encode: Callable[[str], list[int]] | None = None):
         for i, e in enumerate(script):
             check_entry(i, e)
         self.tokenizer = tokenizer
@@ -93,6 +95,9 @@ class ScriptedGenerator(Generator):
         self.token_delay_s = token_delay_s
         self.calls = 0
         self.eos_id = tokenizer.eos_token_id
+        # how a script's text becomes the ids the model generated (TokenizerBundle.encode_generated:
+        # Mistral's control tokens are not produced by encoding text)
+        self._encode = encode or (lambda text: tokenizer.encode(text, add_special_tokens=False))
         # a script's text that already ends with one of these (gpt-oss's <|call|>, Llama's
         # <|eom_id|>) ended its turn there: no EOS is added after it
         self.stop_ids = tuple(stop_token_ids) if stop_token_ids else ((self.eos_id,) if self.eos_id is not None else ())
@@ -101,7 +106,7 @@ class ScriptedGenerator(Generator):
         if isinstance(entry, dict) and "token_ids" in entry:
             return [int(t) for t in entry["token_ids"]]
         text = entry if isinstance(entry, str) else entry["text"]
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        ids = self._encode(text)
         if self.eos_id is not None and (not ids or ids[-1] not in self.stop_ids):
             ids.append(self.eos_id)
         return ids

@@ -173,7 +173,8 @@ class GlmFormat(ToolCallFormat):
 @register_parser("glm45")
 class Glm45Parser(ToolCallParser):
     call_format = GlmFormat(
-        OPEN, CLOSE, sep="\n", markers=(KEY_CLOSE + "\n" + VALUE_OPEN, KEY_CLOSE + VALUE_OPEN, VALUE_CLOSE),  # longer than hermes' <tool_call> vllm_names=("glm45", "glm47"),
+        OPEN, CLOSE, sep="\n", vllm_names=("glm45", "glm47"),
+        markers=(KEY_CLOSE + "\n" + VALUE_OPEN, KEY_CLOSE + VALUE_OPEN, VALUE_CLOSE),  # longer than hermes' <tool_call>
         response_open="<tool_response>", response_close="</tool_response>",
     )
     call_begin, call_end = OPEN, CLOSE

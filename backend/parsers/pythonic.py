@@ -136,10 +136,13 @@ def read_call(src: str) -> tuple[str, dict[str, Any]] | str:
     return name, args
 
 
-def _scan_element(text: str, s: int) -> tuple[int, str, bool]:
+def _scan_element(text: str, s: int, unclosed: dict[str, int]) -> tuple[int, str, bool]:
     """From ``s``, the end of one list element: ``(pos, stop, too_deep)`` where ``stop`` is ``","``
     or ``"]"`` (at ``pos``) or ``""`` (the text ended). Brackets and string literals are skipped
-    (a string with no closing quote ends at its line's end, to keep a bad string local)."""
+    (a string with no closing quote ends at its line's end, to keep a bad string local).
+    ``unclosed`` maps a quote character to where a string opened by it was found to have no
+    closing quote: every later one has none either (each later quote was an escaped one in that
+    search), so it is not searched again and the scan stays linear."""
     n = len(text)
     stack: list[str] = []
     deep = False
@@ -157,7 +160,9 @@ def _scan_element(text: str, s: int) -> tuple[int, str, bool]:
                     return n, "", deep  # an unclosed triple-quoted string runs to the end
                 i = sm.end()
             else:
-                sm = _STR1[c].match(text, p)
+                sm = None if unclosed.get(c, n) < p else _STR1[c].match(text, p)
+                if sm is None:
+                    unclosed[c] = min(unclosed.get(c, n), p)
                 if sm is not None:
                     i = sm.end()
                 else:
@@ -274,6 +279,7 @@ class PythonicParser(ToolCallParser):
         i = skip_ws(text, lb + 1)
         if text.startswith("]", i):  # "[]": no calls
             return i + 1, "closed"
+        unclosed: dict[str, int] = {}
         while True:
             s = i
             if s >= n:
@@ -282,7 +288,7 @@ class PythonicParser(ToolCallParser):
                 col.add_error(s, s + 1, "empty element in the call list (a comma with no call before it)")
                 i = skip_ws(text, s + 1)
                 continue
-            p, stop, deep = _scan_element(text, s)
+            p, stop, deep = _scan_element(text, s, unclosed)
             e = rstrip_end(text, s, p)
             if deep:
                 col.add_error(s, e, f"call nested more than {MAX_DEPTH} brackets deep")

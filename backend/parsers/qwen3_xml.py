@@ -366,8 +366,12 @@ class Qwen3XmlParser(ToolCallParser):
             return e if text.startswith(PARAM_END, e) else -1
 
         def first(k: int, *tags: str) -> int:
-            found = [p for p in (f[t].find(k) for t in tags) if p != -1]
-            return min(found) if found else -1
+            best = -1
+            for t in tags:
+                p = f[t].find(k)
+                if p != -1 and (best == -1 or p < best):
+                    best = p
+            return best
 
         def fail(start: int, bad: _Bad, close: str, stops: tuple[str, ...]) -> int:
             """One error from ``start`` to the end of its block: past the next ``close``, or
@@ -379,7 +383,7 @@ class Qwen3XmlParser(ToolCallParser):
                 col.add_error(start, end, bad.message)
                 return end
             stop = n if s == -1 else s
-            col.add_error(start, max(rstrip_end(text, start, stop), min(bad.at, stop)), bad.message)
+            col.add_error(start, rstrip_end(text, start, stop), bad.message)
             return stop
 
         def keep(fns: list[_Function], start: int, end: int, notes: list[tuple[int, int, str]]) -> None:

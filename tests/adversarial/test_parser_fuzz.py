@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 
 from backend.parsers import ParseResult, get_parser
 
-NATIVE = ["hermes", "hunyuan", "llama3_json", "mistral", "harmony", "pythonic", "kimi_k2", "granite", "phi4_mini_json"]
+NATIVE = ["hermes", "hunyuan", "llama3_json", "mistral", "harmony", "pythonic", "kimi_k2", "granite", "phi4_mini_json", "deepseek_v3", "deepseek_v31", "glm45", "qwen3_xml"]
 SEEDED_PER_PARSER = 5_000  # structured cases per parser (seeded random)
 MUTATED_PER_PARSER = 5_000  # mutated cases per parser (seeded random)
 MUTANTS_PER_BASE = 2  # mutated texts made from each generated one
