@@ -471,7 +471,13 @@ def _cut_ids(tok: Any, *seqs: list[int]) -> set[int]:
     """Ids after which a token sequence may be cut into segments for diffing: tokens whose text
     holds a line break, and added/special tokens (``<|im_end|>``, ``<tool_call>``...)."""
     distinct = sorted(set().union(*seqs))
-    cut = {i for i in (getattr(tok, "added_tokens_decoder", None) or {}) if isinstance(i, int)}
+    added = getattr(tok, "added_tokens_decoder", None)
+    if callable(added):  # MistralCommonBackend has it as a method
+        try:
+            added = added()
+        except Exception:  # noqa: BLE001 - no added tokens known: cut at line breaks only
+            added = None
+    cut = {i for i in (added if isinstance(added, dict) else {}) if isinstance(i, int)}
     try:
         texts = tok.batch_decode([[i] for i in distinct], skip_special_tokens=False)
     except Exception:  # noqa: BLE001 - an id the tokenizer cannot decode: no cut there
@@ -766,7 +772,7 @@ def _check_logprobs(trace: Trace, ix: _Index, th: LogprobThresholds) -> list[Fin
 
 
 def _token_checks(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
-    from backend.rendering import RenderError, render_text
+    from backend.rendering import RenderError, render_ids
 
     out: list[Finding] = []
     info = trace.tokenizer
@@ -779,14 +785,14 @@ def _token_checks(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
             )
         )
     try:
-        text = render_text(bundle, trace.messages, _render_tools(trace), add_generation_prompt=False, chat_template_kwargs=_template_kwargs(trace))
+        text, rendered = render_ids(bundle, trace.messages, _render_tools(trace), add_generation_prompt=False,
+                                    chat_template_kwargs=_template_kwargs(trace))
     except RenderError as e:
         return out + [Finding(C.CHECK_SKIPPED, "info", f"token-level checks skipped: the template cannot render the final messages: {_short(str(e), 200)}", Location(), {"check": "render"})]
     out += _check_thinking(trace, bundle, ix, text)
     if not trace.input_ids:
         out.append(Finding(C.CHECK_SKIPPED, "info", "retokenization_drift and mask_mismatch not checked: the trace has no token ids", Location(), {"check": "tokens"}))
         return out
-    rendered = bundle.tokenizer.encode(text, add_special_tokens=False)
     out += _check_drift(trace, bundle, ix, rendered)
     out += _check_mask(trace, bundle, ix)
     return out

@@ -354,6 +354,8 @@ class AgentLoop:
         ]
         step.tool_calls = calls
         step.parse_errors = list(parsed.errors)
+        if getattr(parsed, "channels", None):  # Harmony: analysis / commentary / final, shown per step
+            step.info.channels = parsed.channels
         if cancelled:
             # Stop (or the time limit) cut the turn: a call still being written at the end is not
             # the model's mistake. Kept on the step as cut text, not as a parse error.

@@ -205,7 +205,8 @@ class GivenTurnCheck:
         from jsonschema import SchemaError
         from jsonschema.validators import validator_for
 
-        parsed = get_parser(self.parser).parse(text)
+        tools = [{"type": "function", "function": {"name": n, "parameters": p}} for n, p in self.tools.items()]
+        parsed = get_parser(self.parser, tools=tools).parse(text)  # formats that type values by schema need them
         errors = [e for e in parsed.errors if e.severity == "error"]  # a warning's call was read
         if errors:
             return f"a tool call cannot be read ({errors[0].message}), and {self.description} allows only well-formed calls"

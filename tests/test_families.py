@@ -221,3 +221,42 @@ def _check_mistral(bundle, trace, t1: list[int], t2: list[int]) -> None:
     assert [tuple(r) for r in mask_runs(trace.response_mask)] == [(1, len(t1)), (0, len(t_tool)), (1, len(t2))]
     assert trace.response_ids == t1 + t_tool + t2
     assert trace.messages[-1]["content"] == ANSWER
+
+
+async def test_harmony_channels_are_on_the_step_and_in_the_step_table():
+    from ui.inspector import step_rows
+
+    bundle = load_tokenizer("gpt-oss")
+    gen = ScriptedGenerator(bundle.tokenizer, script_for("gpt-oss", bundle), stop_token_ids=bundle.stop_token_ids,
+                            encode=bundle.encode_generated)
+    trace = await AgentLoop(gen, bundle, tools=ToolRegistry.from_schemas([TOOL])).run(QUESTION)
+    first, second = [s for s in trace.steps if s.state == "generating"]
+    assert [(c["channel"], c["recipient"]) for c in first.info.channels] == [
+        ("analysis", None), ("commentary", "functions.get_current_temperature")]
+    assert [c["channel"] for c in second.info.channels] == ["final"]
+    assert first.text[slice(*first.info.channels[0]["span"])].endswith("I should look it up.") or \
+        "I should look it up." in first.text[slice(*first.info.channels[0]["span"])]
+    states = list(step_rows(trace)["state"])
+    assert "analysis, commentary→functions.get_current_temperature" in states[first.index]
+    assert states[second.index].endswith("final")
+    assert trace.messages[1]["reasoning_content"] == "I should look it up." or trace.messages[1].get("reasoning_content")
+
+
+@pytest.mark.parametrize("name,kwargs,expect", [
+    ("qwen3.5", {"enable_thinking": False}, "<think>\n\n</think>\n\n"),
+    ("gpt-oss", {"reasoning_effort": "high"}, "Reasoning: high"),
+    ("llama3", {"date_string": "01 Jan 2030"}, "Today Date: 01 Jan 2030"),
+])
+def test_chat_template_kwargs_reach_every_family(name, kwargs, expect):
+    from backend.rendering import render
+
+    bundle = load_tokenizer(name)
+    plain = render(bundle, QUESTION, [SCHEMA], spans=False).text
+    with_kw = render(bundle, QUESTION, [SCHEMA], chat_template_kwargs=kwargs, spans=False).text
+    assert expect in with_kw and expect not in plain
+    assert with_kw == _oracle_text_kw(bundle, kwargs)
+
+
+def _oracle_text_kw(bundle, kwargs) -> str:
+    return bundle.tokenizer.apply_chat_template(QUESTION, tools=[SCHEMA], chat_template=bundle.chat_template,
+                                                add_generation_prompt=True, tokenize=False, **kwargs)

@@ -125,9 +125,13 @@ def test_the_native_formats_declarations():
     assert ["hermes", "hunyuan", "llama3_json", "mistral"] == [n for n in f if n in ("hermes", "hunyuan", "llama3_json", "mistral")]
     assert {n: f[n].forbid for n in ("hermes", "hunyuan", "llama3_json", "mistral")} == {
         "hermes": "<tool_call>", "hunyuan": "<tool_calls>", "llama3_json": '{"name"', "mistral": "[TOOL_CALLS]"}
-    assert {v: parser_for_vllm(v) for v in ("hermes", "qwen3_json", "hunyuan_a13b", "llama3_json", "llama4_json", "mistral", "pythonic")} == {
+    expected = {
         "hermes": "hermes", "qwen3_json": "hermes", "hunyuan_a13b": "hunyuan", "llama3_json": "llama3_json",
-        "llama4_json": "llama3_json", "mistral": "mistral", "pythonic": None}
+        "llama4_json": "llama3_json", "mistral": "mistral", "pythonic": "pythonic", "llama4_pythonic": "pythonic",
+        "qwen3_coder": "qwen3_xml", "qwen3_xml": "qwen3_xml", "openai": "harmony", "deepseek_v3": "deepseek_v3",
+        "deepseek_v31": "deepseek_v31", "glm45": "glm45", "kimi_k2": "kimi_k2", "granite": "granite",
+        "phi4_mini_json": "phi4_mini_json", "internlm": None, "jamba": None}
+    assert {v: parser_for_vllm(v) for v in expected} == expected
     for name, fmt in f.items():  # each parser's writer starts with what its format is recognised by
         text = get_parser(name).format_calls([{"name": "f", "arguments": {"x": 1}}])
         assert fmt.open_tag == "" or name == "llama3_json" or text.startswith(fmt.open_tag), name

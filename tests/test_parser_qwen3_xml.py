@@ -171,6 +171,13 @@ def test_qwen3_5_templates_write_python_scalars(tok, template, ours):
     assert [e.raw for e in res.errors] == ["None"] and res.errors[0].severity == "warning"
 
 
+def test_format_calls_takes_arguments_as_a_json_string(ours):
+    args = WRITE_CALLS[0]["arguments"]
+    assert ours.format_calls([{"name": "get_weather", "arguments": json.dumps(args)}]) == ours.format_calls(WRITE_CALLS[:1])
+    with pytest.raises(ValueError, match="arguments must be an object"):
+        ours.format_calls([{"name": "f", "arguments": "[1]"}])
+
+
 def test_round_trip_generated(ours):
     r = random.Random("round-trip")
     for _ in range(300):
@@ -370,7 +377,7 @@ def test_vllm_adapter_locates_spans_with_ours(tok):
 
 def test_schema_types_and_conversion_agree_with_vllm():
     pytest.importorskip("vllm", reason="vLLM is not installed: the conversion oracle cannot run")
-    from vllm.tool_parsers.utils import coerce_to_schema_type, extract_types_from_schema
+    from vllm.tool_parsers.utils import _TYPE_ALIASES, coerce_to_schema_type, extract_types_from_schema
 
     schemas = [
         {"type": "string"}, {"type": "integer"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
@@ -378,27 +385,36 @@ def test_schema_types_and_conversion_agree_with_vllm():
         {"anyOf": [{"type": "number"}, {"type": "boolean"}]}, {"oneOf": [{"type": "array"}, {"type": "object"}]},
         {"allOf": [{"type": "integer"}]}, {"enum": [1, 2]}, {"enum": ["a", None]}, {"enum": [1.5, True, [1], {"a": 1}]},
         {}, {"description": "no type"}, {"type": "INT"}, {"type": " Float "}, {"type": "bool"}, {"type": "list"},
-        {"type": "dict"}, {"type": "any"}, {"type": "unknown"},
+        {"type": "dict"}, {"type": "any"}, {"type": "unknown"}, {"anyOf": [{"type": "integer"}, {"description": "x"}]},
+        {"anyOf": [{"type": "boolean"}, "not a schema"]}, {"enum": []}, {"type": ["Integer", 3]},
     ]
     raws = ["", "0", "1", "-3", "+4", " 5 ", "1_000", "2.5", "1e3", "-0.0", "1e400", "nan", "inf", "true", "False", "TRUE",
-            "null", "NULL", "None", "abc", '{"a": 1}', "[1, 2]", "[1e999]", '"quoted"', "{bad", "\n7\n", "٣"]
+            "null", "NULL", "None", "abc", '{"a": 1}', "[1, 2]", "[1e999]", '"quoted"', "{bad", "\n7\n", "٣",
+            " [1] ", "\u00a0[1]", "[NaN]", "9" * 5000, "[" * 3000 + "]" * 3000]
+    crashed = 0
     for schema in schemas:
-        assert schema_types(schema) == {t.strip().lower() for t in extract_types_from_schema(schema)} - {""} or \
-            schema.get("type", "").strip().lower() in ("int", "float", "bool", "list", "dict"), schema
+        want_types = {_TYPE_ALIASES.get(t.strip().lower(), t.strip().lower()) for t in extract_types_from_schema(schema)}
+        assert schema_types(schema) == want_types, schema
         for raw in raws:
             value, why = convert_value(raw, schema)
-            want = coerce_to_schema_type(raw, extract_types_from_schema(schema))
+            try:
+                want = coerce_to_schema_type(raw, extract_types_from_schema(schema))
+            except RecursionError:  # vLLM raises on JSON nested 3000 deep; ours keeps the text
+                assert value == raw, schema
+                crashed += 1
+                continue
             if why is None:
                 assert value == want and type(value) is type(want), (schema, raw, value, want)
             else:  # none of the declared types reads it: ours keeps the text, vLLM falls back to any JSON
                 assert value == raw
                 assert want == _json_or_text(raw), (schema, raw, want)
+    assert crashed > 0
 
 
 def _json_or_text(raw: str) -> Any:
     try:
         v = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return raw
     try:
         json.dumps(v, allow_nan=False)
@@ -522,7 +538,7 @@ def test_several_functions_in_one_tool_call_and_a_bare_function(tok):
     text = ("<tool_call>\n<function=get_time>\n</function>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
             "</function>\n</tool_call>\nand <function=get_time>\n</function>")
     res = parse(text)
-    assert calls_of(res) == [("get_time", {}), ("get_weather", {"city": "Paris"})] * 1 + [("get_time", {})]
+    assert calls_of(res) == [("get_time", {}), ("get_weather", {"city": "Paris"}), ("get_time", {})]
     assert all(e.severity == "warning" for e in res.errors) and len(res.errors) == 2
     assert res.content == "and"
     assert calls_of(res) == _theirs(tok, text)
@@ -624,6 +640,7 @@ def test_grammar_rejects(tok):
     assert check_ids(required, tok, _ids(tok, "\n".join([good] * 2))) is None
     named = build_constraint("get_time", "qwen3_xml", TOOLS)
     assert check_ids(named, tok, _ids(tok, w.format_calls([{"name": "get_time", "arguments": {}}]))) is None
+    assert check_ids(named, tok, _ids(tok, one_call("get_time", [("x", "1")]))) is not None  # "properties": {}: none
     assert check_ids(named, tok, _ids(tok, good)) is not None
     assert check_ids(named, tok, _ids(tok, "\n".join([w.format_calls([{"name": "get_time", "arguments": {}}])] * 2))) is not None
     none = build_constraint("none", "qwen3_xml", TOOLS)

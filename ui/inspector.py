@@ -85,6 +85,12 @@ class InspectorUI:
 # ---- pure functions (tested in-process) ----------------------------------------------------------
 
 
+def _channel_label(c: dict[str, Any]) -> str:
+    ch = str(c.get("channel") or "?")
+    to = c.get("recipient")
+    return f"{ch}→{to}" if to else ch
+
+
 def step_rows(trace: Trace | None) -> pd.DataFrame:
     rows = []
     for s in trace.steps if trace else []:
@@ -99,10 +105,13 @@ def step_rows(trace: Trace | None) -> pd.DataFrame:
         errors += [f"{r.name}: {r.error}" for r in s.tool_results if not r.ok]
         if s.info.not_appended:
             errors.append(f"not appended: {s.info.not_appended}")
+        state = f"{s.state} · {s.constraint.get('tool_choice') or s.constraint.get('kind')}" if s.constraint else str(s.state)
+        if s.info.channels:  # Harmony's channels, in order: analysis, commentary→tool, final
+            state += " · " + ", ".join(_channel_label(c) for c in s.info.channels)
         rows.append({
             "step": s.index,
             # the constraint the backend enforced for a generated turn (tool_choice other than auto)
-            "state": f"{s.state} · {s.constraint.get('tool_choice') or s.constraint.get('kind')}" if s.constraint else s.state,
+            "state": state,
             "tokens": f"{s.start}–{s.end}",
             "added": s.end - s.start,
             "mask": "" if s.mask is None else str(s.mask) if s.state != S.PENDING else "prompt",
@@ -267,6 +276,8 @@ def _step_json(step: Step) -> str:
     doc: dict[str, Any] = {"tool_calls": calls, "parse_errors": errors}
     if step.constraint:
         doc["constraint"] = step.constraint
+    if step.info.channels:
+        doc["channels"] = step.info.channels
     return json.dumps(doc, ensure_ascii=False, indent=2)
 
 

@@ -42,13 +42,14 @@ def build_result(
     reasoning: str | None,
     native: str | None,
     source: str,
+    tools: list[dict[str, Any]] | None = None,
 ) -> ParseResult:
     """Turn an adapter's ``(name, arguments, id)`` calls into a :class:`ParseResult`, locating each
     call in ``text`` with our ``native`` parser (span None where it cannot be found)."""
     located: list[ToolCall] = []
     if native is not None:
         try:
-            located = get_parser(native).parse(text).tool_calls
+            located = get_parser(native, tools=tools).parse(text).tool_calls  # tools: values typed as the adapter's
         except Exception:  # noqa: BLE001 - locating is best effort
             located = []
     used = 0

@@ -28,6 +28,7 @@ a leading ``…</think>`` whose ``<think>`` the prompt opened too).
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -81,10 +82,16 @@ class _DeepSeekParser(ToolCallParser):
 
     call_format: DeepSeekFormat
     other_format = ""  # the parser of the other layout, named in errors
+    _finders: dict[str, Finder]
 
     def _parse(self, text: str) -> ParseResult:
         text = as_doc(text)  # O(1) error positions in json (see _common.Doc)
-        self._finders = {t: Finder(text, t) for t in (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END)}
+        # the finders of this text live on a copy, so one parser may parse in several threads
+        worker = copy.copy(self)
+        worker._finders = {t: Finder(text, t) for t in (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END)}
+        return worker._scan(text)
+
+    def _scan(self, text: str) -> ParseResult:
         n = len(text)
 
         def handle(col: Collector, start: int, after: int) -> int:

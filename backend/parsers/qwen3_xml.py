@@ -104,33 +104,40 @@ _VALUE_STOPS = (PARAM_END, PARAM, FUNC_END)
 
 def schema_types(schema: Any) -> set[str]:
     """The JSON types a property's schema admits, as vLLM reads them: ``type`` (or a list),
-    the types of ``enum`` values, ``anyOf``/``oneOf``/``allOf`` merged, aliases mapped, lower
-    case; ``{"string"}`` when nothing says."""
-    found: set[str] = set()
-    stack = [schema]
-    seen = 0
-    while stack and seen < 10_000:  # iterative: a deeply nested anyOf cannot exhaust the stack
-        s = stack.pop()
-        seen += 1
-        if not isinstance(s, dict):
-            continue
-        t = s.get("type")
-        for x in (t if isinstance(t, list) else [t]):
-            if isinstance(x, str):
-                found.add(x)
-        enum = s.get("enum")
-        if isinstance(enum, list):
-            for v in enum:
-                found.add("null" if v is None else "boolean" if isinstance(v, bool) else "integer" if isinstance(v, int)
-                          else "number" if isinstance(v, float) else "string" if isinstance(v, str)
-                          else "array" if isinstance(v, list) else "object" if isinstance(v, dict) else "")
-        for k in ("anyOf", "oneOf", "allOf"):
-            if isinstance(s.get(k), list):
-                stack.extend(s[k])
-    found.discard("")
-    if not found:
+    the types of ``enum`` values, ``anyOf``/``oneOf``/``allOf`` merged (a branch that says
+    nothing counts as string), aliases mapped, lower case; ``{"string"}`` when nothing says."""
+    return {_ALIASES.get(t.strip().lower(), t.strip().lower()) for t in _raw_types(schema, 0)}
+
+
+def _raw_types(schema: Any, depth: int) -> set[str]:
+    if not isinstance(schema, dict) or depth > 64:
         return {"string"}
-    return {_ALIASES.get(x.strip().lower(), x.strip().lower()) for x in found}
+    found: set[str] = set()
+    t = schema.get("type")
+    for x in (t if isinstance(t, list) else [t]):
+        if isinstance(x, str):
+            found.add(x)
+    enum = schema.get("enum")
+    if isinstance(enum, list):
+        for v in enum:
+            kind = ("null" if v is None else "boolean" if isinstance(v, bool) else "integer" if isinstance(v, int)
+                    else "number" if isinstance(v, float) else "string" if isinstance(v, str)
+                    else "array" if isinstance(v, list) else "object" if isinstance(v, dict) else None)
+            if kind is not None:
+                found.add(kind)
+    for k in ("anyOf", "oneOf", "allOf"):
+        if isinstance(schema.get(k), list):
+            for branch in schema[k]:
+                found |= _raw_types(branch, depth + 1)
+    return found or {"string"}
+
+
+def _json(raw: str) -> tuple[Any, bool]:
+    """``raw`` as one JSON value (JSON whitespace around it allowed; NaN, infinities and numbers
+    that overflow are not JSON), as ``json.loads`` plus vLLM's finiteness check reads it."""
+    s = raw.strip(" \t\n\r")
+    value, end, err = decode_at(s, 0)
+    return value, err is None and end == len(s)
 
 
 def convert_value(raw: str, schema: Any) -> tuple[Any, str | None]:
@@ -162,15 +169,15 @@ def convert_value(raw: str, schema: Any) -> tuple[Any, str | None]:
             if low in ("false", "0"):
                 return False, None
         elif t in ("object", "array"):
-            v, err = decode_whole(raw)
-            if err is None and isinstance(v, dict if t == "object" else list):
+            v, ok = _json(raw)
+            if ok and isinstance(v, dict if t == "object" else list):
                 return v, None
         else:
             return raw, None
     known = [t for t in _ORDER if t in types]
     if not known:  # only type names vLLM does not know: JSON if it is JSON, else the text
-        v, err = decode_whole(raw)
-        return (raw if err is not None else v), None
+        v, ok = _json(raw)
+        return (v if ok else raw), None
     shown = raw if len(raw) <= 40 else raw[:37] + "..."
     return raw, f"{shown!r} is not {' or '.join(known)}: kept as the text the model wrote"
 
@@ -216,7 +223,7 @@ class Qwen3XmlFormat(ToolCallFormat):
             params = params if isinstance(params, dict) else {}
             props = params.get("properties")
             required = params.get("required") if isinstance(params.get("required"), list) else []
-            if isinstance(props, dict) and props:
+            if isinstance(props, dict):  # only the listed parameters (none for "properties": {})
                 for pi, (key, schema) in enumerate(props.items()):
                     _check_tag_name("parameter name", key)
                     prule = f"{fn}_p{pi}"
@@ -500,6 +507,10 @@ class Qwen3XmlParser(ToolCallParser):
         out = []
         for c in calls:
             args = c.get("arguments") or {}
+            if isinstance(args, str):  # arguments as a JSON string (OpenAI's wire form)
+                args, err = decode_whole(args)
+                if err is not None or not isinstance(args, dict):
+                    raise ValueError(f"call {c.get('name')!r}: arguments must be an object or a JSON string holding one")
             params = "".join(f"{PARAM}{k}>\n{self._value_text(v)}\n{PARAM_END}\n" for k, v in args.items())
             out.append(f"{OPEN}\n{FUNC}{c['name']}>\n{params}{FUNC_END}\n{CLOSE}")
         return "\n".join(out)

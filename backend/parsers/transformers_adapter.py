@@ -106,7 +106,8 @@ class TransformersParser(ToolCallParser):
         if not isinstance(content, str):
             content = "" if content is None else str(content)
         native = self.native or guess_format(text)
-        return build_result(text, calls, content, reasoning if isinstance(reasoning, str) else None, native, "transformers")
+        return build_result(text, calls, content, reasoning if isinstance(reasoning, str) else None,
+                            native, "transformers", self.tools)
 
     def format_calls(self, calls: list[dict[str, Any]]) -> str:
         return native_formatter(self.native, "transformers").format_calls(calls)

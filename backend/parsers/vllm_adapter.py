@@ -86,7 +86,7 @@ class VLLMParser(ToolCallParser):
         for tc in info.tool_calls or []:
             fn = getattr(tc, "function", None)
             calls.append((getattr(fn, "name", None), getattr(fn, "arguments", None), getattr(tc, "id", None)))
-        return build_result(text, calls, info.content, None, self.native, self.name)
+        return build_result(text, calls, info.content, None, self.native, self.name, self.tools)
 
     def format_calls(self, calls: list[dict[str, Any]]) -> str:
         return native_formatter(self.native, self.name).format_calls(calls)

@@ -283,6 +283,9 @@ class StepInfo(_Model):
     prefix_mismatch: bool | None = None  # traces written before the suffix method
     verl_error: str | None = None  # verl's method failed on this turn (why)
     verl_tokens: int | None = None  # verl's method gives other ids (this many) than the suffix
+    # generating, Harmony (gpt-oss): the turn's messages by channel, each
+    # {"channel": ..., "recipient": ... or None, "span": [start, end]} (character span in the text)
+    channels: list[dict[str, Any]] | None = None
     # imported processing_tools step: the roles of its messages when not only tool output
     roles: list[str] | None = None
     # generating, with Step.logprobs: what those logprobs are (backend, raw/processed, sampling)
