@@ -487,3 +487,14 @@ def encode_generated(tokenizer: Any, text: str) -> list[int]:
     if pos < len(text):
         out += tk.encode(text[pos:], bos=False, eos=False)
     return out
+
+
+def token_bytes(tokenizer: Any, tid: int) -> tuple[bytes, bool]:
+    """A tekken token's bytes and whether it is a control token (``[INST]``, ``</s>``, ...): what
+    the token view shows for one id (``convert_ids_to_tokens`` gives U+FFFD for byte pieces)."""
+    from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
+
+    tk = _tekken(tokenizer)
+    if not 0 <= tid < tk.n_words:
+        raise MistralRenderError(f"token id {tid} is not in this vocabulary (0..{tk.n_words - 1})")
+    return tk.id_to_byte_piece(tid, SpecialTokenPolicy.KEEP), tid < tk.num_special_tokens

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 
 import pandas as pd
 import pytest
@@ -552,3 +553,20 @@ def test_diff_html_of_huge_renders_marks_only_what_differs():
     assert d.count('<div class="d-del">') == 1 and d.count('<div class="d-add">') == 1
     assert d.count("<mark>") == 2 and "<mark>a</mark>" in d and "<mark>X</mark>" in d
     assert "unchanged lines" in d
+
+
+@pytest.mark.parametrize("name", ["qwen3.5", "llama3", "gpt-oss", "deepseek-v3", "mistral"])
+def test_template_lab_renders_every_family_and_warns_on_a_misfit(ctx, name):
+    """Every profile renders in the lab with its own vocabulary and no warning; a Llama template
+    over the Qwen vocabulary shows the fit warning beside its (wrong) token count."""
+    msgs = json.dumps(template_lab.EXAMPLE_MESSAGES)
+    tools = json.dumps(template_lab.EXAMPLE_TOOLS)
+    # the example ends with the assistant's answer: no generation prompt (mistral-common refuses one there)
+    ls, lt, lk, *_ = template_lab.run_lab(ctx, msgs, tools, False, "{}", False, name, template_lab.OWN, "", "", "", "")
+    assert 'data-count="tokens"' in ls and "ali-err" not in ls, ls
+    assert 'data-warning="template-fit"' not in ls
+    assert name in template_lab.tokenizer_choices(ctx)
+    specials = int(re.search(r'data-count="special">(\d+)<', lk).group(1))
+    assert specials >= 4, "a family's control tokens are counted and framed as special tokens"
+    ls, *_ = template_lab.run_lab(ctx, msgs, tools, True, "{}", False, "qwen3", "llama3_1", "", "", "", "")
+    assert 'data-warning="template-fit"' in ls and "&lt;|start_header_id|&gt;" in ls

@@ -73,7 +73,10 @@ def show_bytes(data: bytes) -> str:
 
 
 def _tokenizer_kind(tokenizer: Any) -> str:
-    """"byte_level", "sentencepiece" or "decode" (ask the tokenizer per token)."""
+    """"byte_level", "sentencepiece", "tekken" (Mistral's, through mistral-common: the bytes of
+    each id) or "decode" (ask the tokenizer per token)."""
+    if type(tokenizer).__name__ == "MistralCommonBackend":
+        return "tekken"
     backend = getattr(tokenizer, "backend_tokenizer", None)
     dec = getattr(backend, "decoder", None) if backend is not None else None
     desc = repr(dec) if dec is not None else ""
@@ -102,7 +105,12 @@ class TokenDecoder:
         self._info: dict[int, TokenInfo] = {}
         self._frag: dict[int, tuple[str, str, bool]] = {}
         added = getattr(tokenizer, "added_tokens_decoder", None) or {}
-        self.added: dict[int, str] = {int(i): str(getattr(t, "content", t)) for i, t in added.items()}
+        if callable(added):  # MistralCommonBackend: a method
+            try:
+                added = added()
+            except Exception:  # noqa: BLE001 - no added tokens known
+                added = {}
+        self.added: dict[int, str] = {int(i): str(getattr(t, "content", t)) for i, t in dict(added).items()}
         try:
             self.special_ids = {int(i) for i in (getattr(tokenizer, "all_special_ids", None) or [])}
         except Exception:  # noqa: BLE001 - a tokenizer without special ids is fine
@@ -116,6 +124,20 @@ class TokenDecoder:
         return sorted(set(self.added.values()), key=len, reverse=True)
 
     def _compute(self, tid: int, piece: str | None) -> TokenInfo:
+        if self.kind == "tekken":
+            from backend.mistral_family import token_bytes
+
+            try:
+                raw, control = token_bytes(self.tokenizer, tid)
+            except Exception:  # noqa: BLE001 - an id outside the vocabulary shows as its number
+                return TokenInfo(f"⟨{tid}⟩", None, False, True)
+            if control:
+                content = raw.decode("utf-8", errors="replace")
+                return TokenInfo(content, raw, True, True)
+            try:
+                return TokenInfo(raw.decode("utf-8"), raw, False, True)
+            except UnicodeDecodeError:
+                return TokenInfo(show_bytes(raw), raw, False, False)
         if tid in self.added or tid in self.special_ids:
             content = self.added.get(tid) or piece or ""
             return TokenInfo(content, content.encode("utf-8"), True, True)
