@@ -669,14 +669,17 @@ def _check_thinking(trace: Trace, bundle: Any, ix: _Index, rendered_text: str) -
                 continue
         if not r.strip() or r.strip() in rendered_text:
             continue
-        out.append(
-            Finding(
-                C.THINKING_STRIPPED, "warning",
-                f"assistant message {i}: its reasoning ({len(r)} characters, '{_show(_short(r.strip(), 60))}') is dropped when template "
-                f"{bundle.template_name!r} re-renders the conversation; the model generated it, a re-rendered training sample will not contain it",
-                ix.at_message(i), {"reasoning_chars": len(r)},
-            )
-        )
+        msg = (f"assistant message {i}: its reasoning ({len(r)} characters, '{_show(_short(r.strip(), 60))}') is dropped when "
+               f"template {bundle.template_name!r} re-renders the conversation; the model generated it, a re-rendered "
+               "training sample will not contain it")
+        harmony = getattr(bundle, "parser", None) == "harmony"
+        if harmony:  # gpt-oss: the drift users meet as high KL in multi-turn training
+            msg += (". gpt-oss's templates drop the analysis channel of turns before the last final answer; a loop that "
+                    "appends the generated ids keeps it, so the trainer's re-render conditions the later turns on a "
+                    "context the model never saw when it sampled them (train on the loop's ids, or drop analysis in the "
+                    "rollout the same way)")
+        out.append(Finding(C.THINKING_STRIPPED, "warning", msg, ix.at_message(i),
+                           {"reasoning_chars": len(r), **({"family": "gpt-oss"} if harmony else {})}))
     return out
 
 

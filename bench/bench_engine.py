@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from backend.engine import AgentLoop, LoopConfig  # noqa: E402
 from backend.generators.base import Generation, Generator, SamplingParams  # noqa: E402
+from backend.rendering import render_ids  # noqa: E402
 from backend.tokenizers import load_tokenizer  # noqa: E402
 from backend.tools import ToolRegistry  # noqa: E402
 
@@ -56,7 +57,7 @@ class PreTokenized(Generator):
         return Generation(token_ids=list(ids), finish_reason="stop")
 
 
-def turn_texts(n: int, fmt: str = "hermes") -> list[str]:
+def turn_texts(n: int, fmt: str = "hermes", bundle=None) -> list[str]:
     """``n`` tool-calling turns and a final answer, in the profile's native format (its parser's
     ``format_calls``; Harmony turns carry their channel headers and end on ``<|call|>``)."""
     from backend.parsers import get_parser
@@ -65,7 +66,11 @@ def turn_texts(n: int, fmt: str = "hermes") -> list[str]:
     cities = ["Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Perth", "Quito", "Seoul"]
     out = []
     for i in range(n):
-        call = parser.format_calls([{"name": "get_current_temperature", "arguments": {"city": f"{cities[i % len(cities)]} {i}"}}])
+        args = {"city": f"{cities[i % len(cities)]} {i}"}
+        if bundle is not None and bundle.renderer is not None:  # Mistral v3: the model writes a 9-character id
+            call = bundle.renderer.format_text_calls([{"name": "get_current_temperature", "arguments": args, "id": f"c{i:08d}"}])
+        else:
+            call = parser.format_calls([{"name": "get_current_temperature", "arguments": args}])
         if fmt == "harmony":
             out.append("<|channel|>analysis<|message|>Let me check.<|end|><|start|>assistant" + call + "<|call|>")
         elif fmt == "hermes":
@@ -88,11 +93,11 @@ def main() -> None:
 
     bundle = load_tokenizer(args.tokenizer)
     tok = bundle.tokenizer
-    texts = turn_texts(args.turns, bundle.parser)
+    texts = turn_texts(args.turns, bundle.parser, bundle)
     stops = set(bundle.stop_token_ids)
     ids = []
     for t in texts:
-        turn = tok.encode(t, add_special_tokens=False)
+        turn = bundle.encode_generated(t)
         ids.append(turn if turn[-1] in stops else [*turn, tok.eos_token_id])
     if args.tool == "mock":
         tools = ToolRegistry.from_schemas([{
@@ -126,7 +131,11 @@ def main() -> None:
         for k in range(1, args.turns + 1):
             upto = final_msgs[: assistant_idx[k - 1] + 2]  # conversation after turn k's tool result
             t0 = time.perf_counter()
-            tok.apply_chat_template(upto, tools=tools.schemas, add_generation_prompt=True, tokenize=True, return_dict=False, chat_template=bundle.chat_template)
+            if bundle.renderer is not None:  # Mistral: mistral-common's encoder is the whole render
+                render_ids(bundle, upto, tools.schemas, add_generation_prompt=True)
+            else:
+                tok.apply_chat_template(upto, tools=tools.schemas, add_generation_prompt=True, tokenize=True,
+                                        return_dict=False, chat_template=bundle.chat_template)
             base[k].append(time.perf_counter() - t0)
 
     med = {k: statistics.median(v) for k, v in per_turn.items()}

@@ -11,10 +11,13 @@ usually drop every call of a turn when one is malformed (they log and return the
 from __future__ import annotations
 
 import importlib.util
+import logging
+import threading
 from typing import Any
 
 from backend.parsers._adapt import build_result, native_formatter, unwrap_tokenizer, whole_text_error
-from backend.parsers.base import ParserError, ParseResult, ToolCallParser, parser_for_vllm, register_prefix
+from backend.parsers.base import ParserError, ParseResult, ToolCallParser, get_parser, parser_for_vllm, register_prefix
+from backend.trace import ParseError
 
 
 def vllm_available() -> bool:
@@ -78,18 +81,72 @@ class VLLMParser(ToolCallParser):
             return self._cls(self._tok)
 
     def _parse(self, text: str) -> ParseResult:
-        try:
-            info = self._new_vllm_parser().extract_tool_calls(text, self._request)
-        except Exception as e:  # noqa: BLE001 - whatever vLLM raises is reported, not propagated
-            return whole_text_error(text, f"{self.name} raised {type(e).__name__}: {e}")
+        with _LoggedByVLLM() as logged:
+            try:
+                info = self._new_vllm_parser().extract_tool_calls(text, self._request)
+            except Exception as e:  # noqa: BLE001 - whatever vLLM raises is reported, not propagated
+                return whole_text_error(text, f"{self.name} raised {type(e).__name__}: {e}")
         calls = []
         for tc in info.tool_calls or []:
             fn = getattr(tc, "function", None)
             calls.append((getattr(fn, "name", None), getattr(fn, "arguments", None), getattr(tc, "id", None)))
-        return build_result(text, calls, info.content, None, self.native, self.name, self.tools)
+        res = build_result(text, calls, info.content, None, self.native, self.name, self.tools)
+        self._report_what_vllm_swallowed(text, res, logged.records, info)
+        return res
+
+    def _report_what_vllm_swallowed(self, text: str, res: ParseResult, records: list[logging.LogRecord], info: Any) -> None:
+        """vLLM's parsers often fail without saying so in their result: an exception they only log
+        (``mistral`` on a v11 ``[ARGS]`` call), no call and no content at all (``deepseek_v31`` on
+        V3-style output), calls the native parser of the same format reads and vLLM dropped. Each
+        becomes an error on the result, so an adapter is never silently lossy."""
+        whole = (0, len(text))
+        for r in records:
+            msg = r.getMessage().splitlines()[0] if r.getMessage() else ""
+            exc = f" ({r.exc_info[0].__name__}: {r.exc_info[1]})" if r.exc_info and r.exc_info[1] is not None else ""
+            res.errors.append(ParseError(message=f"{self.name} logged {r.levelname.lower()}: {msg}{exc}"[:500]
+                                         + " — its result does not say so", span=whole))
+        if not res.tool_calls and not (info.content or "").strip() and text.strip():
+            res.errors.append(ParseError(message=f"{self.name} returned no tool call, no content and no error for this "
+                                                 "text: everything in it was dropped", span=whole))
+        if self.native is None:
+            return
+        try:
+            native = get_parser(self.native, tools=self.tools).parse(text).tool_calls
+        except Exception:  # noqa: BLE001 - the cross-check is best effort
+            return
+        if len(native) > len(res.tool_calls):
+            found = {(c.name, repr(c.arguments)) for c in res.tool_calls}
+            lost = [c for c in native if (c.name, repr(c.arguments)) not in found]
+            spans = [c.span for c in lost if c.span is not None]
+            span = (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else whole
+            res.errors.append(ParseError(
+                message=f"{self.name} returned {len(res.tool_calls)} tool call(s) where the native {self.native!r} parser "
+                        f"reads {len(native)} ({', '.join(c.name for c in lost[:5])} dropped)", span=span))
 
     def format_calls(self, calls: list[dict[str, Any]]) -> str:
         return native_formatter(self.native, self.name).format_calls(calls)
+
+
+class _LoggedByVLLM(logging.Handler):
+    """Collects what vLLM's loggers say at warning level or above, from this thread, while in
+    the ``with`` block (vLLM's parsers log exceptions they then swallow)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+        self._thread = threading.get_ident()
+        self._logger = logging.getLogger("vllm")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread == self._thread:
+            self.records.append(record)
+
+    def __enter__(self) -> _LoggedByVLLM:
+        self._logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._logger.removeHandler(self)
 
 
 register_prefix("vllm", VLLMParser)
