@@ -486,6 +486,11 @@ class _Segment:
         return self.text[i + len(MESSAGE): len(self.text) - len(self.end)]
 
     @property
+    def shown(self) -> str:
+        """The message with its body shortened (the header and end token in full)."""
+        return self.header + _clip(self.body, 60) + self.end if MESSAGE in self.text else _clip(self.text)
+
+    @property
     def what(self) -> str:
         h = self.header.removeprefix(START).removesuffix(MESSAGE)
         role = re.split(r"[\s<]", h, maxsplit=1)[0] or "?"
@@ -504,7 +509,7 @@ def _clip(s: str, n: int = 90) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-def _first_diff(a: str, b: str) -> int:
+def _first_diff(a: Sequence[Any], b: Sequence[Any]) -> int:
     return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
@@ -593,7 +598,7 @@ def template_differences(messages: list[dict[str, Any]], tools: list[dict[str, A
                                         kwargs={**kw, "conversation_start_date": printed.group(1)})
     if t_ids == h_ids:
         return []
-    k = _first_diff(t_ids, h_ids)  # type: ignore[arg-type]
+    k = _first_diff(t_ids, h_ids)
     out = [f"trl's {TRL_TEMPLATE}: {len(t_ids)} ids, openai-harmony: {len(h_ids)} ids; first difference at token {k}"]
     ts, hs = _segments(renderer, t_ids), _segments(renderer, h_ids)
     uses_reasoning_key = any(isinstance(m, dict) and m.get("role") == "assistant" and m.get("reasoning_content")
@@ -608,12 +613,12 @@ def template_differences(messages: list[dict[str, Any]], tools: list[dict[str, A
             if t.what == "assistant analysis" and drops:
                 why = (" (openai-harmony drops the analysis before the first final message when the last assistant "
                        "message is a final one: auto_drop_analysis)")
-            out.append(f"only trl writes the {t.what} message (trl token {t.start}){why}: {_clip(t.text)!r}")
+            out.append(f"only trl writes the {t.what} message (trl token {t.start}){why}: {t.shown!r}")
         elif h is not None:
             why = ""
             if h.what == "assistant analysis" and uses_reasoning_key:
                 why = " (trl's template reads reasoning from `thinking` only, not `reasoning_content`)"
-            out.append(f"only harmony writes the {h.what} message (harmony token {h.start}){why}: {_clip(h.text)!r}")
+            out.append(f"only harmony writes the {h.what} message (harmony token {h.start}){why}: {h.shown!r}")
     if len(out) > limit:
         out = out[: limit - 1] + [f"… and {len(out) - limit + 1} more"]
     return out

@@ -224,7 +224,8 @@ def render(
 
         _, ids = bundle.renderer.render(messages, tools or None, add_generation_prompt=add_generation_prompt,
                                         kwargs=_template_kwargs(bundle, chat_template_kwargs))
-        text, offsets = decode_with_offsets(bundle.tokenizer, ids)
+        own = getattr(bundle.renderer, "decode_with_offsets", None)
+        text, offsets = own(ids) if own is not None else decode_with_offsets(bundle.tokenizer, ids)
     else:
         text = render_text(
             bundle,

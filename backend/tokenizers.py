@@ -70,6 +70,10 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("gpt-oss", "gpt-oss", "gpt-oss (o200k + Harmony special tokens; trl gptoss.jinja)", "o200k_harmony",
             "gptoss.jinja", "harmony", stop_tokens=("<|call|>",),
             reasoning=("<|channel|>analysis<|message|>", "<|end|>"), template_kwargs=("reasoning_effort",)),
+    Profile("gpt-oss-harmony", "gpt-oss",
+            "gpt-oss rendered by openai-harmony's reference renderer (what the model was trained on; compare with "
+            "trl's gptoss template in the Template lab)", "o200k_harmony", None, "harmony", stop_tokens=("<|call|>",),
+            reasoning=("<|channel|>analysis<|message|>", "<|end|>"), template_kwargs=("reasoning_effort",)),
     Profile("deepseek-v3", "deepseek-v3",
             "DeepSeek V3 / R1 (129k vocabulary; trl deepseekv3_training.jinja, which renders dict arguments)",
             "deepseek-v3", "deepseekv3_training.jinja", "deepseek_v3", templates=("deepseekv3_training", "deepseekv3"),
@@ -364,7 +368,13 @@ def load_tokenizer(name: str = "qwen3", template: str | None = None) -> Tokenize
     if not name:
         raise TokenizerLoadError("no tokenizer given")
     profile = PROFILES.get(name)
-    if profile is not None and profile.vocabulary == "mistral-tekken":
+    if profile is not None and profile.name == "gpt-oss-harmony":
+        from backend import harmony_family
+
+        renderer = harmony_family.HarmonyRenderer()
+        bundle = TokenizerBundle(renderer.tokenizer, name, harmony_family.TEMPLATE_NAME, "", profile.parser,
+                                 stop_tokens=profile.stop_tokens, vocabulary=profile.vocabulary, renderer=renderer)
+    elif profile is not None and profile.vocabulary == "mistral-tekken":
         from backend import mistral_family
 
         renderer = mistral_family.MistralRenderer()
@@ -427,7 +437,8 @@ def describe_profiles() -> list[dict[str, Any]]:
             "vocabulary": p.vocabulary,
             "vocabulary_source": src,
             "template": (p.trl_template[: -len(".jinja")] if p.trl_template else
-                         "mistral-common" if p.vocabulary == "mistral-tekken" else models.DEFAULT_TOOL_TEMPLATE),
+                         "mistral-common" if p.vocabulary == "mistral-tekken" else
+                         "openai-harmony" if p.name == "gpt-oss-harmony" else models.DEFAULT_TOOL_TEMPLATE),
             "templates": list(p.templates),
             "eos": eos,
             "stop_tokens": list(p.stop_tokens),
@@ -460,6 +471,11 @@ def template_profile(template_name: str) -> str:
         if base in p.templates or (p.trl_template and p.trl_template[: -len(".jinja")] == base):
             return p.name
     return ""
+
+
+def families_line() -> str:
+    """One line naming the profiles by family, for the pickers' help text."""
+    return " · ".join(f"{fam}: {', '.join(names)}" if names != [fam] else fam for fam, names in profiles_by_family().items())
 
 
 def profiles_by_family() -> dict[str, list[str]]:

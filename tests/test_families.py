@@ -47,7 +47,7 @@ ANSWER = "It is 22 degrees in Seattle."
 
 
 def script_for(profile: str, bundle) -> list[str]:
-    if bundle.renderer is not None:  # Mistral: the call as mistral-common writes it for this vocabulary
+    if bundle.parser == "mistral":  # Mistral: the call as mistral-common writes it for this vocabulary
         return [bundle.renderer.format_text_calls([{**CALL, "id": "a1B2c3D4e"}]), ANSWER]  # v3 models write the id
     call = get_parser(bundle.parser).format_calls([CALL])
     if bundle.parser == "harmony":
@@ -148,17 +148,18 @@ async def test_seed_scenario_is_token_exact_on_every_family(profile):
     assert [(c.name, c.arguments) for c in gen_steps[0].tool_calls] == [(CALL["name"], CALL["arguments"])]
     assert gen_steps[0].parse_errors == [] and gen_steps[1].tool_calls == []
 
-    # the prompt is transformers' own render of the question, over the same vocabulary and template
-    assert trace.prompt_ids == _oracle_ids(bundle, QUESTION, gen_prompt=True)
-
     # generated turns: the script's encoding, then EOS unless the turn ended on a stop token
     def turn_ids(text: str) -> list[int]:
         ids = bundle.encode_generated(text)
         return ids if ids[-1] in bundle.stop_token_ids else [*ids, tok.eos_token_id]
 
     t1, t2 = turn_ids(script[0]), turn_ids(script[1])
-    if bundle.renderer is not None:
+    if bundle.parser == "mistral":
         return _check_mistral(bundle, trace, t1, t2)
+    if bundle.renderer is not None:
+        return _check_harmony(bundle, trace, t1, t2)
+    # the prompt is transformers' own render of the question, over the same vocabulary and template
+    assert trace.prompt_ids == _oracle_ids(bundle, QUESTION, gen_prompt=True)
     # the tool turn: what transformers renders after the conversation once the tool message follows
     history = [*QUESTION, trace.messages[1]]
     tool_msg = trace.messages[2]
@@ -314,3 +315,33 @@ def test_what_vllms_parsers_swallow_is_reported():
     # well-formed output of vLLM's own format: nothing to report
     ok = v31.parse(get_parser("deepseek_v31").format_calls([CALL]))
     assert [(c.name, c.arguments) for c in ok.tool_calls] == [(CALL["name"], CALL["arguments"])] and ok.errors == []
+
+
+def _check_harmony(bundle, trace, t1: list[int], t2: list[int]) -> None:
+    """gpt-oss through openai-harmony's own renderer: the oracle is openai-harmony, fed the
+    conversation as its own message classes."""
+    from openai_harmony import Author, Conversation, DeveloperContent, Message, Role, SystemContent, ToolDescription
+
+    from backend.vocab import harmony_encoding
+
+    enc = harmony_encoding()
+    fn = SCHEMA["function"]
+    dev = DeveloperContent.new().with_function_tools([ToolDescription.new(fn["name"], fn["description"],
+                                                                          parameters=fn["parameters"])])
+    head = [Message.from_role_and_content(Role.SYSTEM, SystemContent.new()),
+            Message.from_role_and_content(Role.DEVELOPER, dev),
+            Message.from_role_and_content(Role.USER, QUESTION[0]["content"])]
+    prompt = enc.render_conversation_for_completion(Conversation.from_messages(head), Role.ASSISTANT)
+    assert trace.prompt_ids == list(prompt)
+    call = (Message.from_role_and_content(Role.ASSISTANT, json.dumps(CALL["arguments"]))
+            .with_channel("commentary").with_recipient(f"functions.{CALL['name']}").with_content_type("<|constrain|>json"))
+    analysis = Message.from_role_and_content(Role.ASSISTANT, "I should look it up.").with_channel("analysis")
+    result = (Message.from_author_and_content(Author.new(Role.TOOL, f"functions.{CALL['name']}"), "22")
+              .with_channel("commentary").with_recipient("assistant"))
+    full = enc.render_conversation_for_completion(Conversation.from_messages([*head, analysis, call, result]),
+                                                  Role.ASSISTANT)
+    # the model's turn as harmony renders it, then the tool turn, then the generation prompt
+    assert list(full[: len(prompt) + len(t1)]) == list(prompt) + t1
+    t_tool = list(full[len(prompt) + len(t1):])
+    assert [tuple(r) for r in mask_runs(trace.response_mask)] == [(1, len(t1)), (0, len(t_tool)), (1, len(t2))]
+    assert trace.response_ids == t1 + t_tool + t2

@@ -359,6 +359,14 @@ SCHEMA = {k: v for k, v in TOOL.items() if k != "mock"}
 QUESTION = [{"role": "user", "content": "What's the weather in Seattle?"}]
 CALL = {"name": "get_current_temperature", "arguments": {"city": "Seattle"}}
 ANSWER = "It is 22 degrees in Seattle."
+# the messages the agent loop ends with on the seed scenario (checked in the loop's test below)
+SEED_MESSAGES = [
+    *QUESTION,
+    {"role": "assistant", "content": "", "reasoning_content": "I should look it up.", "tool_calls": [
+        {"type": "function", "function": {"name": CALL["name"], "arguments": CALL["arguments"]}, "id": "call_1_0"}]},
+    {"role": "tool", "content": "22", "name": CALL["name"], "tool_call_id": "call_1_0"},
+    {"role": "assistant", "content": ANSWER},
+]
 
 
 def harmony_bundle(renderer: HarmonyRenderer) -> TokenizerBundle:
@@ -414,7 +422,7 @@ async def test_seed_scenario_through_the_agent_loop(renderer):
     t_tool = after_tool[len(prompt) + len(t1):]
     assert [tuple(r) for r in mask_runs(trace.response_mask)] == [(1, len(t1)), (0, len(t_tool)), (1, len(t2))]
     assert trace.response_ids == t1 + t_tool + t2
-    assert trace.messages[-1]["content"] == ANSWER
+    assert trace.messages == SEED_MESSAGES
     step = next(s for s in trace.steps if s.state == "processing_tools")
     assert step.info.method == "suffix"
 
@@ -444,9 +452,8 @@ async def test_two_tool_rounds_through_the_agent_loop_with_kwargs(renderer):
 # ---- trl's template against Harmony --------------------------------------------------------
 
 
-async def test_template_differences_name_the_known_ones_on_the_seed_conversation(renderer):
-    trace = await _run(harmony_bundle(renderer), seed_script())
-    diffs = template_differences(trace.messages, [SCHEMA], renderer=renderer)
+def test_template_differences_name_the_known_ones_on_the_seed_conversation(renderer):
+    diffs = template_differences(SEED_MESSAGES, [SCHEMA], renderer=renderer)
     text = "\n".join(diffs)
     assert diffs[0].startswith("trl's gptoss.jinja: ") and "first difference at token" in diffs[0]
     # the call header: recipient before the channel, no <|constrain|> in trl
@@ -464,11 +471,11 @@ async def test_template_differences_name_the_known_ones_on_the_seed_conversation
     # reasoning: trl keeps the answer's `thinking` (last message, no generation prompt) where
     # harmony drops it; before the answer, harmony writes the call turn's reasoning_content,
     # which trl's template never reads
-    with_thinking = [*trace.messages[:-1], {**trace.messages[-1], "thinking": "Easy."}]
+    with_thinking = [*SEED_MESSAGES[:-1], {**SEED_MESSAGES[-1], "thinking": "Easy."}]
     d2 = template_differences(with_thinking, [SCHEMA], renderer=renderer)
     assert any(d.startswith("only trl writes the assistant analysis message") and "auto_drop_analysis" in d
                and "Easy." in d for d in d2), d2
-    d3 = template_differences(trace.messages[:3], [SCHEMA], renderer=renderer)
+    d3 = template_differences(SEED_MESSAGES[:3], [SCHEMA], renderer=renderer)
     assert any(d.startswith("only harmony writes the assistant analysis message") and "`thinking` only" in d
                and "I should look it up." in d for d in d3), d3
 

@@ -570,3 +570,19 @@ def test_template_lab_renders_every_family_and_warns_on_a_misfit(ctx, name):
     assert specials >= 4, "a family's control tokens are counted and framed as special tokens"
     ls, *_ = template_lab.run_lab(ctx, msgs, tools, True, "{}", False, "qwen3", "llama3_1", "", "", "", "")
     assert 'data-warning="template-fit"' in ls and "&lt;|start_header_id|&gt;" in ls
+
+
+def test_template_lab_puts_trls_gptoss_beside_openai_harmony(ctx):
+    """gpt-oss (trl's template) left, gpt-oss-harmony (openai-harmony's reference renderer) right:
+    the diff shows where they differ, e.g. the call header and the tool result's quoting."""
+    msgs = json.dumps(template_lab.EXAMPLE_MESSAGES[:4])  # up to the tool result
+    tools = json.dumps(template_lab.EXAMPLE_TOOLS)
+    ls, lt, lk, rs, rt, rk, diff = template_lab.run_lab(ctx, msgs, tools, True, "{}", True, "gpt-oss", template_lab.OWN,
+                                                        "", "gpt-oss-harmony", template_lab.OWN, "")
+    assert "ali-err" not in ls + rs, (ls, rs)
+    assert "gptoss" in ls and "openai-harmony" in rs
+    assert "d-del" in diff or "d-add" in diff
+    sp = '<mark class="tv-sp">&lt;|{}|&gt;</mark>'.format
+    # trl's call header, then openai-harmony's
+    assert f"to=functions.get_current_temperature{sp('channel')}commentary json{sp('message')}" in lt
+    assert f"{sp('channel')}commentary to=functions.get_current_temperature {sp('constrain')}json{sp('message')}" in rt

@@ -533,6 +533,7 @@ def loop_widget(ctx: AppContext, name: str) -> Any:
 
 
 def build(ctx: AppContext) -> PlaygroundUI:
+    from backend.tokenizers import families_line
     from ui.template_lab import tokenizer_choices
 
     R = ctx.trust.ranges
@@ -557,7 +558,8 @@ def build(ctx: AppContext) -> PlaygroundUI:
             with gr.Accordion("Tokenizer, template, parser", open=False):
                 public = ctx.trust.public
                 tokenizer = gr.Dropdown(tokenizer_choices(ctx), value=ctx.default_tokenizer, allow_custom_value=not public,
-                                        label="tokenizer (scripted backend; a model uses its own)", elem_id="pg-tokenizer")
+                                        label="tokenizer (scripted backend; a model uses its own)", elem_id="pg-tokenizer",
+                                        info="profiles by family: " + families_line())
                 template = gr.Textbox(label="template override (trl name" + ("" if public else ", file") +
                                       " or Jinja text; empty = default)", lines=1, elem_id="pg-template")
                 loop_widgets("format")

@@ -205,11 +205,14 @@ def tokenizer_choices(ctx: AppContext) -> list[str]:
 
 
 def _side(ctx: AppContext, label: str, tok: str, tpl: str, prefix: str) -> Side:
+    from backend.tokenizers import families_line
+
     public = ctx.trust.public
     with gr.Row():
         # a public server loads only what it lists; a local one also what its user types
         t = gr.Dropdown(tokenizer_choices(ctx), value=tok, allow_custom_value=not public,
-                        label=f"{label}: tokenizer" + ("" if public else " (profile, hub id or path)"), elem_id=f"{prefix}-tok")
+                        label=f"{label}: tokenizer" + ("" if public else " (profile, hub id or path)"), elem_id=f"{prefix}-tok",
+                        info="by family: " + families_line())
         p = gr.Dropdown(_template_choices(), value=tpl, label=f"{label}: template", elem_id=f"{prefix}-tpl")
     c = gr.Code(language="jinja2", label=f"{label}: custom template (used when template = custom): Jinja text"
                 + ("" if public else " or a file path"), lines=4, max_lines=16,
