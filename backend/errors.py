@@ -11,3 +11,12 @@ from __future__ import annotations
 
 class UserError(ValueError):
     """Something the person can fix; ``str(e)`` says what, in plain words."""
+
+
+class ModelBuildError(UserError, RuntimeError):
+    """An offline model or vocabulary could not be found or built (the message says what to
+    install or free); still a RuntimeError for callers that catch it as one."""
+
+
+class TokenizerLoadError(UserError):
+    """A tokenizer or template could not be loaded; the message says what to do."""

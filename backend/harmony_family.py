@@ -70,7 +70,7 @@ from functools import lru_cache
 from typing import Any
 
 from backend.errors import UserError
-from backend.rendering import RenderError
+from backend.template_errors import RenderError
 
 TEMPLATE_NAME = "openai-harmony"  # what a bundle rendered by this module names as its "template"
 TRL_TEMPLATE = "gptoss.jinja"
@@ -94,10 +94,10 @@ class HarmonyRenderError(RenderError, UserError):
 @lru_cache(maxsize=1)
 def harmony_tokenizer() -> Any:
     """The o200k_harmony Hugging Face tokenizer (built offline from quicktok's files)."""
-    from backend.tokenizers import _load_own_tokenizer
+    from backend.bpe import load_folder_tokenizer
     from backend.vocab import vocab_dir
 
-    return _load_own_tokenizer(str(vocab_dir("o200k_harmony")))
+    return load_folder_tokenizer(str(vocab_dir("o200k_harmony")))
 
 
 def _encoding() -> Any:
@@ -555,7 +555,7 @@ def _align(ts: list[_Segment], hs: list[_Segment]) -> list[tuple[str, _Segment |
 def _trl_ids(renderer: HarmonyRenderer, messages: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any],
              add_generation_prompt: bool) -> tuple[str, list[int]]:
     from backend.template_errors import template_error_text
-    from backend.tokenizers import read_trl_template
+    from backend.trl_templates import read_trl_template
 
     tok = renderer.tokenizer
     try:

@@ -37,7 +37,7 @@ from itertools import groupby
 from typing import Any, Literal
 
 from backend.errors import UserError
-from backend.rendering import RenderError
+from backend.template_errors import RenderError
 
 TOOL_CALLS = "[TOOL_CALLS]"
 DEFAULT_TEKKEN = "tekken_240911"

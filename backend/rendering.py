@@ -17,14 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.template_errors import template_error_text
+from backend.template_errors import RenderError, template_error_text  # noqa: F401 - RenderError: re-exported
 from backend.tokenizers import TokenizerBundle
 from backend.trace import MessageSpan
 from backend.trace.model import StepInfo
-
-
-class RenderError(ValueError):
-    """The chat template failed on these messages; the message says why."""
 
 
 @dataclass

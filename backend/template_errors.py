@@ -11,6 +11,11 @@ Kept free of heavy imports: the worker process imports it.
 
 from __future__ import annotations
 
+
+class RenderError(ValueError):
+    """The chat template (or a family's own renderer) failed on these messages; the message says why."""
+
+
 TEMPLATE_FRAME = "<template>"  # jinja's name for frames of compiled template code
 
 

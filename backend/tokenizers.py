@@ -26,13 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from backend import models
-from backend.errors import UserError
+from backend.bpe import load_folder_tokenizer
+from backend.errors import TokenizerLoadError, UserError  # noqa: F401 - re-exported
 from backend.parsers import DEFAULT_FORMAT, guess_parser
 from backend.trace import TokenizerInfo
-
-
-class TokenizerLoadError(UserError):
-    """A tokenizer or template could not be loaded; the message says what to do."""
+from backend.trl_templates import read_trl_template, training_variant, trl_template_names  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True)
@@ -87,46 +85,6 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
 
 
 # ---- templates --------------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=1)
-def _trl_templates_dir() -> Path | None:
-    root = models.package_dir("trl")
-    return root / "chat_templates" if root is not None else None
-
-
-@lru_cache(maxsize=1)
-def _trl_template_names() -> tuple[str, ...]:
-    root = _trl_templates_dir()
-    if root is None or not root.is_dir():
-        return ()
-    return tuple(sorted(p.name[: -len(".jinja")] for p in root.iterdir() if p.name.endswith(".jinja")))
-
-
-def trl_template_names() -> list[str]:
-    return list(_trl_template_names())
-
-
-def read_trl_template(name: str) -> str:
-    fname = name if name.endswith(".jinja") else name + ".jinja"
-    root = _trl_templates_dir()
-    if root is None:
-        raise TokenizerLoadError("trl is not installed; it ships the chat templates (pip install trl)")
-    res = root / fname
-    if not res.is_file():
-        raise TokenizerLoadError(f"trl has no template {fname!r}; available: {', '.join(trl_template_names())}")
-    return res.read_text(encoding="utf-8")
-
-
-def training_variant(template_name: str | None) -> str | None:
-    """trl's ``*_training.jinja`` twin (with ``{% generation %}`` tags), when it ships one."""
-    if not template_name:
-        return None
-    base = template_name[: -len(".jinja")] if template_name.endswith(".jinja") else template_name
-    if base.endswith("_training"):
-        return base
-    cand = base + "_training"
-    return cand if cand in trl_template_names() else None
 
 
 MAX_TEMPLATE_CHARS = 1_000_000
@@ -334,31 +292,14 @@ def _load_hf_tokenizer(path: str):
     return AutoTokenizer.from_pretrained(path)
 
 
-@lru_cache(maxsize=4)
-def _load_own_tokenizer(folder: str):
-    """Our cached builds: constructed straight from tokenizer.json. Much faster than
-    AutoTokenizer (which imports torch and re-checks the vocabulary)."""
-    from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
-
-    with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as f:
-        cfg = json.load(f)
-    kwargs = {k: cfg[k] for k in ("eos_token", "pad_token", "bos_token", "unk_token", "model_max_length") if cfg.get(k)}
-    return PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer.from_file(os.path.join(folder, "tokenizer.json")),
-        clean_up_tokenization_spaces=False,
-        **kwargs,
-    )
-
-
 def _profile_tokenizer(profile: Profile):
     if profile.vocabulary == "smollm2":
         return _load_hf_tokenizer(str(models.smollm2_tokenizer_dir()))
     if profile.vocabulary == "qwen3":
-        return _load_own_tokenizer(str(models.qwen_tokenizer_dir()))
+        return load_folder_tokenizer(str(models.qwen_tokenizer_dir()))
     from backend import vocab
 
-    return _load_own_tokenizer(str(vocab.vocab_dir(profile.vocabulary)))
+    return load_folder_tokenizer(str(vocab.vocab_dir(profile.vocabulary)))
 
 
 def load_tokenizer(name: str = "qwen3", template: str | None = None) -> TokenizerBundle:

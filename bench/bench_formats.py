@@ -1,5 +1,7 @@
-"""Per tool-call format: parse time against vLLM's parser on the same outputs, and tool_choice
-grammar build + compile on real-world tool schemas.
+"""Per tool-call format: parse time vs vLLM's parser, and tool_choice grammar build + compile.
+
+Parse time against vLLM's parser on the same outputs, and tool_choice grammar build + compile
+on real-world tool schemas.
 
 **Parse** (``parse``): for every native format with a vLLM twin, ``--turns`` well-formed model
 outputs are generated deterministically (1-3 calls to the real-world tools below, arguments drawn
@@ -24,9 +26,14 @@ as our ``vllm:`` adapter runs it) on every text; each disagreement is listed wit
 ``build_constraint(<tool>, fmt, TOOLS)`` for each of the tools (our EBNF, with xgrammar's JSON
 Schema conversion inside), then ``xgrammar.GrammarCompiler(info).compile_grammar(spec)`` with a new
 compiler per grammar: a cold compile (``TokenizerInfo.from_huggingface(tok, vocab_size=len(tok))``
-is built once per tokenizer and not timed). Tokenizers: the family's offline profile.
+is built once per tokenizer and not timed). Tokenizers: the family's offline profile (GLM, Kimi,
+pythonic, Granite, Phi-4: Qwen3's with the formats' tags added, as the parser tests do; Mistral:
+``from_huggingface`` refuses ``MistralCommonBackend``, so the ``TokenizerInfo`` is built as vLLM's
+xgrammar backend builds it for its ``MistralTokenizer``, and the row says so). ``--reps`` builds of
+each grammar, the best kept; median and max over the grammars of a format.
 
-    .venv/bin/python bench/bench_formats.py [--only parse|grammar] [--turns 300] [--reps 3] [--formats hermes,mistral] [--json]
+    .venv/bin/python bench/bench_formats.py [--only parse|grammar] [--turns 300] [--reps 3] [--formats hermes,mistral]
+        [--no-string-formats] [--json]
 """
 
 from __future__ import annotations
@@ -413,11 +420,21 @@ def bench_parse(formats: list[str], turns: int, reps: int) -> list[dict[str, Any
     return rows
 
 
-def bench_grammar(formats: list[str], reps: int) -> list[dict[str, Any]]:
+def without_string_formats(node: Any) -> Any:
+    """The schemas without ``"format"`` (email, date, date-time): xgrammar turns each into a regex."""
+    if isinstance(node, dict):
+        return {k: without_string_formats(v) for k, v in node.items() if k != "format"}
+    if isinstance(node, list):
+        return [without_string_formats(v) for v in node]
+    return node
+
+
+def bench_grammar(formats: list[str], reps: int, string_formats: bool = True) -> list[dict[str, Any]]:
     import xgrammar as xgr
 
-    from backend.tool_choice import build_constraint
+    from backend.tool_choice import ToolChoiceError, build_constraint
 
+    tools = TOOLS if string_formats else without_string_formats(TOOLS)
     rows = []
     infos: dict[str, Any] = {}
     for fmt in formats:
@@ -443,35 +460,45 @@ def bench_grammar(formats: list[str], reps: int) -> list[dict[str, Any]]:
                 rows.append({"format": fmt, "tokenizer": tok_key, "skipped": why, "load": load()})
                 print(f"{fmt:15} {tok_key:12} skipped: {why}", file=sys.stderr)
                 continue
-            builds, compiles, totals, per_choice = [], [], [], {}
+            builds, compiles, totals, per_choice, refused = [], [], [], {}, {}
             for choice in ["required", *TOOL_SCHEMAS]:
                 bs, cs = [], []
                 for _ in range(reps):
                     t0 = time.perf_counter()
-                    c = build_constraint(choice, fmt, TOOLS)
+                    try:
+                        c = build_constraint(choice, fmt, tools)
+                    except ToolChoiceError as e:  # a schema the format's grammar cannot express: reported
+                        refused[choice] = str(e)
+                        break
                     t1 = time.perf_counter()
                     xgr.GrammarCompiler(info, cache_enabled=False).compile_grammar(c.spec)
                     t2 = time.perf_counter()
                     bs.append((t1 - t0) * 1e3)
                     cs.append((t2 - t1) * 1e3)
+                if choice in refused:
+                    continue
                 b, k = min(bs), min(cs)
                 builds.append(b)
                 compiles.append(k)
                 totals.append(b + k)
                 per_choice[choice] = round(b + k, 1)
+            if not totals:
+                rows.append({"format": fmt, "tokenizer": tok_key, "skipped": "every grammar refused", "refused": refused, "load": load()})
+                print(f"{fmt:15} {tok_key:12} every grammar refused: {next(iter(refused.values()))}", file=sys.stderr)
+                continue
             row = {
-                "format": fmt, "tokenizer": tok_key, "vocab": info.vocab_size, "tokenizer_info_s": round(info_s, 2),
+                "format": fmt, "tokenizer": tok_key, "string_formats": string_formats, "vocab": info.vocab_size, "tokenizer_info_s": round(info_s, 2),
                 "grammars": len(totals),
                 "build_ms_median": round(statistics.median(builds), 1), "build_ms_max": round(max(builds), 1),
                 "compile_ms_median": round(statistics.median(compiles), 1), "compile_ms_max": round(max(compiles), 1),
                 "total_ms_median": round(statistics.median(totals), 1), "total_ms_max": round(max(totals), 1),
-                "required_ms": per_choice["required"], "slowest": max(per_choice, key=per_choice.get),
-                "per_choice_ms": per_choice, "note": why, "load": load(),
+                "required_ms": per_choice.get("required"), "slowest": max(per_choice, key=per_choice.get),
+                "per_choice_ms": per_choice, "refused": refused, "note": why, "load": load(),
             }
             rows.append(row)
             print(f"{fmt:15} {tok_key:12} build {row['build_ms_median']:6.1f}/{row['build_ms_max']:6.1f} ms  compile "
                   f"{row['compile_ms_median']:6.1f}/{row['compile_ms_max']:6.1f} ms  total median {row['total_ms_median']:6.1f} "
-                  f"max {row['total_ms_max']:6.1f} ({row['slowest']})  [{row['load']}]", file=sys.stderr)
+                  f"max {row['total_ms_max']:6.1f} ({row['slowest']})  refused {len(refused)}  [{row['load']}]", file=sys.stderr)
     return rows
 
 
@@ -481,6 +508,8 @@ def main() -> dict[str, Any]:
     ap.add_argument("--turns", type=int, default=300, help="generated turns per format (parse)")
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions (parse: passes over the turns; grammar: builds per grammar, best kept)")
     ap.add_argument("--formats", default="", help="comma-separated formats (default: all)")
+    ap.add_argument("--no-string-formats", action="store_true",
+                    help="grammar: drop the schemas' \"format\" keywords (email, date, date-time) to see what they cost")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args()
     formats = [f.strip() for f in args.formats.split(",") if f.strip()] or list(tool_call_formats())
@@ -492,7 +521,7 @@ def main() -> dict[str, Any]:
     if args.only in (None, "parse"):
         out["parse"] = bench_parse(formats, args.turns, args.reps)
     if args.only in (None, "grammar"):
-        out["grammar"] = bench_grammar(formats, args.reps)
+        out["grammar"] = bench_grammar(formats, args.reps, string_formats=not args.no_string_formats)
     out["load_end"] = load()
     if args.json:
         print(json.dumps(out, indent=2, ensure_ascii=False))
@@ -504,9 +533,14 @@ def main() -> dict[str, Any]:
                 print(f"    e.g. {ex['text'][:300]!r}\n      ours {str(ex['ours'])[:300]}\n      vLLM {str(ex['vllm'])[:300]}")
         for r in out.get("grammar", []):
             if "skipped" in r:
-                print(f"{r['format']:15} {r['tokenizer']:12} skipped: {r['skipped']}")
+                print(f"{r['format']:15} {r['tokenizer']:12} skipped: {r['skipped']} {next(iter(r.get('refused', {}).values()), '')}")
             else:
-                print(f"{r['format']:15} {r['tokenizer']:12} build+compile median {r['total_ms_median']:6.1f} ms  max {r['total_ms_max']:6.1f} ms")
+                print(f"{r['format']:15} {r['tokenizer']:12} build median {r['build_ms_median']:5.1f} max {r['build_ms_max']:5.1f} ms  "
+                      f"compile median {r['compile_ms_median']:6.1f} max {r['compile_ms_max']:6.1f} ms  build+compile median "
+                      f"{r['total_ms_median']:6.1f} max {r['total_ms_max']:6.1f} ms  required {r['required_ms']} ms")
+                if r["refused"]:
+                    print(f"    refused {len(r['refused'])} of {len(r['refused']) + r['grammars']}: {', '.join(r['refused'])} "
+                          f"({next(iter(r['refused'].values()))})")
         print(f"{out['load_start']} -> {out['load_end']}")
     return out
 

@@ -18,7 +18,8 @@ import pytest
 from adversarial.test_parser_fuzz import Case, Rand, check_mutated, check_structured, mutate, rand_args, rand_name
 
 from backend.parsers import ParseResult, get_format, get_parser, guess_format, guess_parser, parser_for_vllm
-from backend.parsers.harmony import HarmonyParser, call_header, prefix_rules
+from backend.parsers._grammar import prefix_rules
+from backend.parsers.harmony import HarmonyParser, call_header
 from backend.tool_choice import build_constraint, check_ids
 
 P = get_parser("harmony")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from backend import models, vocab
-from backend.tokenizers import _load_own_tokenizer
+from backend.bpe import load_folder_tokenizer
 
 # ---- a varied deterministic corpus ---------------------------------------------------------------
 
@@ -104,7 +104,7 @@ def _assert_same(name: str, ours, oracle, texts) -> None:
 
 
 def _tok(name: str):
-    return _load_own_tokenizer(str(vocab.vocab_dir(name)))
+    return load_folder_tokenizer(str(vocab.vocab_dir(name)))
 
 
 def _enc(tok):
@@ -152,7 +152,7 @@ def test_qwen35_special_tokens():
 
 def test_qwen35_is_not_qwen3():
     """Same text, other ids than Qwen3's vocabulary; the pattern keeps a mark with its letter."""
-    q3 = _load_own_tokenizer(str(models.qwen_tokenizer_dir()))
+    q3 = load_folder_tokenizer(str(models.qwen_tokenizer_dir()))
     tok = _tok("qwen3.5")
     text = "<|im_start|>assistant\n<tool_call>\n<function=get_weather>\n</function>\n</tool_call><|im_end|>"
     assert tok.encode(text, add_special_tokens=False) != q3.encode(text, add_special_tokens=False)

@@ -1,8 +1,17 @@
 """Grammar pieces for the formats whose ``tool_choice`` grammar is not a JSON body between tags
-(:meth:`ToolCallFormat.custom_grammar`): xgrammar's JSON-schema rules renamed apart (one set per
-tool, Kimi K2's arguments), and a JSON Schema -> EBNF converter for Python literals written the
+(:meth:`~backend.parsers.format.ToolCallFormat.custom_grammar`): xgrammar's JSON-schema rules
+renamed apart (one set per tool: :func:`prefix_rules`, :func:`json_schema_rules`), text that
+must not contain given tags (:func:`text_without`), the root rule that lays out one or several
+calls (:func:`calls_root`), and a JSON Schema -> EBNF converter for Python literals written the
 JSON way (pythonic calls: ``"strings"``, numbers, ``True``/``False``/``None``, ``[...]``,
 ``{"key": ...}``).
+
+Example (DeepSeek V3, two tools, ``required``)::
+
+    root ::= "<｜tool▁calls▁begin｜>" call ("\\n" call)* "<｜tool▁calls▁end｜>"
+    call ::= (t0_call) | (t1_call)
+    t0_call ::= "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\\n```json\\n" t0_root "\\n```<｜tool▁call▁end｜>"
+    t0_root ::= ...   (xgrammar's rules for get_weather's parameters, every rule named t0_*)
 
 The Python-literal converter reads a subset of JSON Schema: ``type`` (one or a list), ``enum``,
 ``const``, ``anyOf``/``oneOf``, ``properties`` (in order; ``required`` ones must be written, the
@@ -19,43 +28,98 @@ import math
 import re
 from typing import Any
 
-from backend.parsers.format import ebnf_literal
+from backend.parsers.format import MAX_SPELLED_CALLS, ebnf_literal
 
 # ---- xgrammar's JSON rules, one set per tool -----------------------------------------------------
 
-_RULE_HEAD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*) ::= ", re.M)
-# in a rule body: a string literal, a character class, or an identifier (a rule reference)
-_BODY_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z_][A-Za-z0-9_]*', re.S)
+_RULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RULE_HEAD = re.compile(r"(?m)^([A-Za-z_][A-Za-z0-9_]*) ::=")
 
 
-def rename_rules(ebnf: str, prefix: str) -> str:
-    """``ebnf`` with every rule it defines renamed ``prefix + name`` (definitions and references;
-    string literals and character classes untouched)."""
+def prefix_rules(ebnf: str, prefix: str) -> str:
+    """``ebnf`` with every rule it defines renamed ``prefix + name``, in definitions and uses, so
+    that several tools' grammars live in one (two tools' ``root`` become ``t0_root``, ``t1_root``).
+    Text inside string literals and character classes is left alone (a property named ``root`` is
+    the literal ``"\\"root\\""``), and only whole words are renamed. Linear in the grammar's size."""
     names = set(_RULE_HEAD.findall(ebnf))
-
-    def sub(m: re.Match[str]) -> str:
-        tok = m.group()
-        return prefix + tok if tok in names else tok
-
-    out = []
-    for line in ebnf.splitlines():
-        if not line.strip():
+    out: list[str] = []
+    i, n = 0, len(ebnf)
+    while i < n:
+        c = ebnf[i]
+        if c in "\"[":  # a string literal or a character class, with backslash escapes
+            close = '"' if c == '"' else "]"
+            j = i + 1
+            while j < n and ebnf[j] != close:
+                j += 2 if ebnf[j] == "\\" else 1
+            out.append(ebnf[i : j + 1])
+            i = j + 1
             continue
-        head = _RULE_HEAD.match(line)
-        if head:
-            out.append(prefix + head.group(1) + " ::= " + _BODY_TOKEN.sub(sub, line[head.end():]))
-        else:  # a continuation line
-            out.append(_BODY_TOKEN.sub(sub, line))
-    return "\n".join(out)
+        m = _RULE_NAME.match(ebnf, i)
+        if m is not None and (i == 0 or not (ebnf[i - 1].isalnum() or ebnf[i - 1] == "_")):
+            word = m.group()
+            out.append(prefix + word if word in names else word)
+            i = m.end()
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def json_schema_rules(schema: dict[str, Any], prefix: str) -> tuple[str, str]:
     """``(root rule name, rules)``: xgrammar's grammar for one JSON value of ``schema`` (compact
-    JSON, ``", "`` and ``": "``), its rules renamed with ``prefix``."""
+    JSON, ``", "`` and ``": "``), its rules renamed with ``prefix`` (the value is ``prefix + "root"``)."""
     import xgrammar as xgr
 
     body = str(xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False, separators=(", ", ": ")))
-    return prefix + "root", rename_rules(body, prefix)
+    return prefix + "root", prefix_rules(body, prefix).strip()
+
+
+# ---- text without tags, and the calls' layout ---------------------------------------------------------
+
+
+def _class_char(c: str) -> str:
+    return "\\" + c if c in "\\]^-[" else c
+
+
+def text_without(name: str, patterns: tuple[str, ...]) -> list[str]:
+    """Rules for any text (possibly empty) that contains none of ``patterns``; the text is rule
+    ``name``. Each pattern must start with ``<`` and hold no other ``<`` (tags), so after a
+    mismatch the automaton restarts at ``<`` or at the beginning (a KMP automaton over the trie)."""
+    for p in patterns:
+        if not p.startswith("<") or "<" in p[1:] or len(p) < 2:
+            raise ValueError(f"text_without: {p!r} is not a tag")
+    prefixes = sorted({p[:k] for p in patterns for k in range(len(p))}, key=lambda s: (len(s), s))
+    full = set(patterns)
+    rule = {u: (name if u == "" else f"{name}_{k}") for k, u in enumerate(prefixes)}
+    rules = []
+    for u in prefixes:
+        nexts = sorted({p[len(u)] for p in patterns if p.startswith(u) and len(p) > len(u)})
+        alts = ['""']
+        for c in nexts:
+            if u + c in full:
+                continue  # the tag itself: not allowed
+            alts.append(f"{ebnf_literal(c)} {rule[u + c]}")
+        if "<" not in nexts:
+            alts.append(f'"<" {rule["<"]}')
+        banned = "".join(_class_char(c) for c in sorted({"<", *nexts}))
+        alts.append(f"[^{banned}] {name}")
+        rules.append(f"{rule[u]} ::= " + " | ".join(f"({a})" for a in alts))
+    return rules
+
+
+def calls_root(call_rule: str, *, open_: str, sep: str, close: str, multiple: bool, max_calls: int | None) -> str:
+    """``root ::= open call (sep call)* close``: one call, or with ``multiple`` one or more (at
+    most ``max_calls``; up to :data:`MAX_SPELLED_CALLS` the bound is spelled out)."""
+    lit = ebnf_literal
+    sep_part = f"{lit(sep)} " if sep else ""
+    more = ""
+    if multiple and max_calls is not None and max_calls <= MAX_SPELLED_CALLS:
+        for _ in range(max_calls - 1):
+            more = f"({sep_part}{call_rule}{' ' + more if more else ''})?"
+    elif multiple:
+        more = f"({sep_part}{call_rule})*"
+    parts = [lit(open_) if open_ else "", call_rule, more, lit(close) if close else ""]
+    return "root ::= " + " ".join(p for p in parts if p)
 
 
 # ---- Python literals, written the JSON way ----------------------------------------------------------
@@ -177,7 +241,17 @@ class PyLiteralGrammar:
             if not is_identifier(key):
                 raise ValueError(f"parameter {key!r} cannot be written as a Python keyword argument")
             items.append((f"{key}=", self.value(sub, 1), key in required))
-        return self.chain(items)
+        listed = self.chain(items)
+        extra = params.get("additionalProperties")
+        if extra is not True and not isinstance(extra, dict):
+            return listed  # listed properties admit no other key (xgrammar's strict mode)
+        kw = r'[a-zA-Z_] [a-zA-Z0-9_]* "="'
+        value = "py_any" if extra is True or extra == {} else self.value(extra, 1)
+        if required & set(props):  # the listed part is never empty: more keywords may follow it
+            return self._rule(f'{listed} (", " {kw} {value})*')
+        # nothing required: any keywords (the listed ones then take any value; the given-turn
+        # check still validates them against the schema)
+        return self._rule(f'"" | {kw} {value} (", " {kw} {value})*')
 
     def value(self, schema: Any, depth: int) -> str:
         """An EBNF expression for one value of ``schema``."""

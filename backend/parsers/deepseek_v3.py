@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backend.parsers._common import Collector, Finder, as_doc, decode_at, dumps, rstrip_end, scan_tagged, skip_ws, type_name
-from backend.parsers._tool_grammar import calls_root, json_value_rules
+from backend.parsers._grammar import calls_root, json_schema_rules
 from backend.parsers.base import ParseResult, ToolCallParser, register_parser
 from backend.parsers.format import ToolCallFormat, ebnf_literal
 
@@ -68,7 +68,7 @@ class DeepSeekFormat(ToolCallFormat):
         rules: list[str] = []
         bodies: list[str] = []
         for k, (name, params) in enumerate(tools):
-            value, value_rules = json_value_rules(params, f"t{k}")
+            value, value_rules = json_schema_rules(params, f"t{k}_")
             rules.append(f"t{k}_call ::= {ebnf_literal(self.call_prefix.replace('{name}', name))} {value} "
                          f"{ebnf_literal(self.call_suffix)}")
             bodies.append(value_rules)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backend.parsers._common import Collector, Finder, as_doc, decode_whole, dumps, rstrip_end, scan_tagged, skip_ws
-from backend.parsers._tool_grammar import calls_root, json_value_rules, text_without
+from backend.parsers._grammar import calls_root, json_schema_rules, text_without
 from backend.parsers.base import ParseResult, ToolCallParser, register_parser
 from backend.parsers.format import ToolCallFormat, ebnf_literal
 
@@ -154,11 +154,12 @@ class GlmFormat(ToolCallFormat):
                 if "string" in schema_types(sub):
                     value = "raw_value"
                 else:
-                    value, sub_rules = json_value_rules(sub, f"t{k}_p{j}")
+                    value, sub_rules = json_schema_rules(sub, f"t{k}_p{j}_")
                     rules.append(sub_rules)
                 rules.append(f"t{k}_a{j} ::= {lit(KEY_OPEN + key + KEY_CLOSE + chr(10) + VALUE_OPEN)} {value} {lit(VALUE_CLOSE + chr(10))}")
                 parts.append(f"t{k}_a{j}" if key in required else f"(t{k}_a{j})?")
-            if not props and params.get("additionalProperties", True) is not False:  # any keys, raw values
+            extra = params.get("additionalProperties")
+            if extra is True or (not props and extra is not False):  # any other keys, raw values
                 if not any(r.startswith("raw_key ::=") for r in rules):
                     rules += text_without("raw_key", _KEY_STOPS)
                 rules.append(f"t{k}_any ::= {lit(KEY_OPEN)} raw_key {lit(KEY_CLOSE + chr(10) + VALUE_OPEN)} raw_value "

@@ -62,12 +62,12 @@ allowed is one call per turn), then EOS. ``none`` forbids `` to=functions.``.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from backend.parsers._common import as_doc, decode_at, dumps, skip_ws, type_name
+from backend.parsers._grammar import json_schema_rules
 from backend.parsers.base import ParseResult, ToolCallParser, register_parser
 from backend.parsers.format import ToolCallFormat, ebnf_literal
 from backend.trace import ParseError, ToolCall
@@ -261,37 +261,6 @@ class _Reader:
 
 # ---- tool_choice grammar ---------------------------------------------------------------------
 
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_RULE_LHS = re.compile(r"(?m)^([A-Za-z_][A-Za-z0-9_]*) ::=")
-
-
-def prefix_rules(ebnf: str, prefix: str) -> str:
-    """``ebnf`` with every rule it defines renamed ``prefix + name`` (definitions and uses; text
-    inside string literals and character classes is left alone). Linear in the grammar's size."""
-    names = set(_RULE_LHS.findall(ebnf))
-    out: list[str] = []
-    i, n = 0, len(ebnf)
-    while i < n:
-        c = ebnf[i]
-        if c in "\"[":  # a string literal or a character class, with backslash escapes
-            close = '"' if c == '"' else "]"
-            j = i + 1
-            while j < n and ebnf[j] != close:
-                j += 2 if ebnf[j] == "\\" else 1
-            out.append(ebnf[i:j + 1])
-            i = j + 1
-            continue
-        m = _IDENT.match(ebnf, i)
-        if m is not None and (i == 0 or not (ebnf[i - 1].isalnum() or ebnf[i - 1] == "_")):
-            word = m.group()
-            out.append(prefix + word if word in names else word)
-            i = m.end()
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
 # Text without "<|" (so without any Harmony tag): runs of '<' only before a character other than '|'.
 _FREE_TEXT = 'analysis_text ::= ([^<] | "<"+ [^<|])* "<"*'
 
@@ -311,8 +280,6 @@ class HarmonyFormat(ToolCallFormat):
         """An optional analysis message, then one call message to one of ``tools`` (one call per
         turn whatever ``multiple`` and ``max_calls`` say: gpt-oss ends its turn at ``<|call|>``),
         then EOS (the matcher's stop token)."""
-        import xgrammar as xgr
-
         lines = [
             "root ::= analysis? call",
             f"analysis ::= {ebnf_literal(CHANNEL + 'analysis' + MESSAGE)} analysis_text {ebnf_literal(END + START + ROLE)}",
@@ -320,9 +287,9 @@ class HarmonyFormat(ToolCallFormat):
             "call ::= " + " | ".join(f"call_{k}" for k in range(len(tools))),
         ]
         for k, (name, params) in enumerate(tools):
-            body = str(xgr.Grammar.from_json_schema(json.dumps(params), any_whitespace=False, separators=(", ", ": ")))
-            lines.append(f"call_{k} ::= {ebnf_literal(call_header(name))} t{k}_root")
-            lines.append(prefix_rules(body, f"t{k}_").strip())
+            root, rules = json_schema_rules(params, f"t{k}_")
+            lines.append(f"call_{k} ::= {ebnf_literal(call_header(name))} {root}")
+            lines.append(rules)
         return "\n".join(lines)
 
 

@@ -77,7 +77,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backend.parsers._common import Collector, Finder, as_doc, decode_at, decode_whole, dumps, rstrip_end, skip_ws
-from backend.parsers._tool_grammar import calls_root, json_value_rules, text_without
+from backend.parsers._grammar import calls_root, json_schema_rules, text_without
 from backend.parsers.base import ParseResult, ToolCallParser, register_parser
 from backend.parsers.format import ToolCallFormat, ebnf_literal
 
@@ -232,7 +232,11 @@ class Qwen3XmlFormat(ToolCallFormat):
                     rules.append(f"{prule} ::= {lit(f'{PARAM}{key}>' + chr(10))} {value} {lit(chr(10) + PARAM_END + chr(10))}")
                     rules.extend(extra)
                     parts.append(prule if key in required else f"{prule}?")
-            elif params.get("additionalProperties", True) is not False:
+            # other parameters: any, when the schema lists none (JSON Schema's default) or says
+            # so explicitly (tool_choice.grammar_parameters marks required keys given without
+            # properties that way); listed properties alone admit no other (xgrammar's strict mode)
+            extra = params.get("additionalProperties")
+            if extra is True or (not isinstance(props, dict) and extra is not False):
                 uses_text = uses_name = True
                 rules.append(f'{fn}_any ::= {lit(PARAM)} q3x_name {lit(">" + chr(10))} q3x_text {lit(chr(10) + PARAM_END + chr(10))}')
                 parts.append(f"{fn}_any*")
@@ -258,7 +262,7 @@ class Qwen3XmlFormat(ToolCallFormat):
                 return f"{prefix}_enum", [f"{prefix}_enum ::= " + " | ".join(ebnf_literal(v) for v in enum)]
         if "string" in types or not types & set(_ORDER) or not isinstance(schema, dict):
             return "q3x_text", []
-        rule, body = json_value_rules(schema, prefix)
+        rule, body = json_schema_rules(schema, prefix + "_")
         return rule, [body]
 
 
@@ -345,11 +349,11 @@ class Qwen3XmlParser(ToolCallParser):
             end = json_end(v0, props.get(key))
             if end == -1:
                 end = f[PARAM_END].find(v0)
+                early = first(v0, PARAM, FUNC_END)
+                if early != -1 and (end == -1 or early < end):  # (its block's end, not the text's, ends the error)
+                    raise _Bad(early, f"unclosed <parameter={key}> in {fn.name!r}: {text[early:early + 12]!r} comes before its {PARAM_END}")
                 if end == -1:
                     raise _Bad(n, f"unclosed <parameter={key}> in {fn.name!r}: no {PARAM_END} (generation truncated?)")
-                early = first(v0, PARAM, FUNC_END)
-                if early != -1 and early < end:
-                    raise _Bad(early, f"unclosed <parameter={key}> in {fn.name!r}: {text[early:early + 12]!r} comes before its {PARAM_END}")
             vs, ve = v0, end
             if text.startswith("\n", vs):
                 vs += 1

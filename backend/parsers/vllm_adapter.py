@@ -104,10 +104,10 @@ class VLLMParser(ToolCallParser):
             msg = r.getMessage().splitlines()[0] if r.getMessage() else ""
             exc = f" ({r.exc_info[0].__name__}: {r.exc_info[1]})" if r.exc_info and r.exc_info[1] is not None else ""
             res.errors.append(ParseError(message=f"{self.name} logged {r.levelname.lower()}: {msg}{exc}"[:500]
-                                         + " — its result does not say so", span=whole))
+                                         + " — its result does not say so", span=whole, raw=text))
         if not res.tool_calls and not (info.content or "").strip() and text.strip():
             res.errors.append(ParseError(message=f"{self.name} returned no tool call, no content and no error for this "
-                                                 "text: everything in it was dropped", span=whole))
+                                                 "text: everything in it was dropped", span=whole, raw=text))
         if self.native is None:
             return
         try:
@@ -121,7 +121,8 @@ class VLLMParser(ToolCallParser):
             span = (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else whole
             res.errors.append(ParseError(
                 message=f"{self.name} returned {len(res.tool_calls)} tool call(s) where the native {self.native!r} parser "
-                        f"reads {len(native)} ({', '.join(c.name for c in lost[:5])} dropped)", span=span))
+                        f"reads {len(native)} ({', '.join(c.name for c in lost[:5])} dropped)", span=span,
+                raw=text[span[0]:span[1]]))
 
     def format_calls(self, calls: list[dict[str, Any]]) -> str:
         return native_formatter(self.native, self.name).format_calls(calls)

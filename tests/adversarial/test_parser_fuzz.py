@@ -508,8 +508,11 @@ def gen_hermes(r: Rand) -> Case:
     return c
 
 
-def _list_elements(r: Rand, c: Case, arg_keys: tuple[str, ...], arg_key: str, with_ids: bool, at_end: bool) -> str:
-    """Elements of a call list, added to ``c``; returns "cut" when the list was cut at the end."""
+def _list_elements(r: Rand, c: Case, arg_keys: tuple[str, ...], arg_key: str, with_ids: bool, at_end: bool,
+                   elements: list[str] | None = None) -> str:
+    """Elements of a call list, added to ``c`` (and their texts to ``elements``); returns "cut"
+    when the list was cut at the end."""
+    elements = [] if elements is None else elements
     n = r.randint(0, 5)
     for k in range(n):
         if k:
@@ -519,14 +522,17 @@ def _list_elements(r: Rand, c: Case, arg_keys: tuple[str, ...], arg_key: str, wi
             name = rand_name(r)
             args = big_args(r) if r.chance(0.002) else rand_args(r, tags=True)
             cid = r.choice([None, "abc123XYZ", "call_1"]) if with_ids else None
-            c.add(call_object_text(r, name, args, arg_key, cid))
+            elements.append(call_object_text(r, name, args, arg_key, cid))
+            c.add(elements[-1])
             c.calls.append((name, args, cid))
         elif roll < 9 or not at_end or k != n - 1:
             body, kind = bad_body(r, arg_keys, arg_key, context="list")
+            elements.append(body)
             c.add_bad(body, kind)
         else:
             good = call_object_text(r, rand_name(r), rand_args(r, tags=False), arg_key)
-            c.add_bad(good[: r.randint(1, len(good) - 1)].rstrip(), "cut element at end")
+            elements.append(good[: r.randint(1, len(good) - 1)].rstrip())
+            c.add_bad(elements[-1], "cut element at end")
             return "cut"
     return "ok"
 
@@ -694,8 +700,18 @@ def format_args(r: Rand, fmt: str, key_ok: Callable[[str], bool] = lambda k: Tru
             return args
 
 
+JSON_STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.S)
+
+
+def ends_in_string(text: str) -> bool:
+    """Whether ``text`` ends inside a JSON string: a reader decoding from the text (where a tag
+    inside a string is string) would run on through the tags after it, up to the next quote."""
+    return '"' in JSON_STRING.sub("", text)
+
+
 def bad_object(r: Rand) -> tuple[str, str]:
-    """Arguments that are not one strict JSON object: ``(text, kind)``; never blank, holds no tag."""
+    """Arguments that are not one strict JSON object: ``(text, kind)``; never blank, holds no tag,
+    leaves no string open."""
     good = dumps(r, rand_args(r, tags=False))
     while True:
         kind = r.choice(["cut", "mutate", "mutate", "type", "nonfinite", "deep", "junk"])
@@ -723,7 +739,7 @@ def bad_object(r: Rand) -> tuple[str, str]:
             text = f'{{"v": {"[" * d}{"]" * d}}}'
         else:  # junk after a complete object
             text = good + r.choice(["}", "]", " x", '"', " {}", ","])
-        if text.strip() and strict_object(text) is None and not any(t in text for t in EVERY_TAG):
+        if text.strip() and strict_object(text) is None and not ends_in_string(text) and not any(t in text for t in EVERY_TAG):
             return text, kind
 
 
@@ -1297,16 +1313,23 @@ def gen_pythonic(r: Rand) -> Case:
 # ---- granite / phi4_mini_json ---------------------------------------------------------------------------
 
 
-def last_element_unreadable(c: Case, start: int) -> bool:
-    """Whether the list opened at ``start`` ends (so far) with a malformed element that is not one
-    JSON value: the reader cannot tell where it ends, so its error runs to the next list or the end."""
-    if not c.bad or c.bad[-1][1] != c.pos or c.bad[-1][0] <= start:
-        return False
-    try:
-        json.loads(c.text[c.bad[-1][0] : c.bad[-1][1]], parse_constant=_reject_constant, parse_float=_finite_float)
-    except (ValueError, RecursionError):
-        return True
-    return False
+CALL_START = re.compile(r'\{\s*"(?:name|arguments|parameters|id)"\s*:')
+
+
+def list_broken(elements: list[str]) -> bool:
+    """Whether a list reader is still skipping after these elements: after an element that is not
+    one JSON value it cannot tell where that element ends, and skips to the next element that starts
+    as a call object (``{"name": ...``); with none, the error runs to the next list or the end."""
+    skipping = False
+    for e in elements:
+        if skipping and not CALL_START.match(e):
+            continue
+        try:
+            json.loads(e, parse_constant=_reject_constant, parse_float=_finite_float)
+            skipping = False
+        except (ValueError, RecursionError):
+            skipping = True
+    return skipping
 
 
 def gen_json_list(fmt: str) -> Callable[[Rand], Case]:
@@ -1338,10 +1361,10 @@ def gen_json_list(fmt: str) -> Callable[[Rand], Case]:
                     c.add_bad(tag + r.choice(["", " "]) + r.choice(["hello", "x [1]", "f(a=1)"]), "not JSON")
                     swallow = True
             elif what != "end" or not last:
-                start = c.pos
                 c.add(opener(r))
-                _list_elements(r, c, ("arguments", "parameters"), r.choice(["arguments", "parameters"]), False, at_end=False)
-                swallow = last_element_unreadable(c, start)
+                elements: list[str] = []
+                _list_elements(r, c, ("arguments", "parameters"), r.choice(["arguments", "parameters"]), False, False, elements)
+                swallow = list_broken(elements)
                 c.add("]")
             else:  # truncated at the end
                 start = c.pos
@@ -1350,9 +1373,10 @@ def gen_json_list(fmt: str) -> Callable[[Rand], Case]:
                     c.add_bad(r.choice(GRANITE_TAGS) if fmt == "granite" else opener(r), "tag only")
                 elif style == 1:
                     c.add(opener(r))
-                    if _list_elements(r, c, ("arguments", "parameters"), "arguments", False, at_end=True) == "ok":
-                        if not last_element_unreadable(c, start):  # (else that element's error runs to the end)
-                            c.bad.append((start, c.pos, "list without its ]"))
+                    elements = []
+                    cut = _list_elements(r, c, ("arguments", "parameters"), "arguments", False, True, elements) == "cut"
+                    if not cut and not list_broken(elements):  # (else a malformed element's error runs to the end)
+                        c.bad.append((start, c.pos, "list without its ]"))
                 else:
                     c.add(opener(r))
                     c.add(call_object_text(r, "a", {}, "arguments"))
