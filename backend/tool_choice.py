@@ -35,7 +35,7 @@ from typing import Any
 
 from backend.errors import UserError
 from backend.generators.base import Constraint
-from backend.parsers import ToolCallFormat, get_format, get_parser, tool_call_formats
+from backend.parsers import ToolCallFormat, get_format, get_parser, native_name, tool_call_formats
 from backend.tools.dialect import SchemaDialectError, iter_schemas, to_json_schema
 
 AUTO, REQUIRED, NONE = "auto", "required", "none"
@@ -167,7 +167,7 @@ def build_constraint(choice: str, parser_name: str, tools: list[dict[str, Any]],
         raise ToolChoiceError(f"tool_choice {choice!r} is not supported for the {parser_name!r} format (supported: {supported})")
     if choice == NONE:
         return Constraint(kind="forbid", spec=[fmt.forbid], description="tool_choice=none: no tool call")
-    fmt_name = parser_name.split(":", 1)[-1]
+    fmt_name = native_name(parser_name) or parser_name  # the native parser that reads the format
     if choice == REQUIRED:
         if fmt.max_calls_per_turn is not None:
             max_calls = fmt.max_calls_per_turn if max_calls is None else min(max_calls, fmt.max_calls_per_turn)

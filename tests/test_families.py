@@ -345,3 +345,17 @@ def _check_harmony(bundle, trace, t1: list[int], t2: list[int]) -> None:
     t_tool = list(full[len(prompt) + len(t1):])
     assert [tuple(r) for r in mask_runs(trace.response_mask)] == [(1, len(t1)), (0, len(t_tool)), (1, len(t2))]
     assert trace.response_ids == t1 + t_tool + t2
+
+
+@pytest.mark.parametrize("vllm_name,native", [("qwen3_json", "hermes"), ("hunyuan_a13b", "hunyuan"),
+                                              ("qwen3_coder", "qwen3_xml"), ("openai", "harmony"),
+                                              ("glm47", "glm45"), ("llama4_pythonic", "pythonic")])
+def test_a_vllm_parser_name_gets_its_native_formats_grammar(vllm_name, native):
+    """`--parser vllm:qwen3_json` with tool_choice required: the grammar (and the check of a given
+    turn) of the native format that reads the same text, not "not supported"."""
+    from backend.parsers import get_format
+    from backend.tool_choice import build_constraint
+
+    assert get_format(f"vllm:{vllm_name}") is get_format(native)
+    c = build_constraint("required", f"vllm:{vllm_name}", [SCHEMA])
+    assert c is not None and c.kind == "grammar" and c.given_check.parser == native

@@ -180,9 +180,21 @@ def tool_call_formats() -> dict[str, ToolCallFormat]:
     return {n: c.call_format for n, c in sorted(_REGISTRY.items()) if c.call_format is not None}
 
 
+def native_name(name: str) -> str | None:
+    """The native parser that reads what parser ``name`` reads: ``name`` itself, or for
+    ``vllm:<vllm name>`` the native format declaring that vLLM name (``vllm:qwen3_coder`` ->
+    ``qwen3_xml``, ``vllm:hunyuan_a13b`` -> ``hunyuan``); None when there is none."""
+    prefix, sep, rest = name.partition(":")
+    if sep and prefix == "vllm":
+        return parser_for_vllm(rest) or (rest if _load(rest) is not None else None)
+    return name if _load(name) is not None else None
+
+
 def get_format(name: str) -> ToolCallFormat | None:
-    """The declared format of parser ``name`` (``vllm:<name>`` reads as ``name``), or None."""
-    cls = _load(name.split(":", 1)[-1])
+    """The declared format of parser ``name`` (``vllm:<name>``: of the native format that reads
+    the same text), or None."""
+    native = native_name(name)
+    cls = _load(native) if native is not None else None
     return cls.call_format if cls is not None else None
 
 
