@@ -295,6 +295,10 @@ def test_grammars_match_the_pre_refactoring_output():
         c = build_constraint(case["choice"], case["parser"], tools if case["tools"] == "all" else tools[:1], max_calls=case["max_calls"])
         assert (c.kind, c.spec, c.description) == (case["kind"], case["spec"], case["description"]), case
     for err in golden["errors"]:
+        if err["parser"] == "vllm:qwen3_json":
+            # issue 21: vLLM's qwen3_json reads hermes' format, so it now gets hermes' constraint
+            assert build_constraint(err["choice"], err["parser"], tools).spec == build_constraint(err["choice"], "hermes", tools).spec
+            continue
         with pytest.raises(ToolChoiceError) as e:
             build_constraint(err["choice"], err["parser"], tools)
         # the same text while the four formats are all there are; a format module added later joins the list
