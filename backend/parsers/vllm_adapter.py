@@ -85,7 +85,8 @@ class VLLMParser(ToolCallParser):
             try:
                 info = self._new_vllm_parser().extract_tool_calls(text, self._request)
             except Exception as e:  # noqa: BLE001 - whatever vLLM raises is reported, not propagated
-                return whole_text_error(text, f"{self.name} raised {type(e).__name__}: {e}")
+                hint = f" (the native {self.native!r} parser reads this format: --format {self.native})" if self.native else ""
+                return whole_text_error(text, f"{self.name} raised {type(e).__name__}: {e}{hint}")
         calls = []
         for tc in info.tool_calls or []:
             fn = getattr(tc, "function", None)
