@@ -489,9 +489,16 @@ def test_pythonic_grammar_writes_python_literals(tok):
     assert check_ids(g, tok, _ids(tok, '[echo(s="x", opt=true)]'))  # JSON's true is not Python's
     assert check_ids(g, tok, _ids(tok, "[echo(s='x')]"))  # the grammar writes double quotes
     assert check_ids(g, tok, _ids(tok, '[echo(opt=None, s="x")]'))  # properties in the schema's order
-    with pytest.raises(ToolChoiceError, match="pattern"):
+    # a keyword that only narrows a value (a range, a pattern) is left to the arguments' validation:
+    # the grammar writes the shape; one whose structure it cannot follow is refused
+    ranged = build_constraint("required", "pythonic", [{"name": "f", "parameters": {"type": "object", "properties": {
+        "n": {"type": "integer", "minimum": 1, "maximum": 5}, "s": {"type": "string", "pattern": "a+"}},
+        "required": ["n"]}}])
+    assert check_ids(ranged, tok, _ids(tok, '[f(n=3, s="aa")]')) is None
+    assert check_ids(ranged, tok, _ids(tok, '[f(n="3")]'))  # the shape is still enforced
+    with pytest.raises(ToolChoiceError, match="allOf"):
         build_constraint("required", "pythonic", [{"name": "f", "parameters": {"type": "object", "properties": {
-            "s": {"type": "string", "pattern": "a+"}}}}])
+            "s": {"allOf": [{"type": "string"}]}}}}])
     with pytest.raises(ToolChoiceError, match="keyword argument"):
         build_constraint("required", "pythonic", [{"name": "f", "parameters": {"type": "object", "properties": {"a-b": {}}}}])
 

@@ -28,7 +28,7 @@ import math
 import re
 from typing import Any
 
-from backend.parsers._common import Collector, rstrip_end, skip_ws
+from backend.parsers._common import Collector, Finder, rstrip_end, skip_ws
 from backend.parsers._grammar import PY_BASE_RULES, PyLiteralGrammar, is_identifier, py_literal
 from backend.parsers.base import ParseResult, ToolCallParser, register_parser
 from backend.parsers.format import ToolCallFormat, ebnf_literal
@@ -228,16 +228,18 @@ class PythonicParser(ToolCallParser):
             if status == "truncated":
                 col.add_error(i, n, "unclosed call list: the text ends before its ']' (generation truncated?)")
             pos = end
+        # cached "next tag" searches: a text of many unclosed <|python_start|> stays linear
+        starts, ends = Finder(text, PY_START), Finder(text, PY_END)
         while pos < n:
-            t = text.find(PY_START, pos)
+            t = starts.find(pos)
             if t == -1:
                 col.add_content(pos, n)
                 break
             col.add_content(pos, t)
-            pos = self._read_tagged(col, t)
+            pos = self._read_tagged(col, t, starts, ends)
         return col.result()
 
-    def _read_tagged(self, col: Collector, t: int) -> int:
+    def _read_tagged(self, col: Collector, t: int, starts: Finder, ends: Finder) -> int:
         text = col.text
         n = len(text)
         after = t + len(PY_START)
@@ -246,8 +248,8 @@ class PythonicParser(ToolCallParser):
             col.add_error(t, n, f"{PY_START} with nothing after it (generation truncated?)")
             return n
         if text[j] != "[":
-            close = text.find(PY_END, j)
-            nxt = text.find(PY_START, j)
+            close = ends.find(j)
+            nxt = starts.find(j)
             if close != -1 and (nxt == -1 or close < nxt):
                 col.add_error(t, close + len(PY_END), f"{PY_START} is not followed by a list of calls [name(...)]")
                 return close + len(PY_END)
@@ -264,8 +266,8 @@ class PythonicParser(ToolCallParser):
         if k >= n:
             col.add_error(t, n, f"unclosed {PY_START}: the text ends before {PY_END}")
             return n
-        close = text.find(PY_END, k)
-        nxt = text.find(PY_START, k)
+        close = ends.find(k)
+        nxt = starts.find(k)
         if close != -1 and (nxt == -1 or close < nxt):
             col.add_error(k, close + len(PY_END), f"unexpected text after the call list, before {PY_END}: {text[k:k + 20]!r}")
             return close + len(PY_END)
