@@ -359,3 +359,25 @@ def test_a_vllm_parser_name_gets_its_native_formats_grammar(vllm_name, native):
     assert get_format(f"vllm:{vllm_name}") is get_format(native)
     c = build_constraint("required", f"vllm:{vllm_name}", [SCHEMA])
     assert c is not None and c.kind == "grammar" and c.given_check.parser == native
+
+
+@pytest.mark.parametrize("window", [False, True])
+async def test_harmony_channels_are_labelled_in_the_token_view(window):
+    """The trace's token view puts a label before each Harmony message's <|channel|> token, in
+    the full and the windowed (large-trace) markup; other formats get none."""
+    from ui import token_view
+
+    bundle = load_tokenizer("gpt-oss")
+    gen = ScriptedGenerator(bundle.tokenizer, script_for("gpt-oss", bundle), stop_token_ids=bundle.stop_token_ids,
+                            encode=bundle.encode_generated)
+    trace = await AgentLoop(gen, bundle, tools=ToolRegistry.from_schemas([TOOL])).run(QUESTION)
+    marks = token_view.channel_marks(trace, bundle.tokenizer)
+    channel_id = bundle.tokenizer.convert_tokens_to_ids("<|channel|>")
+    ids = trace.prompt_ids + trace.response_ids
+    assert [lab for _, lab in marks] == ["analysis", "commentary→functions.get_current_temperature", "final"]
+    assert all(ids[p] == channel_id and p >= len(trace.prompt_ids) for p, _ in marks)
+    html_out = token_view.render_tokens(ids, token_view.trace_kinds(trace), bundle.tokenizer, channels=marks,
+                                        window=window)
+    for p, lab in marks:
+        assert f'data-start="{p}" data-channel="{lab.split("→")[0]}"' in html_out
+    assert token_view.channel_marks(trace, load_tokenizer("qwen3").tokenizer) == []

@@ -340,7 +340,9 @@ def step_detail(trace: Trace | None, step_index: int | None, bundle: Any | None)
     text = token_view.mark_special_text(step.text, tok) if step.text else token_view.empty_view("this step appended no text")
     kinds = token_view.trace_kinds(trace)[step.start : step.end]
     toks = (
-        token_view.render_tokens(ids, kinds, tok, prefix=STEP_PREFIX, first_index=step.start, step_index=step.index, logprobs=token_view.step_logprobs(trace, step))
+        token_view.render_tokens(ids, kinds, tok, prefix=STEP_PREFIX, first_index=step.start, step_index=step.index,
+                                 logprobs=token_view.step_logprobs(trace, step),
+                                 channels=[(p - step.start, lab) for p, lab in token_view.channel_marks(trace, tok, [step])])
         if ids else token_view.empty_view("this step appended no tokens")
     )
     return header, text, toks, _step_json(step), _results_json(step)

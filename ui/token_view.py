@@ -444,6 +444,7 @@ def render_tokens(
     step_index: int | None = None,
     logprobs: tuple[Sequence[float | None], Sequence[float | None]] | None = None,
     window: bool | None = None,
+    channels: Sequence[tuple[int, str]] = (),
 ) -> str:
     """The whole view: toolbar (counts, whitespace toggle, step jumps), then the tokens.
 
@@ -480,6 +481,14 @@ def render_tokens(
             f'<a class="tv-mark{sel}" id="{prefix}-step-{s.index}" data-step="{s.index}" '
             f'data-start="{s.start}" data-end="{s.end}" title="step {s.index}: tokens {s.start}–{s.end}">{label}</a>'
         )
+
+    # Harmony channels (gpt-oss): a label before each message's <|channel|> token
+    for pos, label in channels:
+        if 0 <= pos <= len(ids):
+            name = label.split("→", 1)[0]
+            marks.setdefault(pos, []).append(
+                f'<a class="tv-ch" data-start="{pos}" data-channel="{html.escape(name, quote=True)}" '
+                f'title="Harmony channel {html.escape(label, quote=True)}">{html.escape(label, quote=False)}</a>')
 
     if windowed:
         body_attrs, out = _windowed_body(ids, kinds, frags, marks, lp, dec)
@@ -631,18 +640,44 @@ def trace_steps(trace: Any) -> list[StepMark]:
     return marks
 
 
+def channel_marks(trace: Any, tokenizer: Any | None, steps: Sequence[Any] | None = None) -> list[tuple[int, str]]:
+    """``(position, label)`` of each Harmony message a generated step holds (``info.channels``):
+    the position of its ``<|channel|>`` token in the trace, the label ``analysis``,
+    ``commentary→functions.get_weather``, ``final``. Empty for other formats."""
+    if tokenizer is None:
+        return []
+    try:
+        ch = tokenizer.convert_tokens_to_ids("<|channel|>")
+    except Exception:  # noqa: BLE001 - a tokenizer without it: no channels
+        return []
+    if not isinstance(ch, int) or ch == getattr(tokenizer, "unk_token_id", None):
+        return []
+    ids = trace.prompt_ids + trace.response_ids
+    out: list[tuple[int, str]] = []
+    for s in steps if steps is not None else trace.steps:
+        chans = getattr(s.info, "channels", None)
+        if not chans:
+            continue
+        positions = [i for i in range(s.start, min(s.end, len(ids))) if ids[i] == ch]
+        for pos, c in zip(positions, chans):
+            to = c.get("recipient")
+            out.append((pos, f"{c.get('channel') or '?'}→{to}" if to else str(c.get("channel") or "?")))
+    return out
+
+
 def render_trace(
     trace: Any, tokenizer: Any | None, *, prefix: str = "tv", note: str = "", show_whitespace: bool = False,
     selected_step: int | None = None,
 ) -> str:
-    """The trace's tokens, with its step marks; with rollout and/or trainer logprobs (recorded,
-    imported or scored), the colour modes too."""
+    """The trace's tokens, with its step marks (and Harmony's channels); with rollout and/or
+    trainer logprobs (recorded, imported or scored), the colour modes too."""
     ids = trace.prompt_ids + trace.response_ids
     rollout, trainer = position_logprobs(trace)
     has_lp = any(v is not None for v in rollout) or any(v is not None for v in trainer)
     return render_tokens(
         ids, trace_kinds(trace), tokenizer, steps=trace_steps(trace), prefix=prefix, note=note,
         show_whitespace=show_whitespace, selected_step=selected_step, logprobs=(rollout, trainer) if has_lp else None,
+        channels=channel_marks(trace, tokenizer),
     )
 
 
@@ -753,6 +788,7 @@ CSS = """
 .tv-c > span.tv-tok-sel { outline: 2px solid var(--ali-tok-sel); outline-offset: 1px; position: relative; z-index: 1; }
 .tv-mark { display: inline-block; font-size: 10px; line-height: 1.2; padding: 0 4px; margin: 0 2px; border-radius: 4px; background: var(--ali-mark-bg); color: var(--ali-mark-fg) !important; text-decoration: none; vertical-align: middle; white-space: nowrap; scroll-margin-top: 30px; font-weight: 600; }
 .tv-mark.sel { background: var(--ali-mark-sel-bg); }
+.tv-ch { display: inline-block; font-size: 10px; line-height: 1.2; padding: 0 4px; margin: 0 2px; border-radius: 8px; background: var(--ali-mark-bg); color: var(--ali-mark-fg) !important; font-style: italic; vertical-align: middle; white-space: nowrap; text-decoration: none; }
 .tv-body .wc { color: var(--ali-ctl); font-style: normal; }
 i.ws, i.wn, i.wt, i.we { font-style: normal; }
 .tv-ws i.ws { background: radial-gradient(circle at 50% 55%, var(--ali-ws) 0 1.3px, transparent 1.7px) 0 0 / 1ch 100% repeat-x; }
