@@ -13,7 +13,6 @@ import json
 import logging
 import random
 import re
-import time
 from typing import Any
 
 import pytest
@@ -647,13 +646,11 @@ def test_grammar_rejects(tok):
     assert check_ids(none, tok, _ids(tok, good)) is not None and check_ids(none, tok, _ids(tok, "Fine.")) is None
 
 
-def test_grammar_long_string_value_is_fast(tok):
+def test_grammar_accepts_a_long_string_value(tok):
     w = get_parser("qwen3_xml")
     required = build_constraint("required", "qwen3_xml", TOOLS, max_calls=1)
     text = w.format_calls([{"name": "run_code", "arguments": {"code": ("for i in range(10):\n    print('<b>', i)  # é\n" * 100)}}])
-    t0 = time.perf_counter()
     assert check_ids(required, tok, _ids(tok, text)) is None
-    assert time.perf_counter() - t0 < 10
 
 
 def test_grammar_refuses_names_the_format_cannot_write():
@@ -700,7 +697,7 @@ def test_never_raises_on_odd_input(ours):
 
 
 @pytest.mark.parametrize("shape", ["value", "open", "function", "parameter", "unclosed_param", "junk", "many_calls", "think"])
-def test_a_megabyte_parses_in_milliseconds(ours, shape):
+def test_a_megabyte_parses_with_exact_spans(ours, shape):
     mb = 1 << 20
     text = {
         "value": one_call("run_code", [("code", "x < y </b> \n" * (mb // 12))]),
@@ -712,12 +709,9 @@ def test_a_megabyte_parses_in_milliseconds(ours, shape):
         "many_calls": one_call("get_weather", [("city", "Paris"), ("days", "3")]) * (mb // 100),
         "think": "</think><think>" * (mb // 15),
     }[shape]
-    t0 = time.perf_counter()
-    res = ours.parse(text)
-    elapsed = time.perf_counter() - t0
+    res = ours.parse(text)  # its time per byte: bench/bench_parsers.py
     check_spans(text, res)
     assert not any(e.message.startswith("internal") for e in res.errors)
-    assert elapsed < 2.0, f"{shape}: {elapsed:.2f}s"
     if shape == "value":
         assert len(res.tool_calls) == 1 and len(res.tool_calls[0].arguments["code"]) > mb - 20
     if shape == "many_calls":
