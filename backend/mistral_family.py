@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from backend.errors import UserError
 from backend.template_errors import RenderError
+from backend.trace.messages import decode_arguments
 
 TOOL_CALLS = "[TOOL_CALLS]"
 DEFAULT_TEKKEN = "tekken_240911"
@@ -214,16 +215,12 @@ class MistralRenderer:
 
     # ---- input checks ----
     def _arguments(self, args: Any, where: str) -> dict[str, Any]:
-        if args is None:
-            return {}
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except json.JSONDecodeError as e:
-                raise MistralRenderError(f"{where}: arguments are not valid JSON ({e.msg} at character {e.pos})") from None
-        if not isinstance(args, dict):
-            raise MistralRenderError(f"{where}: arguments must be a JSON object, got {type(args).__name__}")
-        return args
+        if isinstance(args, str) and not args.strip():  # not JSON: mistral-common would not encode it
+            raise MistralRenderError(f"{where}: arguments are an empty string, not a JSON object")
+        value, problem = decode_arguments(args)
+        if problem is not None:
+            raise MistralRenderError(f"{where}: {problem}")
+        return value
 
     def _normalize(self, messages: Any, notes: list[str]) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """Copies of ``messages`` that mistral-common accepts: ids mapped, arguments as objects,

@@ -359,7 +359,7 @@ def _call_msg(content: Any = "", args: Any = None) -> dict[str, Any]:
     ([{"role": "user", "content": "u"}, "oops"], "message 1 is str"),
     ([{"role": "user", "content": "u"}, _call_msg("I will call f")], "both text and tool calls"),
     ([{"role": "user", "content": "u"}, _call_msg(args='{"a": ')], "arguments are not valid JSON"),
-    ([{"role": "user", "content": "u"}, _call_msg(args="[1, 2]")], "must be a JSON object, got list"),
+    ([{"role": "user", "content": "u"}, _call_msg(args="[1, 2]")], "must be a JSON object, got an array"),
     ([{"role": "user", "content": "u"}, {"role": "assistant", "content": "", "tool_calls": "f()"}], "must be a list"),
     ([{"role": "tool", "content": "r", "tool_call_id": "abcdefghi"}], "must start with a user message or system"),
     ([{"role": "user", "content": "u"}, {"role": "tool", "content": "r"}], "no call left to answer"),

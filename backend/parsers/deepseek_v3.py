@@ -121,6 +121,20 @@ class _DeepSeekParser(ToolCallParser):
         found = [p for p in (self._finders[t].find(pos) for t in tags) if p != -1]
         return min(found) if found else len(self._finders[CALL_END].text)
 
+    def _sep_after(self, col: Collector, start: int, what: str) -> int:
+        """The position of the ``<｜tool▁sep｜>`` that follows ``what`` in the call at ``start``
+        (both layouts put one there), or, when there is none, minus where parsing goes on after
+        the error it adds (a position is never 0 here: a call starts with its begin tag)."""
+        text = col.text
+        after = start + len(CALL_BEGIN)
+        m = _BEFORE_SEP.match(text, after)
+        k = m.end() if m else after
+        if text.startswith(SEP, k):
+            return k
+        if k >= len(text):
+            return -self._fail(col, start, k, f"truncated call: the text ends before {SEP}")
+        return -self._fail(col, start, after, f"expected {what} and {SEP} after {CALL_BEGIN}, found {text[after:after + 20]!r}")
+
     def _fail(self, col: Collector, start: int, search_from: int, message: str) -> int:
         """One error for the call at ``start``: up to its ``<｜tool▁call▁end｜>`` when that comes
         before the next call or the block's end, else up to those (or the end of the text)."""
@@ -196,12 +210,9 @@ class DeepSeekV3Parser(_DeepSeekParser):
     def _read_call(self, col: Collector, start: int) -> int:
         text = col.text
         after = start + len(CALL_BEGIN)
-        m = _BEFORE_SEP.match(text, after)
-        k = m.end() if m else after
-        if not text.startswith(SEP, k):
-            if k >= len(text):
-                return self._fail(col, start, k, f"truncated call: the text ends before {SEP}")
-            return self._fail(col, start, after, f"expected the call type and {SEP} after {CALL_BEGIN}, found {text[after:after + 20]!r}")
+        k = self._sep_after(col, start, "the call type")
+        if k < 0:
+            return -k
         call_type = text[after:k]
         i = k + len(SEP)
         m = _V3_NAME.match(text, i)
@@ -257,12 +268,9 @@ class DeepSeekV31Parser(_DeepSeekParser):
     def _read_call(self, col: Collector, start: int) -> int:
         text = col.text
         after = start + len(CALL_BEGIN)
-        m = _BEFORE_SEP.match(text, after)
-        k = m.end() if m else after
-        if not text.startswith(SEP, k):
-            if k >= len(text):
-                return self._fail(col, start, k, f"truncated call: the text ends before {SEP}")
-            return self._fail(col, start, after, f"expected the function name and {SEP} after {CALL_BEGIN}, found {text[after:after + 20]!r}")
+        k = self._sep_after(col, start, "the function name")
+        if k < 0:
+            return -k
         name = text[after:k]
         i = k + len(SEP)
         if not name.strip():
