@@ -56,6 +56,9 @@ Codes (severity):
   tokenizer (recorded in ``trace.tokenizer.template_warnings``): special tokens the vocabulary
   splits into pieces, an EOS the template never writes, a trl template written for another
   family's vocabulary. The ids are then not the ones the model family sees.
+* ``import_loss`` (warning) — content of the source file that the importer could not carry into
+  the trace (an image part, an unknown block or item type, a cut attribute, a tool result that
+  answers no call), with the file and line it came from (``metadata.import.losses``).
 * ``verl_tool_turn`` (info) — a tool turn that verl's way of tokenizing it (render the tool
   messages alone, strip the empty-conversation prefix) would build differently or not at all
   with this template; the loop used the conversation's suffix (``info.method == "suffix"``), and
@@ -704,10 +707,23 @@ def check(trace: Trace, bundle: Any = None, *, logprob_thresholds: LogprobThresh
     findings += _check_lengths(trace, ix)
     findings += _check_logprobs(trace, ix, logprob_thresholds or LogprobThresholds())
     findings += _check_template_fit(trace, ix)
+    findings += _check_import_losses(trace)
     if bundle is not None:
         findings += _token_checks(trace, bundle, ix)
     findings.sort(key=lambda f: (_SEV_ORDER.get(f.severity, 9), f.location.token if f.location.token is not None else 1 << 60, f.location.message if f.location.message is not None else 1 << 30))
     return findings
+
+
+def _check_import_losses(trace: Trace) -> list[Finding]:
+    """What an importer could not carry over from the source file (``metadata.import.losses``)."""
+    imp = trace.metadata.get("import") if isinstance(trace.metadata, dict) else None
+    losses = imp.get("losses") if isinstance(imp, dict) else None
+    if not isinstance(losses, list):
+        return []
+    where = {k: imp[k] for k in ("file", "line", "row", "index") if k in imp}
+    place = ", ".join(f"{k} {v}" for k, v in where.items())
+    return [Finding(C.IMPORT_LOSS, "warning", f"not carried over from the source{f' ({place})' if place else ''}: {x}", Location(),
+                    {"source": where}) for x in losses[:50]]
 
 
 def _check_template_fit(trace: Trace, ix: _Index) -> list[Finding]:

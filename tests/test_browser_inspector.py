@@ -420,7 +420,7 @@ def test_imported_trace_says_where_its_ids_came_from(open_app):
     open_row(app, "chat-1")
     app.wait_text("#insp-summary", "chat-1")
     badge = app.text("#insp-summary [data-badge=warn]")
-    assert badge == "re-rendered with qwen3 / qwen3_instruct_2507", badge
+    assert badge == "imported from OpenAI chat completions, re-rendered with qwen3 / qwen3_instruct_2507", badge
     fields = app.js("Object.fromEntries(Array.from(document.querySelectorAll('#insp-summary [data-field]'), (b) => [b.dataset.field, b.textContent]))")
     assert fields["model"] == "qwen3" and fields["source"] == "openai-chat", fields
     assert fields["termination"] == "imported (no end state)", fields

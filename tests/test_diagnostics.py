@@ -579,3 +579,27 @@ def test_verl_tool_turn_where_verls_method_fails_or_differs(qwen3):
     assert "No user query found" in fs[0].message and "builds 51 tokens here instead of 4" in fs[1].message
     # the seed run on Qwen3: verl's method agrees, nothing to say
     assert not only(check(run_loop(qwen3, [CALL_SEATTLE, ANSWER])), "verl_tool_turn")
+
+
+def test_import_loss_names_what_the_source_had(qwen3, tmp_path):
+    """A chat log with an image part and a tool result whose id answers no call: the import
+    keeps the text, and the trace says what it lost, with the file and line."""
+    from backend.importers import import_file
+
+    rec = {"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "What is in this picture?"},
+                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
+        {"role": "assistant", "content": "A cat."},
+        {"role": "tool", "tool_call_id": "call_gone", "content": "42"},
+        {"role": "user", "content": "Thanks"}]}
+    clean = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    p = tmp_path / "chat.jsonl"
+    p.write_text(json.dumps(clean) + "\n" + json.dumps(rec) + "\n", encoding="utf-8")
+    res = import_file(str(p), bundle=qwen3)
+    assert len(res.traces) == 2 and not res.problems and not res.complete
+    assert [x.line for x in res.losses] == [2, 2]
+    fs = only(check(res.traces[1]), "import_loss")
+    assert len(fs) == 2 and all(f.severity == "warning" and "chat.jsonl" in f.message and "line 2" in f.message for f in fs)
+    assert "messages[0]: content part 1 (image_url)" in fs[0].message
+    assert "'call_gone' answers no tool call" in fs[1].message
+    assert not only(check(res.traces[0]), "import_loss")

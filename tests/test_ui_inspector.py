@@ -134,10 +134,12 @@ def test_imported_trace_summary_says_where_ids_came_from(qwen, name):
         assert fields and not [k for k, v in fields.items() if v.strip() == "?" or " ? " in f" {v} " or "/ ?" in v], fields
         assert fields["termination"] and fields["source"] == t.metadata["source"]
         badges = dict(re.findall(r'data-badge="(\w+)"[^>]*>([^<]*)<', summary))
+        lead = "imported from " + {"agents-sdk": "OpenAI Agents SDK", "openai-chat": "OpenAI chat completions", "sharegpt": "ShareGPT",
+                                   "verl": "verl"}[t.metadata["source"]]
         if t.metadata.get("ids") == "rendered":
-            assert badges.get("warn", "").startswith("re-rendered with qwen3 / qwen3_instruct_2507"), badges
+            assert badges.get("warn", "").startswith(f"{lead}, re-rendered with qwen3 / qwen3_instruct_2507"), badges
         else:
-            assert t.metadata.get("ids") == "given" and badges.get("ok") == "token ids as recorded in the source", badges
+            assert t.metadata.get("ids") == "given" and badges.get("ok") == f"{lead}, token ids as recorded in the source", badges
         if t.metadata.get("mask") == "assumed":
             assert "mask assumed: all 1" in summary
 

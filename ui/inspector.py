@@ -166,6 +166,20 @@ def tokenizer_name(trace: Trace) -> str:
     return f"{name} / {tpl}" if tpl else name
 
 
+def imported_from(trace: Trace) -> str | None:
+    """"imported from OTel GenAI (openai-v2 2.4b0)": the source format an importer recorded in
+    ``metadata["provenance"]``, with the writing library and version where the file named them."""
+    md = trace.metadata if isinstance(trace.metadata, dict) else {}
+    prov = md.get("provenance")
+    if not isinstance(prov, dict) or not prov.get("format"):
+        return None
+    lib = prov.get("library")
+    lib = str(lib).removeprefix("opentelemetry.instrumentation.").replace("_", "-") if lib else ""
+    ver = str(prov.get("version") or "")
+    who = " ".join(x for x in (lib, ver) if x)
+    return f"imported from {prov['format']}" + (f" ({who})" if who else "")
+
+
 def provenance(trace: Trace) -> list[tuple[str, str, str]]:
     """Where the trace's token ids and mask came from, as ``(kind, text, explanation)`` badges
     (kind: ok / warn / err / info). Importers record it in ``metadata["ids"]``: ``"given"`` (the
@@ -176,20 +190,26 @@ def provenance(trace: Trace) -> list[tuple[str, str, str]]:
     ids, mask, msgs = md.get("ids"), md.get("mask"), md.get("messages")
     tok = tokenizer_name(trace)
     out: list[tuple[str, str, str]] = []
+    src = imported_from(trace)
+    lead = f"{src}, " if src else ""
     if ids == "rendered":
-        out.append(("warn", f"re-rendered with {tok}",
+        out.append(("warn", f"{lead}re-rendered with {tok}",
                     "the source had no token ids: these ids and this mask come from rendering its messages with this "
                     "tokenizer and template; the model may have seen other tokens"))
     elif ids == "given":
-        out.append(("ok", "token ids as recorded in the source", "the source's own token ids, kept exactly"))
+        out.append(("ok", f"{lead}token ids as recorded in the source", "the source's own token ids, kept exactly"))
     elif ids == "none":
         why = md.get("render_error")
-        out.append(("err", "no token ids: the template could not render the messages",
+        out.append(("err", f"{lead}no token ids: the template could not render the messages",
                     str(why) if why else "the messages are shown without tokens"))
     elif isinstance(md.get("generator"), dict):
         out.append(("ok", "token ids from the agent loop's run", "ids appended as the backend returned them"))
     if mask == "assumed":
         out.append(("warn", "mask assumed: all 1", "the source gave no response mask"))
+    imp = md.get("import")
+    lost = imp.get("losses") if isinstance(imp, dict) else None
+    if isinstance(lost, list) and lost:
+        out.append(("err", f"{len(lost)} thing(s) of the source not carried over", "; ".join(str(x) for x in lost[:5])[:1000]))
     if msgs in ("decoded", "recovered"):
         out.append(("info", f"messages {msgs} from the {'token ids' if msgs == 'decoded' else 'text'}",
                     "the source had no message list: the conversation was read back from it"))

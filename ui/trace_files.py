@@ -18,6 +18,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from backend.importers import FORMATS as IMPORT_FORMATS
 from backend.labels import trace_termination_label
 from backend.trace import Trace, TraceFileError, TraceFormatError, TraceIndex
 from backend.trace.io import summary_of_trace
@@ -32,7 +33,7 @@ ALL = "(all)"
 AUTO = "auto"
 # what an uploaded file may be: "auto" (our traces; a file holding none but another tool's
 # records is imported) or one of the importers' formats
-FILE_FORMATS = [AUTO, "agents-sdk", "verl", "openai-chat", "sharegpt"]
+FILE_FORMATS = [AUTO, *IMPORT_FORMATS]
 # traces of an upload that is not held (FileRows) kept opened in the session at once: the ones the
 # Inspector was given, the oldest let go first (opened again from the file when selected)
 MAX_OPENED = 64
@@ -57,6 +58,8 @@ class FileRows:
     # an import (another tool's records, converted and written to ``path`` as our traces): how
     # many carried their token ids, and the tokenizer the first was rendered with
     given: int = 0
+    losses: int = 0  # things the import did not carry over (listed with the problems)
+    notes: list[str] = field(default_factory=list)  # how auto-detection chose between formats
     tokenizer: str | None = None
 
 
@@ -92,6 +95,10 @@ def _rows_of_import(res: Any, path: str, folder: str) -> FileRows:
     f.formats = dict(getattr(res, "formats", None) or {})
     f.problems.extend(res.problems)
     f.problems.unlisted = getattr(res.problems, "unlisted", 0)
+    losses = list(getattr(res, "losses", None) or [])
+    f.problems.extend(losses)  # listed with their line, after the bad records
+    rows.losses = len(losses)
+    rows.notes = list(getattr(res, "notes", None) or [])
     rows.given = sum(1 for t in res.traces if t.metadata.get("ids") == "given")
     rows.tokenizer = res.traces[0].tokenizer.name if res.traces else None
     return rows
@@ -395,10 +402,18 @@ def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AU
         how = f"token ids as given for {given}, " if given else ""
         msg = (f"{html.escape(name)}: {count} trace(s) imported from <b>{html.escape(imported)}</b> "
                f"({how}rendered and decoded with {html.escape(str(tok))})")
+    lost = rows.losses
     if problems:
-        total = index.problem_count
-        listed = "listed below" if total == len(problems) else f"the first {len(problems)} listed below"
-        msg += f", <b>{total} bad record(s)</b> ({listed} with their {unit} numbers)"
+        total = index.problem_count - lost
+        listed = "listed below" if total + lost == len(problems) else f"the first {len(problems)} listed below"
+        parts = []
+        if total:
+            parts.append(f"<b>{total} bad record(s)</b>")
+        if lost:
+            parts.append(f"<b>{lost} thing(s) not carried over</b> into the traces")
+        msg += ", " + " and ".join(parts) + f" ({listed} with their {unit} numbers)"
+    for note in rows.notes:
+        msg += f'<div class="ali-note">{html.escape(note)}</div>'
     cls = "ali-ok" if not problems else "ali-warn"
     return f'<div class="{cls}">{msg}</div>', probs
 

@@ -18,15 +18,14 @@ Sources without token ids are rendered with the chosen tokenizer (default ``qwen
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-# importing the modules registers the formats
-from backend.importers import agents_sdk, openai_chat, sharegpt, verl  # noqa: F401  isort: skip
 from backend.importers.base import ImportContext, Importer, get_importer, importers
-from backend.importers.common import Conversation, RecordError, trace_from_conversation
+from backend.importers.common import Conversation, RecordError, trace_from_conversation, unanswered_results
 from backend.tokenizers import TokenizerLoadError
 from backend.trace import (
     LoadProblem,
@@ -43,9 +42,20 @@ from backend.trace import (
 )
 from backend.trace.io import JSON, PARQUET, check_layout, collect, is_trace_parquet, open_parquet
 
-FORMATS = ("agents-sdk", "verl", "openai-chat", "sharegpt")
-# auto-detection order: most specific first; plain {messages} rows go to openai-chat last
-_DETECT_ORDER = ("agents-sdk", "verl", "sharegpt", "openai-chat")
+# The formats, one row each: (name, module that registers it). The order is auto-detection's:
+# most specific first (a record two formats could read goes to the earlier one, and the import
+# says which it chose and why); plain {messages} rows go to openai-chat last.
+FORMAT_TABLE: tuple[tuple[str, str], ...] = (
+    ("otel", "backend.importers.otel"),
+    ("agents-sdk", "backend.importers.agents_sdk"),
+    ("verl", "backend.importers.verl"),
+    ("sharegpt", "backend.importers.sharegpt"),
+    ("openai-chat", "backend.importers.openai_chat"),
+)
+for _name, _module in FORMAT_TABLE:
+    importlib.import_module(_module)  # registers the format
+FORMATS = tuple(name for name, _ in FORMAT_TABLE)
+_DETECT_ORDER = FORMATS
 
 
 def is_trace_record(record: Any) -> bool:
@@ -57,15 +67,26 @@ def is_trace_record(record: Any) -> bool:
 
 def detect_record(record: Any) -> str | None:
     """The format of one record: one of :data:`FORMATS`, ``"trace"`` for our own, or None."""
+    return detect_why(record)[0]
+
+
+def detect_why(record: Any) -> tuple[str | None, str, list[str]]:
+    """``(format, why, other formats that also match)`` of one record; format None if none
+    matches. ``why`` is the chosen format's reason."""
     if is_trace_record(record):
-        return "trace"
-    # openai-chat request/response logs before verl/sharegpt (they also carry messages)
-    if isinstance(record, dict) and (isinstance(record.get("request"), dict) or isinstance(record.get("response"), dict)):
-        return "openai-chat"
+        return "trace", "format_version field", []
+    chosen: str | None = None
+    why = ""
+    others: list[str] = []
     for name in _DETECT_ORDER:
-        if get_importer(name).sniff(record):
-            return name
-    return None
+        r = get_importer(name).sniff(record)
+        if not r:
+            continue
+        if chosen is None:
+            chosen, why = name, (r if isinstance(r, str) else "")
+        else:
+            others.append(name)
+    return chosen, why, others
 
 
 def detect(record_or_path: Any, max_records: int = 5) -> str | None:
@@ -88,6 +109,16 @@ class ImportResult(LoadResult):
 
     formats: dict[str, int] = field(default_factory=dict)
     unit: str = "line"  # what ``LoadProblem.line`` counts: line (JSONL), row (Parquet), index (JSON list)
+    # content of imported traces that was not carried over (each trace's metadata.import.losses),
+    # with the number of the record the trace came from
+    losses: list[LoadProblem] = field(default_factory=list)
+    # how auto-detection chose where several formats matched a record (one line per choice)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Every record imported and nothing left out of any trace."""
+        return not self.problem_count and not self.losses
 
     def summary(self) -> str:
         s = f"{len(self.traces)} trace(s) imported"
@@ -95,10 +126,30 @@ class ImportResult(LoadResult):
             s += " (" + ", ".join(f"{k}: {v}" for k, v in sorted(self.formats.items())) + ")"
         if self.problems:
             s += f", {len(self.problems)} bad record(s)"
+        if self.losses:
+            s += f", {len(self.losses)} thing(s) not carried over"
         return s
 
     def problem_lines(self) -> list[str]:
-        return [f"{self.unit} {p.line}: {p.reason}" for p in self.problems]
+        return [f"{self.unit} {p.line}: {p.reason}" for p in self.problems + self.losses]
+
+    def add(self, n: int, item: Trace | LoadProblem, name: str | None) -> bool:
+        """Take one produced trace or problem (see :meth:`LoadResult.take`), counting formats and
+        collecting the trace's losses."""
+        if not self.take(n, item, self.unit):
+            return False
+        if name is not None and not isinstance(item, LoadProblem):
+            self.formats[name] = self.formats.get(name, 0) + 1
+            for loss in trace_losses(item):
+                self.losses.append(LoadProblem(n, f"trace {item.id}: {loss}"))
+        return True
+
+
+def trace_losses(trace: Trace) -> list[str]:
+    """What an import did not carry over into ``trace`` (empty for a complete import)."""
+    imp = trace.metadata.get("import") if isinstance(trace.metadata, dict) else None
+    losses = imp.get("losses") if isinstance(imp, dict) else None
+    return [str(x) for x in losses] if isinstance(losses, list) else []
 
 
 def _records(path: str, fmt: str | None) -> Iterator[tuple[int, Any]]:
@@ -107,13 +158,47 @@ def _records(path: str, fmt: str | None) -> Iterator[tuple[int, Any]]:
     if fmt in FORMATS:
         whole = get_importer(fmt).whole_file
     else:
-        whole = agents_sdk.looks_like_items if fmt in (None, "auto") else None
+        whole = _whole_in_auto if fmt in (None, "auto") else None
     for n, _, rec in iter_records(sniff(path), whole=whole):
         yield n, rec
 
 
+def _whole_in_auto(doc: Any) -> bool:
+    """Auto mode: a JSON document (a list) that some format reads as one record as a whole."""
+    return any(get_importer(name).whole_file(doc) for name in FORMATS)
+
+
 def _unit_for(path: str) -> str:
     return "row" if path.endswith(".parquet") else "line"
+
+
+def _finish(n: int, item: Any, name: str, ctx: ImportContext, where: dict[str, Any] | None) -> Trace | LoadProblem:
+    """A converted conversation (or trace) as the trace the import yields: rendered, checked
+    against the token limit, with its place in the file, its losses and its provenance."""
+    if isinstance(item, LoadProblem):
+        return item
+    losses: list[str] = []
+    prov: dict[str, Any] = {}
+    if isinstance(item, Conversation):
+        losses = list(item.losses) + unanswered_results(item.messages)
+        prov = dict(item.provenance)
+        t = trace_from_conversation(item, ctx.bundle, name)
+    else:
+        t = item
+        imp = t.metadata.get("import") if isinstance(t.metadata.get("import"), dict) else {}
+        losses = list(imp.get("losses") or []) + unanswered_results(t.messages)
+    why = too_many_tokens(len(t.prompt_ids) + len(t.response_ids))  # ids rendered from the messages
+    if why:
+        return LoadProblem(n, why)
+    imp = dict(where) if where is not None else {}
+    if losses:
+        imp["losses"] = list(dict.fromkeys(losses))  # once each
+    if imp:
+        t.metadata["import"] = imp
+    if prov or name not in (None, "trace"):
+        prov.setdefault("format", get_importer(name).label or name)
+        t.metadata["provenance"] = {**prov, **(t.metadata.get("provenance") or {})}
+    return t
 
 
 def convert_record(n: int, rec: Any, fmt: str, ctx: ImportContext, where: dict[str, Any] | None = None) -> Iterator[tuple[Trace | LoadProblem, str | None]]:
@@ -135,20 +220,32 @@ def convert_record(n: int, rec: Any, fmt: str, ctx: ImportContext, where: dict[s
             yield trace_of(n, rec), name
             return
         for item in get_importer(name).convert(rec, ctx):
-            t = trace_from_conversation(item, ctx.bundle, name) if isinstance(item, Conversation) else item
-            why = too_many_tokens(len(t.prompt_ids) + len(t.response_ids))  # ids rendered from the messages
-            if why:
-                yield LoadProblem(n, why), name
-                continue
-            if where is not None:
-                t.metadata["import"] = dict(where)
-            yield t, name
+            yield _finish(n, item, name, ctx, where), name
     except (RecordError, TraceFormatError) as e:
         yield LoadProblem(n, str(e)), name
     except (TraceFileError, TokenizerLoadError):
         raise  # nothing else can import either
     except Exception as e:  # a bug on one record must not stop the import
         yield LoadProblem(n, f"internal error: {type(e).__name__}: {e}"[:500]), name
+
+
+def convert_group(name: str, records: list[tuple[int, Any]], ctx: ImportContext, where: dict[str, Any] | None, unit: str) -> Iterator[tuple[int, Trace | LoadProblem]]:
+    """``(number, trace or problem)`` for all of a file's records of a grouped format (spans
+    grouped into conversations by the importer)."""
+    try:
+        for n, item in get_importer(name).convert_group(records, ctx):
+            w = {**where, unit: n} if where is not None else None
+            try:
+                yield n, _finish(n, item, name, ctx, w)
+            except (RecordError, TraceFormatError) as e:
+                yield n, LoadProblem(n, str(e))
+    except (TraceFileError, TokenizerLoadError):
+        raise
+    except RecordError as e:
+        yield (records[0][0] if records else 1), LoadProblem(records[0][0] if records else 1, str(e))
+    except Exception as e:  # a bug must not lose the rest of the file in silence
+        n0 = records[0][0] if records else 1
+        yield n0, LoadProblem(n0, f"internal error while grouping {name} records: {type(e).__name__}: {e}"[:500])
 
 
 def iter_import(
@@ -159,18 +256,39 @@ def iter_import(
     template: str | None = None,
     ctx: ImportContext | None = None,
     options: dict[str, Any] | None = None,
+    notes: list[str] | None = None,
 ) -> Iterator[tuple[int, Trace | LoadProblem, str | None]]:
-    """Stream an import: ``(number, trace_or_problem, format)`` per produced trace / bad record."""
+    """Stream an import: ``(number, trace_or_problem, format)`` per produced trace / bad record.
+
+    Records of a grouped format (OTel spans ...) are held until the file is read, then grouped
+    into conversations. ``notes`` (a list) receives how auto-detection chose where several
+    formats matched a record."""
     if fmt != "auto" and fmt not in FORMATS:
         raise ValueError(f"unknown import format {fmt!r}; known: {', '.join(FORMATS)}, auto")
     ctx = ctx or ImportContext(tokenizer=tokenizer, template=template, options=dict(options or {}), path=path)
     unit = _unit_for(path)
     base = os.path.basename(path)
+    groups: dict[str, list[tuple[int, Any]]] = {}
+    seen_choices: set[tuple[str, tuple[str, ...]]] = set()
     for n, rec in _records(path, fmt):
         if isinstance(rec, LoadProblem):
             yield n, rec, None
             continue
-        for item, name in convert_record(n, rec, fmt, ctx, {"file": base, unit: n}):
+        name = fmt
+        if fmt == "auto":
+            name, why, others = detect_why(rec)
+            if name is not None and others and notes is not None and (name, tuple(others)) not in seen_choices:
+                seen_choices.add((name, tuple(others)))
+                notes.append(f"{unit} {n}: read as {name}" + (f" ({why})" if why else "") +
+                             f", though {', '.join(others)} could also read it (earlier in the detection order wins; "
+                             f"--from chooses)")
+        if name is not None and name != "trace" and get_importer(name).grouped:
+            groups.setdefault(name, []).append((n, rec))
+            continue
+        for item, got in convert_record(n, rec, name if name is not None else "auto", ctx, {"file": base, unit: n}):
+            yield n, item, got
+    for name, recs in groups.items():
+        for n, item in convert_group(name, recs, ctx, {"file": base}, unit):
             yield n, item, name
 
 
@@ -187,11 +305,9 @@ def import_file(
     with (else ``tokenizer``/``template`` are loaded when a record first needs them)."""
     res = ImportResult(unit=_unit_for(path))
     ctx = ImportContext(tokenizer=tokenizer, template=template, options=dict(options or {}), path=path, _bundle=bundle)
-    for n, item, name in iter_import(path, fmt, ctx=ctx):
-        if not res.take(n, item, res.unit):
+    for n, item, name in iter_import(path, fmt, ctx=ctx, notes=res.notes):
+        if not res.add(n, item, name):
             break
-        if name is not None and not isinstance(item, LoadProblem):
-            res.formats[name] = res.formats.get(name, 0) + 1
     return res
 
 
@@ -202,11 +318,17 @@ def import_records(
     """Import in-memory records (e.g. ``result.to_input_list()`` wrapped as ``[{"items": ...}]``)."""
     ctx = ImportContext(tokenizer=tokenizer, template=template, options=dict(options or {}), _bundle=bundle)
     res = ImportResult(unit="index")
+    groups: dict[str, list[tuple[int, Any]]] = {}
     for i, rec in enumerate(records, start=1):
-        for item, name in convert_record(i, rec, fmt, ctx):
-            res.take(i, item, res.unit)
-            if name is not None and not isinstance(item, LoadProblem):
-                res.formats[name] = res.formats.get(name, 0) + 1
+        name = fmt if fmt != "auto" else detect_record(rec)
+        if name is not None and name != "trace" and get_importer(name).grouped:
+            groups.setdefault(name, []).append((i, rec))
+            continue
+        for item, got in convert_record(i, rec, fmt, ctx):
+            res.add(i, item, got)
+    for name, recs in groups.items():
+        for n, item in convert_group(name, recs, ctx, None, "index"):
+            res.add(n, item, name)
     return res
 
 
@@ -269,9 +391,12 @@ __all__ = [
     "ImportResult",
     "Importer",
     "RecordError",
+    "FORMAT_TABLE",
+    "convert_group",
     "convert_record",
     "detect",
     "detect_record",
+    "detect_why",
     "get_importer",
     "import_agents_sdk_run",
     "import_file",
@@ -280,5 +405,6 @@ __all__ = [
     "is_trace_record",
     "iter_import",
     "load_any",
+    "trace_losses",
 ]
 

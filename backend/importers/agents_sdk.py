@@ -95,6 +95,7 @@ def items_to_conversation(items: list[Any], tools: Any = None, instructions: str
     messages: list[dict[str, Any]] = []
     parse_errors: dict[int, list[ParseError]] = {}
     skipped: dict[str, int] = {}
+    losses: list[str] = []
     current: dict[str, Any] | None = None  # open assistant message
     pending_reasoning: str | None = None
 
@@ -133,10 +134,10 @@ def items_to_conversation(items: list[Any], tools: Any = None, instructions: str
             pending_reasoning = None
             if "content" not in item:
                 raise RecordError(f"{where}: {role} message has no content")
-            messages.append({"role": "system" if role == "developer" else role, "content": text_of(item["content"], where) or ""})
+            messages.append({"role": "system" if role == "developer" else role, "content": text_of(item["content"], where, losses) or ""})
         elif role == "assistant" and t in (None, "message"):
             content = item.get("content")
-            text = text_of(content, where) if content is not None else ""
+            text = text_of(content, where, losses) if content is not None else ""
             if isinstance(content, list):
                 segs = [p.get("text") if p.get("type") == "output_text" else p.get("refusal") for p in content if isinstance(p, dict)]
                 text = "\n".join(s for s in segs if isinstance(s, str))
@@ -170,7 +171,7 @@ def items_to_conversation(items: list[Any], tools: Any = None, instructions: str
                 raise RecordError(f"{where}: function_call_output has no call_id")
             flush()
             out = item.get("output")
-            content = out if isinstance(out, str) else text_of(out, where)
+            content = out if isinstance(out, str) else text_of(out, where, losses)
             if content is None:
                 content = ""
             messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
@@ -182,6 +183,7 @@ def items_to_conversation(items: list[Any], tools: Any = None, instructions: str
                 pending_reasoning = "\n".join(texts) if pending_reasoning is None else pending_reasoning + "\n" + "\n".join(texts)
         else:
             skipped[str(t or role)] = skipped.get(str(t or role), 0) + 1
+            losses.append(f"{where}: {t or role} item not carried over (no chat message holds it)")
     flush()
     fill_tool_message_names(messages)
     meta: dict[str, Any] = {"items": len(items)}
@@ -189,12 +191,13 @@ def items_to_conversation(items: list[Any], tools: Any = None, instructions: str
         meta["skipped_items"] = skipped
     if not any(m["role"] != "system" for m in messages):
         raise RecordError("the run has no messages to import")
-    return Conversation(messages=messages, tools=normalize_tools(tools, "tools"), metadata=meta, parse_errors=parse_errors)
+    return Conversation(messages=messages, tools=normalize_tools(tools, "tools"), metadata=meta, parse_errors=parse_errors, losses=losses)
 
 
 @register
 class AgentsSDKImporter(Importer):
     name = "agents-sdk"
+    label = "OpenAI Agents SDK"
     description = "OpenAI Agents SDK run items (result.to_input_list()), optionally with tools"
 
     def sniff(self, record: Any) -> bool:

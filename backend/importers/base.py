@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,13 +44,30 @@ class ImportContext:
 
 class Importer:
     """One source format. ``convert`` returns conversations (rendered into traces by the caller)
-    or finished traces (formats with their own token ids)."""
+    or finished traces (formats with their own token ids).
+
+    ``sniff(record)`` answers whether a record is of this format: falsy, or a short reason
+    (``True`` or a string such as ``"content blocks of type tool_use"``); auto-detection names
+    the reason when several formats match one record.
+
+    A ``grouped`` format (spans of one trace spread over many records: OTel, OpenInference,
+    Langfuse) is converted per file: :meth:`convert_group` receives every ``(number, record)``
+    of the file that sniffed as this format and yields ``(number, Conversation | Trace |
+    LoadProblem)``, the number being where the conversation (or problem) is in the file."""
 
     name: str = ""
     description: str = ""
+    label: str = ""  # the name shown to people ("OTel GenAI"); defaults to ``name``
+    grouped: bool = False
 
-    def sniff(self, record: Any) -> bool:  # pragma: no cover - abstract
+    def sniff(self, record: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def convert_group(self, records: list[tuple[int, Any]], ctx: ImportContext) -> Iterator[tuple[int, Any]]:
+        """Grouped formats: all of a file's records of this format → conversations (see above)."""
+        for n, rec in records:  # default: one record at a time
+            for item in self.convert(rec, ctx):
+                yield n, item
 
     def whole_file(self, doc: Any) -> bool:
         """True if a whole JSON document is one record of this format (not a list of records)."""

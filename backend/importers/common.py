@@ -54,9 +54,11 @@ def record_id(record: Any, *, keys: tuple[str, ...] = ("id", "trace_id", "uid", 
     return hashlib.sha1(blob).hexdigest()[:16]
 
 
-def text_of(content: Any, where: str) -> str | None:
+def text_of(content: Any, where: str, losses: list[str] | None = None) -> str | None:
     """Message content as text: strings as they are, lists of text parts joined (OpenAI
-    ``{"type": "text", "text": ...}``, Responses ``input_text``/``output_text``), None kept."""
+    ``{"type": "text", "text": ...}``, Responses ``input_text``/``output_text``), None kept.
+    A part with no text (an image, audio, a file) is not carried over: it is named in
+    ``losses`` when given."""
     if content is None or isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -70,7 +72,8 @@ def text_of(content: Any, where: str) -> str | None:
                     parts.append(t)
                 elif p.get("type") == "refusal" and isinstance(p.get("refusal"), str):
                     parts.append(p["refusal"])
-                # images/audio/files have no text: skipped
+                elif losses is not None:  # images/audio/files have no text
+                    losses.append(f"{where}: content part {i} ({p.get('type') or 'untyped'}) not carried over: it has no text")
             else:
                 raise RecordError(f"{where}: content part {i} is {type(p).__name__}, not an object")
         return "".join(parts)
@@ -195,6 +198,31 @@ class Conversation:
     termination_reason: str | None = None
     render_tools: bool = True  # False when the tools are already written into the system prompt
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # content of the source that the conversation does not carry (an image part, an unknown
+    # block type, a tool result that answers no call ...): one line each, with its place in the
+    # record; reported on the trace (metadata.import.losses) and by the import
+    losses: list[str] = field(default_factory=list)
+    # where it came from: {"format": label, "library", "version", "trace_id", "span_ids", ...}
+    # (only what the file says); the Inspector's badge names it
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+def unanswered_results(messages: list[dict[str, Any]], where: str = "messages") -> list[str]:
+    """Tool results whose ``tool_call_id`` names no tool call of the conversation (a dangling
+    ``tool_call_id`` / ``call_id`` / ``tool_use_id``): one line each, for ``Conversation.losses``.
+    The result is kept as a tool message; what it answered is not in the file."""
+    ids: set[str] = set()
+    out = []
+    for i, m in enumerate(messages):
+        if m.get("role") == "assistant":
+            for c in m.get("tool_calls") or []:
+                if isinstance(c, dict) and isinstance(c.get("id"), str):
+                    ids.add(c["id"])
+        elif m.get("role") == "tool":
+            tid = m.get("tool_call_id")
+            if isinstance(tid, str) and tid and tid not in ids:
+                out.append(f"{where}[{i}]: tool result for call id {tid!r} answers no tool call in the file")
+    return out
 
 
 def check_messages(messages: Any, where: str = "messages") -> list[dict[str, Any]]:

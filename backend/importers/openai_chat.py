@@ -36,8 +36,9 @@ from backend.trace.model import TerminationReason
 FINISH_TO_TERMINATION = {"length": TerminationReason.RESPONSE_LENGTH, "content_filter": TerminationReason.CONTENT_FILTER}
 
 
-def normalize_messages(raw: Any, where: str = "messages") -> tuple[list[dict[str, Any]], dict[int, list[ParseError]]]:
-    """OpenAI chat messages → HF messages (a new list; the input is not modified)."""
+def normalize_messages(raw: Any, where: str = "messages", losses: list[str] | None = None) -> tuple[list[dict[str, Any]], dict[int, list[ParseError]]]:
+    """OpenAI chat messages → HF messages (a new list; the input is not modified). Content parts
+    with no text (images, audio, files) are named in ``losses`` when given."""
     if not isinstance(raw, list):
         raise RecordError(f"{where} must be a list, got {type(raw).__name__}")
     out: list[dict[str, Any]] = []
@@ -56,7 +57,7 @@ def normalize_messages(raw: Any, where: str = "messages") -> tuple[list[dict[str
         if role not in ("system", "user", "assistant", "tool"):
             raise RecordError(f"{w} has role {role!r}")
         msg: dict[str, Any] = {"role": role}
-        content = text_of(m.get("content"), w)
+        content = text_of(m.get("content"), w, losses)
         msg["content"] = content if content is not None else ""
         for k in ("name", "tool_call_id", "reasoning_content"):
             if isinstance(m.get(k), str):
@@ -105,6 +106,7 @@ def _tools_of(req: dict[str, Any]) -> list[dict[str, Any]]:
 @register
 class OpenAIChatImporter(Importer):
     name = "openai-chat"
+    label = "OpenAI chat completions"
     description = "chat-completions request/response logs, or plain {messages, tools} rows"
 
     def sniff(self, record: Any) -> bool:
@@ -137,7 +139,8 @@ class OpenAIChatImporter(Importer):
             raise RecordError("request must be an object")
         if "messages" not in req:
             raise RecordError("no messages: expected request.messages (or messages)")
-        base, errors = normalize_messages(req["messages"], "request.messages" if req is not record else "messages")
+        losses: list[str] = []
+        base, errors = normalize_messages(req["messages"], "request.messages" if req is not record else "messages", losses)
         tools = _tools_of(req) or (_tools_of(record) if record is not req else [])
         rid = record_id(record)
         meta: dict[str, Any] = {}
@@ -153,12 +156,13 @@ class OpenAIChatImporter(Importer):
             raise RecordError("response has no choices list")
         if not choices:
             check_messages(base)
-            return [Conversation(messages=base, tools=tools, metadata=meta, id=rid, parse_errors=errors)]
+            return [Conversation(messages=base, tools=tools, metadata=meta, id=rid, parse_errors=errors, losses=losses)]
         out = []
         for ci, ch in enumerate(choices):
             if not isinstance(ch, dict) or not isinstance(ch.get("message"), dict):
                 raise RecordError(f"response.choices[{ci}] has no message")
-            extra, e2 = normalize_messages([ch["message"]], f"response.choices[{ci}].message")
+            closs: list[str] = []
+            extra, e2 = normalize_messages([ch["message"]], f"response.choices[{ci}].message", closs)
             msgs = base + extra
             fill_tool_message_names(msgs)
             errs = dict(errors)
@@ -176,6 +180,7 @@ class OpenAIChatImporter(Importer):
                     messages=msgs, tools=tools, metadata=m, id=rid if len(choices) == 1 else f"{rid}-{ci}", parse_errors=errs,
                     finish_reason=finish if isinstance(finish, str) else None,
                     termination_reason=FINISH_TO_TERMINATION.get(finish) if isinstance(finish, str) else None,
+                    losses=losses + closs,
                 )
             )
         return out

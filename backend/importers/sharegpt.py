@@ -205,6 +205,7 @@ def conversation_from_messages(msgs: Any, parser: Any, where: str = "messages") 
 @register
 class ShareGPTImporter(Importer):
     name = "sharegpt"
+    label = "ShareGPT"
     description = "ShareGPT conversations (from/value, Hermes <tool_call> text) and HF messages+tools rows (JSONL/Parquet)"
 
     def sniff(self, record: Any) -> bool:

@@ -126,6 +126,7 @@ def _prompt_messages(text: str, parser: Any, eos: str | None) -> tuple[list[dict
 @register
 class VerlImporter(Importer):
     name = "verl"
+    label = "verl"
     description = "verl agent-loop outputs (prompt_ids/response_ids/response_mask, kept as given) and rollout dumps (input/output text)"
 
     def sniff(self, record: Any) -> bool:

@@ -111,6 +111,7 @@ class FindingCode(StrEnum):
     LOGPROB_SEMANTICS = "logprob_semantics"
     TEMPLATE_MISMATCH = "template_mismatch"
     VERL_TOOL_TURN = "verl_tool_turn"
+    IMPORT_LOSS = "import_loss"
 
 
 def _known_reason(v: Any) -> Any:

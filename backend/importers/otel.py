@@ -1,0 +1,167 @@
+"""OpenTelemetry span files → conversations: one importer (``otel``) for every span convention.
+
+The spans of a file (:mod:`backend.importers.otlp` reads every container: OTLP JSON with hex or
+base64 ids, the collector's file exporter, SDK span JSON lines, OTLP log records) are grouped by
+trace id; each trace goes to the first **dialect** that claims one of its spans or log records,
+in the order of :data:`DIALECT_MODULES`:
+
+* ``langfuse`` — Langfuse SDK observations (``langfuse.observation.*``);
+* ``openinference`` — OpenInference / Phoenix / Arize (``openinference.span.kind``,
+  ``llm.input_messages.N.message.*``);
+* ``otel-genai`` — the OpenTelemetry GenAI semantic conventions (``gen_ai.input.messages`` ...,
+  and the older ``gen_ai.prompt.N.*`` of OpenLLMetry).
+
+A trace none claims (HTTP or database spans only) is reported, not dropped: its spans carry no
+conversation. Spans that carry no conversation content inside a claimed trace (agent, chain,
+step spans) serve grouping and timing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from typing import Any
+
+from backend.importers.base import Importer, register
+from backend.importers.common import Conversation, RecordError
+from backend.importers.otlp import LogRecord, Span, looks_like_otel, read_record
+from backend.trace import LoadProblem
+
+# One row per dialect: (name, module that registers it). Order = which claims a trace first
+# (Langfuse and OpenInference spans may carry gen_ai.* attributes too).
+DIALECT_MODULES: tuple[tuple[str, str], ...] = (
+)
+
+_DIALECTS: dict[str, Dialect] = {}
+
+
+class Dialect:
+    """One span convention: which spans it claims, and the conversation it reads from a trace."""
+
+    name: str = ""
+    label: str = ""
+
+    def claims(self, span: Span) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def claims_log(self, log: LogRecord) -> bool:
+        return False
+
+    def conversation(self, trace_id: str, spans: list[Span], logs: list[LogRecord]) -> Conversation | list[Conversation] | None:  # pragma: no cover
+        raise NotImplementedError
+
+
+def register_dialect(cls: type[Dialect]) -> type[Dialect]:
+    inst = cls()
+    _DIALECTS[inst.name] = inst
+    return cls
+
+
+def dialects() -> list[Dialect]:
+    """The registered dialects in claiming order (importing their modules on first use)."""
+    out = []
+    for name, module in DIALECT_MODULES:
+        if name not in _DIALECTS:
+            importlib.import_module(module)
+        if name in _DIALECTS:
+            out.append(_DIALECTS[name])
+    return out
+
+
+def _start(s: Span) -> int:
+    return s.start_ns if s.start_ns is not None else 0
+
+
+def _names(spans: list[Span], k: int = 4) -> str:
+    names = list(dict.fromkeys(s.name or "?" for s in spans))
+    return ", ".join(names[:k]) + (f" and {len(names) - k} more" if len(names) > k else "")
+
+
+def conversations_of_trace(trace_id: str, spans: list[Span], logs: list[LogRecord], *, dialect: str | None = None) -> tuple[Dialect | None, list[Conversation]]:
+    """``(dialect, conversations)`` of one trace's spans and logs (``dialect`` forces one)."""
+    spans = sorted(spans, key=_start)
+    chosen = None
+    for d in dialects():
+        if dialect is not None and d.name != dialect:
+            continue
+        if any(d.claims(s) for s in spans) or any(d.claims_log(lg) for lg in logs):
+            chosen = d
+            break
+    if chosen is None:
+        return None, []
+    got = chosen.conversation(trace_id, spans, logs)
+    convs = [] if got is None else got if isinstance(got, list) else [got]
+    starts = [s.start_ns for s in spans if s.start_ns is not None]
+    ends = [s.end_ns for s in spans if s.end_ns is not None]
+    for k, conv in enumerate(convs):
+        conv.provenance.setdefault("format", chosen.label)
+        conv.provenance.setdefault("trace_id", trace_id)
+        if conv.id is None:
+            conv.id = trace_id if len(convs) == 1 else f"{trace_id}-{k}"
+        if starts and ends and "duration_s" not in conv.metadata:
+            conv.metadata["duration_s"] = max(0, max(ends) - min(starts)) / 1e9
+    return chosen, convs
+
+
+@register
+class OTelImporter(Importer):
+    name = "otel"
+    label = "OpenTelemetry"
+    description = ("OpenTelemetry spans (OTLP JSON, collector file export, SDK span JSON) with GenAI, OpenInference or "
+                   "Langfuse attributes, grouped into conversations by trace id")
+    grouped = True
+
+    def sniff(self, record: Any) -> Any:
+        return looks_like_otel(record)
+
+    def convert(self, record: Any, ctx: Any) -> list[Any]:
+        return [item for _, item in self.convert_group([(1, record)], ctx) if not isinstance(item, LoadProblem)]
+
+    def convert_group(self, records: list[tuple[int, Any]], ctx: Any) -> Iterator[tuple[int, Any]]:
+        by_trace: dict[str, list[Span]] = {}
+        logs_by_trace: dict[str, list[LogRecord]] = {}
+        first_n: dict[str, int] = {}
+        seen: set[tuple[str, str]] = set()
+        dupes: dict[str, list[str]] = {}
+        for n, rec in records:
+            try:
+                spans, logs = read_record(rec, n)
+            except RecordError as e:
+                yield n, LoadProblem(n, str(e))
+                continue
+            for s in spans:
+                key = (s.trace_id, s.span_id)
+                if key in seen:  # the same span exported twice (files concatenated, a retried export)
+                    dupes.setdefault(s.trace_id, []).append(s.where)
+                    continue
+                seen.add(key)
+                by_trace.setdefault(s.trace_id, []).append(s)
+                first_n.setdefault(s.trace_id, n)
+            for lg in logs:
+                tid = lg.trace_id or f"log-line-{n}"
+                logs_by_trace.setdefault(tid, []).append(lg)
+                first_n.setdefault(tid, n)
+        forced = ctx.options.get("dialect") if ctx is not None and isinstance(getattr(ctx, "options", None), dict) else None
+        for tid in sorted(first_n, key=lambda t: first_n[t]):
+            n = first_n[tid]
+            spans, logs = by_trace.get(tid, []), logs_by_trace.get(tid, [])
+            try:
+                chosen, convs = conversations_of_trace(tid, spans, logs, dialect=forced)
+            except RecordError as e:
+                yield n, LoadProblem(n, f"trace {tid}: {e}")
+                continue
+            if chosen is None:
+                what = f"{len(spans)} span(s) ({_names(spans)})" if spans else f"{len(logs)} log record(s)"
+                known = ", ".join(d.label for d in dialects()) or "none registered"
+                yield n, LoadProblem(n, f"trace {tid}: its {what} carry no conversation of a known convention ({known})")
+                continue
+            if not convs:
+                yield n, LoadProblem(n, f"trace {tid}: {chosen.label} spans found ({_names(spans)}) but no messages in them")
+                continue
+            for conv in convs:
+                if tid in dupes:  # nothing lost: said on the trace
+                    conv.metadata["duplicate_spans"] = {"count": len(dupes[tid]), "first": dupes[tid][0]}
+                yield n, conv
+
+
+__all__ = ["DIALECT_MODULES", "Dialect", "OTelImporter", "conversations_of_trace", "dialects", "register_dialect"]
