@@ -145,9 +145,13 @@ def hex_id(v: Any, nbytes: int, where: str) -> str | None:
         h = f"{v:0{nbytes * 2}x}"
     elif isinstance(v, str):
         s = v[2:] if v[:2] in ("0x", "0X") else v
-        if len(s) == nbytes * 2 and all(c in "0123456789abcdefABCDEF" for c in s):
-            h = s.lower()
-        else:
+        h = ""
+        if len(s) == nbytes * 2:
+            try:
+                h = bytes.fromhex(s).hex()
+            except ValueError:
+                h = ""
+        if not h:
             try:
                 raw = base64.b64decode(v, validate=True)
             except (binascii.Error, ValueError):

@@ -76,8 +76,13 @@ from backend.trace.limits import (
 )
 from backend.trace.model import Trace, TraceFormatError
 
+try:  # the index's parser where installed (gradio depends on it)
+    import orjson as _orjson
+except ImportError:  # pragma: no cover
+    _orjson = None
+
 # Bump when a cached file's rows or columns change meaning (the cache is then rebuilt)
-SCHEMA_VERSION = 2  # 2: verl rollout-dump rows (tokens unknown: null token columns)
+SCHEMA_VERSION = 3  # 2: verl rollout-dump rows (tokens unknown: null token columns); 3: other tools' formats
 SUFFIXES = (".jsonl", ".parquet")
 JSONL = "jsonl"
 # a follower indexes a last line without its newline once its file has not changed for this long
@@ -226,6 +231,7 @@ class FileState:
     error: str | None = None  # the file could not be read at all (shown; retried when it changes)
     cached_at: float = 0.0
     dirty: bool = False
+    grouped: bool = False  # span lines (OTel): a row covers several lines, so growth means indexing it again
 
     @property
     def nrows(self) -> int:
@@ -275,6 +281,32 @@ def _verl_id(d: dict[str, Any], path: str, line: int) -> str:
     if isinstance(uid, str | int) and not isinstance(uid, bool) and str(uid) != "":
         return str(uid)
     return f"verl-{hashlib.sha256(f'{os.path.abspath(path)}:{line}'.encode()).hexdigest()[:12]}"
+
+
+_GROUPED = object()  # a span line: its trace's row is made when the file is read to its end
+# how a span line starts (OTLP requests, SDK span JSON): such lines skip the parses for our traces
+_SPAN_MARK = re.compile(rb'^\s*(?:\xef\xbb\xbf)?\{\s*"(?:resourceSpans|resource_spans|resourceLogs|resource_logs)"|"context"\s*:\s*\{\s*"trace_id"')
+
+
+def _span_groups() -> Any:
+    from backend.importers.index import SpanGroups
+
+    return SpanGroups()
+
+
+def _foreign_summaries(raw: bytes, path: str, line: int, offset: int, length: int, groups: Any) -> Any:
+    """Rows of a line of another tool's format (:mod:`backend.importers.index`): a list of
+    summaries, :data:`_GROUPED` for a span line (added to ``groups``), a problem, or None."""
+    from backend.importers.index import is_span_record, summaries_of_record
+
+    try:
+        d = _orjson.loads(raw.removeprefix(b"\xef\xbb\xbf")) if _orjson is not None else json.loads(raw.removeprefix(b"\xef\xbb\xbf"))
+    except (ValueError, RecursionError):
+        return None
+    if is_span_record(d):
+        bad = groups.add(d, line, offset, length)
+        return bad if bad is not None else _GROUPED
+    return summaries_of_record(d, line, path) or None
 
 
 def _verl_summary(raw: bytes, path: str, line: int) -> dict[str, Any] | None:
@@ -488,7 +520,10 @@ class TraceSet(TraceIndex):
         st.size = stat.st_size if st.kind == PARQUET or st.error else st.size
 
     def _scan_jsonl(self, st: FileState, size: int, take_partial: bool) -> None:
+        if st.grouped and st.done:  # a span file grew: its traces' rows are built from the whole file again
+            st.rows, st.problems, st.done, st.lines, st.open_line, st.pending = [], ProblemList(), 0, 0, False, 0
         rows = _Rows(st.rows, st.path)
+        groups = _span_groups()
         room = self._room()
         start = st.done
         with open(st.path, "rb") as fh:
@@ -507,18 +542,40 @@ class TraceSet(TraceIndex):
                 ln = st.lines + lineno
                 if not src.last_nl and off + n >= size - start and not take_partial:
                     break  # a line still being written: indexed once complete
-                item = raw if isinstance(raw, LoadProblem) else summary_of_line(ln, raw)
+                if not isinstance(raw, LoadProblem) and _SPAN_MARK.search(raw, 0, 256):  # span lines: parsed once
+                    item = _foreign_summaries(raw, st.path, ln, start + off, n, groups)
+                    if item is _GROUPED:
+                        st.grouped = True
+                        continue
+                else:
+                    item = raw if isinstance(raw, LoadProblem) else summary_of_line(ln, raw)
+                items: list[dict[str, Any]] = []
                 if isinstance(item, LoadProblem) and not isinstance(raw, LoadProblem):
-                    item = _verl_summary(raw, st.path, ln) or item
+                    item = _verl_summary(raw, st.path, ln) or _foreign_summaries(raw, st.path, ln, start + off, n, groups) or item
+                    if item is _GROUPED:
+                        st.grouped = True
+                        continue
+                if isinstance(item, list):
+                    items = item
+                elif not isinstance(item, LoadProblem):
+                    items = [item]
                 if isinstance(item, LoadProblem):
                     st.problems.append(LoadProblem(ln, item.reason))
-                elif rows.n >= room:
+                elif rows.n + len(items) > room:
                     self.capped = f"at most {max_index_rows():,} traces are indexed (ALI_MAX_INDEX_ROWS)"
                     st.problems.append(LoadProblem(ln, f"line {ln:,} and after not indexed: {self.capped}"), force=True)
                     capped = True
                     break
                 else:
-                    rows.add(item, ln, start + off, n)
+                    for one in items:
+                        rows.add(one, ln, start + off, n)
+        if groups is not None and groups.traces:
+            for summary, ln, off, n in groups.rows():
+                if rows.n >= room:
+                    self.capped = f"at most {max_index_rows():,} traces are indexed (ALI_MAX_INDEX_ROWS)"
+                    st.problems.append(LoadProblem(ln, f"traces from line {ln:,} on not indexed: {self.capped}"), force=True)
+                    break
+                rows.add(summary, ln, off, n)
         rows.flush()
         if capped:  # nothing more of this file is read
             done, lines, st.pending, st.open_line = size, st.lines + src.ends, 0, False
@@ -536,7 +593,12 @@ class TraceSet(TraceIndex):
         import pyarrow.compute as pc
 
         pf = open_parquet(st.path)
-        check_layout(pf, st.path)
+        try:
+            check_layout(pf, st.path)
+        except TraceFileError:
+            if self._scan_foreign_parquet(st):  # another tool's rows (TRL completions ...)
+                return
+            raise
         names = set(pf.schema_arrow.names)
         text = [c for c in ("id", "termination_reason", "source", "steps", "messages", "tools", "metadata") if c in names]
         lists = [c for c in ("prompt_ids", "response_ids") if c in names]
@@ -592,6 +654,37 @@ class TraceSet(TraceIndex):
         rows.flush()
         self.stats["scanned_bytes"] += os.path.getsize(st.path)
 
+    def _scan_foreign_parquet(self, st: FileState) -> bool:
+        """Index a Parquet file of another tool's rows, one conversation per row (read with the
+        bounded reader of uploads); False when its first row is of no known format."""
+        from backend.importers.index import summaries_of_record
+        from backend.trace.io import iter_records, sniff
+
+        rows = _Rows(st.rows, st.path)
+        room = self._room()
+        for n, _, rec in iter_records(sniff(st.path)):
+            if isinstance(rec, LoadProblem):
+                st.problems.append(rec)
+                continue
+            got = summaries_of_record(rec, n, st.path)
+            if got is None:
+                if n == 1:
+                    return False
+                st.problems.append(LoadProblem(n, "a row of no known format"))
+                continue
+            if isinstance(got, LoadProblem):
+                st.problems.append(got)
+                continue
+            if rows.n + len(got) > room:
+                self.capped = f"at most {max_index_rows():,} traces are indexed (ALI_MAX_INDEX_ROWS)"
+                st.problems.append(LoadProblem(n, f"row {n:,} and after not indexed: {self.capped}"), force=True)
+                break
+            for one in got:
+                rows.add(one, n, -1, -1)
+        rows.flush()
+        self.stats["scanned_bytes"] += os.path.getsize(st.path)
+        return True
+
     # -- cache entries
     def _read_cache(self, path: str) -> FileState | None:
         if not self.cache:
@@ -612,6 +705,7 @@ class TraceSet(TraceIndex):
                 st.problems.append(LoadProblem(int(line), str(reason)))
             st.problems.unlisted = int(meta.get("unlisted", 0))
             st.error = meta.get("error")
+            st.grouped = bool(meta.get("grouped"))
             st.cached_at = time.monotonic()
             return st
         except Exception:  # noqa: BLE001 - a damaged or foreign cache entry is a miss
@@ -626,7 +720,7 @@ class TraceSet(TraceIndex):
         meta = {"version": SCHEMA_VERSION, "path": st.path, "kind": st.kind, "size": st.size, "mtime_ns": st.mtime_ns,
                 "done": st.done, "lines": st.lines, "open_line": st.open_line, "fingerprint": st.fingerprint,
                 "pending": st.pending, "problems": [[p.line, p.reason] for p in st.problems],
-                "unlisted": st.problems.unlisted, "error": st.error}
+                "unlisted": st.problems.unlisted, "error": st.error, "grouped": st.grouped}
         t = pa.concat_tables(st.rows) if st.rows else _arrow_schema().empty_table()
         t = t.replace_schema_metadata({b"ali_index": json.dumps(meta).encode()})
         try:
@@ -770,24 +864,53 @@ class TraceSet(TraceIndex):
         fk, n, off, length = (int(a[i]) for a in self._loc)
         f = self.files[fk]
         if f.kind == PARQUET:
-            return trace_of_row(n, parquet_row_at(f.path, n))  # type: ignore[arg-type]
+            row = parquet_row_at(f.path, n)  # type: ignore[arg-type]
+            item = trace_of_row(n, row)
+            if isinstance(item, LoadProblem) and "format_version" not in row:
+                from backend.importers.index import open_record_row
+
+                return open_record_row(row, n, str(self.df["id"].iat[i]), self._context(f.path),  # type: ignore[arg-type]
+                                       {"file": os.path.basename(f.path), "row": n})  # type: ignore[arg-type]
+            return item
         with open(f.path, "rb") as fh:  # type: ignore[arg-type]
             fh.seek(off)
             raw = fh.read(length)
-        item = trace_of(n, parse_line(n, raw.removeprefix(b"\xef\xbb\xbf")))
-        rec = _verl_record(raw) if isinstance(item, LoadProblem) else None
-        if rec is None:
+        first = raw.split(b"\n", 1)[0]
+        item = trace_of(n, parse_line(n, first.removeprefix(b"\xef\xbb\xbf")))
+        if not isinstance(item, LoadProblem):
             return item
-        return self._import_verl(n, rec, f.path)  # type: ignore[arg-type]
+        rec = _verl_record(raw)
+        if rec is not None:
+            return self._import_verl(n, rec, f.path)  # type: ignore[arg-type]
+        return self._import_foreign(n, raw, f.path, str(self.df["id"].iat[i]), item)  # type: ignore[arg-type]
 
-    def _import_verl(self, n: int, rec: dict[str, Any], path: str) -> Trace | LoadProblem:
-        """A verl row converted by the verl importer with the set's tokenizer."""
-        from backend.importers import ImportContext, convert_record
+    def _context(self, path: str) -> Any:
+        from backend.importers import ImportContext
 
         if self._import_ctx is None:
             bundle = self.import_bundle() if self.import_bundle is not None else None
             self._import_ctx = ImportContext(tokenizer=getattr(bundle, "name", None) or self.tokenizer, path=path, _bundle=bundle)
-        for item, _ in convert_record(n, rec, "verl", self._import_ctx, where={"file": os.path.basename(path), "line": n}):
+        return self._import_ctx
+
+    def _import_foreign(self, n: int, raw: bytes, path: str, row_id: str, refused: LoadProblem) -> Trace | LoadProblem:
+        """A row of another tool's format, converted with the set's tokenizer: a span trace from
+        the lines its row covers, else the conversation of its record."""
+        from backend.importers.index import is_span_record, open_record_row, open_span_row
+
+        where = {"file": os.path.basename(path), "line": n}
+        try:
+            d = json.loads(raw.split(b"\n", 1)[0].removeprefix(b"\xef\xbb\xbf"))
+        except (ValueError, RecursionError):
+            return refused
+        if is_span_record(d):
+            return open_span_row(raw, n, row_id, self._context(path), where)
+        return open_record_row(d, n, row_id, self._context(path), where)
+
+    def _import_verl(self, n: int, rec: dict[str, Any], path: str) -> Trace | LoadProblem:
+        """A verl row converted by the verl importer with the set's tokenizer."""
+        from backend.importers import convert_record
+
+        for item, _ in convert_record(n, rec, "verl", self._context(path), where={"file": os.path.basename(path), "line": n}):
             if isinstance(item, Trace):
                 item.id = _verl_id(rec, path, n)  # the id the index lists it by
             return item

@@ -1,0 +1,296 @@
+"""Other tools' files in a trace set: a light summary row per conversation when a set is indexed
+(no tokenizer, no rendering), and the trace of one row when it is opened.
+
+* **Per-record formats** (Anthropic, LangChain, TRL rows ...): the record is converted to its
+  conversation(s) (cheap: no rendering) and summarised; token columns stay unknown (null) until a
+  row is opened and rendered. A record giving several conversations gives several rows.
+* **Span files** (OTLP JSON lines, SDK span JSON lines): one row per trace id, summarised from
+  the spans alone (no attribute JSON is parsed: chat spans are counted by their operation / kind
+  attributes); the row's location covers the lines from the trace's first span to its last, and
+  opening it reads those lines and keeps only that trace's spans.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from backend.importers import ImportContext, convert_group, convert_record, detect_record, get_importer
+from backend.importers.common import Conversation, RecordError, record_id
+from backend.importers.otlp import hex_id, looks_like_otel
+from backend.trace.io import preview_text, training_step_of
+from backend.trace.limits import LoadProblem
+from backend.trace.model import Trace
+
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover
+    _orjson = None
+
+_CHAT_OPS = ("chat", "text_completion", "generate_content")
+
+
+def _loads(raw: bytes) -> Any:
+    raw = raw.removeprefix(b"\xef\xbb\xbf")
+    return _orjson.loads(raw) if _orjson is not None else json.loads(raw)
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def summary_of_conversation(conv: Conversation, name: str, fallback_id: str) -> dict[str, Any]:
+    msgs = conv.messages
+    meta = conv.metadata
+    first_user = next((m.get("content") for m in msgs if m.get("role") == "user"), "")
+    score = meta.get("score", meta.get("reward_score"))
+    return {
+        "id": str(conv.id or fallback_id), "source": name, "turns": sum(1 for m in msgs if m.get("role") == "assistant"),
+        "tokens": None, "prompt_tokens": None, "response_tokens": None,
+        "termination_reason": str(conv.termination_reason or ""), "errors": sum(len(v) for v in conv.parse_errors.values()),
+        "messages": len(msgs), "tools": len(conv.tools), "duration_s": _number(meta.get("duration_s")),
+        "score": _number(score), "preview": preview_text(first_user if isinstance(first_user, str) else ""),
+        "training_step": training_step_of(meta), "tool_errors": 0, "parse_errors": sum(len(v) for v in conv.parse_errors.values()),
+    }
+
+
+def _summary_of_trace(t: Trace, name: str) -> dict[str, Any]:
+    from backend.trace.io import summary_of_trace
+
+    s = summary_of_trace(t)
+    s["source"] = name
+    return s
+
+
+class _NoTokenizer(ImportContext):
+    """An import context for indexing: a format that needs the tokenizer to give its
+    conversation (token ids to decode) is summarised when opened instead."""
+
+    @property
+    def bundle(self):  # type: ignore[override]
+        raise _NeedsTokenizer()
+
+
+class _NeedsTokenizer(Exception):
+    pass
+
+
+def summaries_of_record(rec: Any, n: int, path: str) -> list[dict[str, Any]] | LoadProblem | None:
+    """The rows of one record of another tool's per-record format, a problem, or None when the
+    record is of no known format (or a span record: see :class:`SpanGroups`)."""
+    name = detect_record(rec)
+    if name is None or name == "trace" or get_importer(name).grouped:
+        return None
+    try:
+        items = get_importer(name).convert(rec, _NoTokenizer(path=path))
+    except RecordError as e:
+        return LoadProblem(n, str(e))
+    except _NeedsTokenizer:
+        return [{**_unknown_row(rec, name, n, path)}]
+    except Exception as e:  # noqa: BLE001 - one bad record must not stop the set
+        return LoadProblem(n, f"internal error: {type(e).__name__}: {e}"[:500])
+    out = []
+    for k, item in enumerate(items):
+        fallback = f"{record_id(rec)}-{k}" if len(items) > 1 else record_id(rec)
+        if isinstance(item, Conversation):
+            out.append(summary_of_conversation(item, name, fallback))
+        elif isinstance(item, Trace):
+            out.append(_summary_of_trace(item, name))
+    return out
+
+
+def _unknown_row(rec: Any, name: str, n: int, path: str) -> dict[str, Any]:
+    return {"id": record_id(rec), "source": name, "turns": None, "tokens": None, "prompt_tokens": None, "response_tokens": None,
+            "termination_reason": "", "errors": 0, "messages": 0, "tools": 0, "duration_s": None, "score": None, "preview": "",
+            "training_step": training_step_of(rec if isinstance(rec, dict) else {}), "tool_errors": 0, "parse_errors": 0}
+
+
+# ---- span files -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _TraceAcc:
+    line: int
+    offset: int
+    end: int
+    spans: int = 0
+    chat: int = 0
+    tools: int = 0
+    errors: int = 0
+    start_ns: int | None = None
+    end_ns: int | None = None
+
+
+def _ns(v: Any) -> int | None:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.isdigit():
+        return int(v)
+    return None
+
+
+_WANTED = frozenset(("gen_ai.operation.name", "openinference.span.kind", "langfuse.observation.type", "gen_ai.prompt.0.role"))
+
+
+def _wanted(attrs: Any) -> dict[str, Any]:
+    """The few attributes a span's row needs (OTLP key/value list or SDK dict)."""
+    if isinstance(attrs, list):
+        try:
+            d = {kv["key"]: kv["value"] for kv in attrs}
+        except (TypeError, KeyError):
+            return {}
+        out = {}
+        for k in _WANTED & d.keys():
+            v = d[k]
+            out[k] = next(iter(v.values()), None) if isinstance(v, dict) and v else v
+        return out
+    if isinstance(attrs, dict):
+        return {k: attrs[k] for k in _WANTED & attrs.keys()}
+    return {}
+
+
+@dataclass
+class SpanGroups:
+    """Span lines of one file, accumulated by trace id while a set indexes the file."""
+
+    traces: dict[str, _TraceAcc] = field(default_factory=dict)
+
+    def add(self, d: dict[str, Any], n: int, offset: int, length: int) -> LoadProblem | None:
+        try:
+            for tid, span in _spans_light(d):
+                acc = self.traces.get(tid)
+                if acc is None:
+                    acc = self.traces[tid] = _TraceAcc(n, offset, offset + length)
+                acc.end = offset + length
+                acc.spans += 1
+                a = _wanted(span.get("attributes"))
+                op = a.get("gen_ai.operation.name")
+                kind = a.get("openinference.span.kind") or a.get("langfuse.observation.type")
+                if op in _CHAT_OPS or kind in ("LLM", "generation") or "gen_ai.prompt.0.role" in a:
+                    acc.chat += 1
+                elif op == "execute_tool" or kind in ("TOOL", "tool"):
+                    acc.tools += 1
+                st = span.get("status")
+                code = st.get("code", st.get("status_code")) if isinstance(st, dict) else None
+                if code in (2, "STATUS_CODE_ERROR", "ERROR", "StatusCode.ERROR"):
+                    acc.errors += 1
+                s0 = _ns(span.get("startTimeUnixNano", span.get("start_time_unix_nano")))
+                s1 = _ns(span.get("endTimeUnixNano", span.get("end_time_unix_nano")))
+                if s0 is not None:
+                    acc.start_ns = s0 if acc.start_ns is None else min(acc.start_ns, s0)
+                if s1 is not None:
+                    acc.end_ns = s1 if acc.end_ns is None else max(acc.end_ns, s1)
+        except RecordError as e:
+            return LoadProblem(n, str(e))
+        return None
+
+    def rows(self) -> list[tuple[dict[str, Any], int, int, int]]:
+        """``(summary, line, offset, length)`` per trace, in the order of their first spans."""
+        out = []
+        for tid, a in self.traces.items():
+            dur = (a.end_ns - a.start_ns) / 1e9 if a.start_ns is not None and a.end_ns is not None and a.end_ns >= a.start_ns else None
+            out.append(({
+                "id": tid, "source": "otel", "turns": a.chat, "tokens": None, "prompt_tokens": None, "response_tokens": None,
+                "termination_reason": "", "errors": a.errors, "messages": 0, "tools": 0, "duration_s": dur, "score": None,
+                "preview": f"{a.spans} span(s), {a.chat} model call(s), {a.tools} tool call(s)", "training_step": None,
+                "tool_errors": 0, "parse_errors": 0,
+            }, a.line, a.offset, a.end - a.offset))
+        return out
+
+
+_TIDS: dict[Any, str | None] = {}
+
+
+def _tid(v: Any) -> str | None:
+    """:func:`hex_id` of a trace id, remembered (a trace's spans repeat it; bounded)."""
+    h = _TIDS.get(v, _TIDS) if isinstance(v, str) else _TIDS
+    if h is _TIDS:
+        h = hex_id(v, 16, "traceId")
+        if len(_TIDS) > 65_536:
+            _TIDS.clear()
+        if isinstance(v, str):
+            _TIDS[v] = h
+    return h  # type: ignore[return-value]
+
+
+def _spans_light(d: dict[str, Any]) -> Any:
+    """``(trace id hex, span dict)`` of a span record, without unwrapping attributes."""
+    rs = d.get("resourceSpans", d.get("resource_spans"))
+    if isinstance(rs, list):
+        for r in rs:
+            for ss in (r.get("scopeSpans", r.get("scope_spans")) or []) if isinstance(r, dict) else []:
+                for s in (ss.get("spans") or []) if isinstance(ss, dict) else []:
+                    if isinstance(s, dict):
+                        tid = _tid(s.get("traceId", s.get("trace_id")))
+                        if tid:
+                            yield tid, s
+        return
+    rl = d.get("resourceLogs", d.get("resource_logs"))
+    if isinstance(rl, list):
+        for r in rl:
+            for sl in (r.get("scopeLogs", r.get("scope_logs")) or []) if isinstance(r, dict) else []:
+                for lr in (sl.get("logRecords", sl.get("log_records")) or []) if isinstance(sl, dict) else []:
+                    if isinstance(lr, dict):
+                        tid = hex_id(lr.get("traceId", lr.get("trace_id")), 16, "traceId")
+                        if tid:
+                            yield tid, {}
+        return
+    ctx = d.get("context")
+    if isinstance(ctx, dict):
+        tid = hex_id(ctx.get("trace_id"), 16, "context.trace_id")
+        if tid:
+            yield tid, d
+        return
+    tid = hex_id(d.get("traceId"), 16, "traceId")
+    if tid:
+        yield tid, d
+
+
+def is_span_record(d: Any) -> bool:
+    return looks_like_otel(d) is not None
+
+
+# ---- opening a row ----------------------------------------------------------------------------------
+
+
+def open_record_row(rec: Any, n: int, row_id: str, ctx: ImportContext, where: dict[str, Any]) -> Trace | LoadProblem:
+    """The trace of a per-record row (the conversation whose id is ``row_id``)."""
+    got: list[Trace | LoadProblem] = [item for item, _ in convert_record(n, rec, "auto", ctx, where)]
+    for item in got:
+        if isinstance(item, Trace) and item.id == row_id:
+            return item
+    traces = [x for x in got if isinstance(x, Trace)]
+    if len(traces) == 1:
+        return traces[0]
+    problems = [x for x in got if isinstance(x, LoadProblem)]
+    return problems[0] if problems else LoadProblem(n, f"no conversation with id {row_id!r} in this record")
+
+
+def open_span_row(raw: bytes, first_line: int, trace_id: str, ctx: ImportContext, where: dict[str, Any]) -> Trace | LoadProblem:
+    """The trace ``trace_id`` out of the lines ``raw`` (from its first span's line to its last)."""
+    records = []
+    for k, line in enumerate(raw.splitlines()):
+        if not line.strip():
+            continue
+        try:
+            d = _loads(line)
+        except ValueError:
+            continue  # reported when the set was indexed
+        if is_span_record(d) and any(tid == trace_id for tid, _ in _spans_light(d)):
+            records.append((first_line + k, d))
+    mine: list[Trace] = []
+    for _, item in convert_group("otel", records, ctx, where, "line"):
+        if isinstance(item, Trace) and (item.id == trace_id or item.id.startswith(trace_id + "-")):
+            mine.append(item)
+        elif isinstance(item, LoadProblem) and trace_id in item.reason:
+            return item
+    if not mine:
+        return LoadProblem(first_line, f"trace {trace_id} is no longer in the file")
+    t = mine[0]
+    if len(mine) > 1:  # one row per trace id: say what else the trace holds
+        t.metadata.setdefault("import", {})["other_conversations"] = [x.id for x in mine[1:]]
+    return t
+
+
+__all__ = ["SpanGroups", "is_span_record", "open_record_row", "open_span_row", "summaries_of_record", "summary_of_conversation"]

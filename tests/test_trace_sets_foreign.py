@@ -1,0 +1,97 @@
+"""Trace sets over other tools' files (issue 22, item 4): an OpenTelemetry collector's export
+(spans of one trace spread over several lines) listed one row per trace id, per-record formats
+(chat logs) one row per conversation, the cache, a span file that grows, and rows that open to
+the trace the importer gives for the same file. The span files are the fixtures written by the
+real ``opentelemetry-instrumentation-openai-v2`` (tests/fixtures_gen/gen_otel.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from backend.importers import import_file
+from backend.tokenizers import load_tokenizer
+from backend.trace.catalog import TraceSet
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "tests", "data", "import")
+OTLP = os.path.join(DATA, "otel", "openai_v2_spans.otlp.jsonl")
+
+
+@pytest.fixture(scope="module")
+def qwen3():
+    return load_tokenizer("qwen3")
+
+
+def _trace_ids(path: str) -> list[str]:
+    """The trace ids of an OTLP JSON-lines file, in the order of their first span, read with
+    the standard library (not our reader)."""
+    out: list[str] = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            for rs in json.loads(line)["resourceSpans"]:
+                for ss in rs["scopeSpans"]:
+                    for s in ss["spans"]:
+                        if s["traceId"] not in out:
+                            out.append(s["traceId"])
+    return out
+
+
+def _messages(t) -> list[tuple]:
+    return [(m["role"], m.get("content"), json.dumps(m.get("tool_calls"), sort_keys=True)) for m in t.messages]
+
+
+def test_otlp_export_is_one_row_per_trace_and_opens_like_an_import(tmp_path, qwen3):
+    d = tmp_path / "collector"
+    d.mkdir()
+    shutil.copy(OTLP, d / "export.jsonl")
+    ts = TraceSet.open_set(str(d), cache=str(tmp_path / "cache"), final=True, import_bundle=lambda: qwen3)
+    want = _trace_ids(OTLP)
+    assert list(ts.df["id"]) == want and set(ts.df["source"]) == {"otel"}
+    assert not ts.problems and not ts.file_errors
+    assert all(x > 0 for x in ts.df["turns"]) and all(v is not None and v > 0 for v in ts.df["duration_s"])
+    imported: dict[str, list] = {}
+    for t in import_file(OTLP, "auto", bundle=qwen3).traces:
+        imported.setdefault(t.metadata["provenance"]["trace_id"], []).append(t)
+    assert set(imported) == set(want)
+    for i, tid in enumerate(want):
+        t = ts.open(i)
+        assert t.metadata["provenance"]["trace_id"] == tid
+        first, *others = imported[tid]  # a trace holding two agent runs is one row: its first, the others named
+        assert _messages(t) == _messages(first) and t.prompt_ids == first.prompt_ids
+        assert t.metadata["import"].get("other_conversations", []) == [x.id for x in others]
+    # the cache gives the same rows without reading the file again
+    again = TraceSet.open_set(str(d), cache=str(tmp_path / "cache"), final=True, import_bundle=lambda: qwen3)
+    assert again.stats["hit"] == 1 and list(again.df["id"]) == want
+
+
+def test_a_span_file_that_grows_is_indexed_again_with_the_new_spans(tmp_path, qwen3):
+    """A trace whose spans arrive in a later export request (the collector appends a line): its
+    row covers both lines after the refresh, not two rows of halves."""
+    lines = open(OTLP, encoding="utf-8").read().splitlines()
+    p = tmp_path / "live.jsonl"
+    p.write_text(lines[0] + "\n", encoding="utf-8")
+    ts = TraceSet.open_set(str(p), cache=str(tmp_path / "cache"), final=True, import_bundle=lambda: qwen3)
+    first = list(ts.df["id"])
+    with open(p, "a", encoding="utf-8") as f:
+        f.write("\n".join(lines[1:]) + "\n")
+    ts.refresh()
+    assert list(ts.df["id"]) == _trace_ids(OTLP) and list(ts.df["id"])[: len(first)] == first
+    assert len(set(ts.df["id"])) == len(ts.df)
+
+
+def test_chat_logs_in_a_set_are_rows_per_conversation(tmp_path, qwen3):
+    d = tmp_path / "logs"
+    d.mkdir()
+    shutil.copy(os.path.join(DATA, "openai_chat.jsonl"), d / "chat.jsonl")
+    ts = TraceSet.open_set(str(d), cache=False, final=True, import_bundle=lambda: qwen3)
+    res = import_file(os.path.join(DATA, "openai_chat.jsonl"), "auto", bundle=qwen3)
+    assert list(ts.df["id"]) == [t.id for t in res.traces]
+    assert [p[1] for p in ts.problem_rows()] == [p.line for p in res.problems]
+    for i, t in enumerate(res.traces):
+        got = ts.open(i)
+        assert got.id == t.id and _messages(got) == _messages(t)
+        assert ts.df["messages"].iat[i] == len(t.messages)
