@@ -547,6 +547,8 @@ class TraceSet(TraceIndex):
                     if item is _GROUPED:
                         st.grouped = True
                         continue
+                    if item is None:  # not JSON, or not spans after all: the reason our reader gives
+                        item = summary_of_line(ln, raw)
                 else:
                     item = raw if isinstance(raw, LoadProblem) else summary_of_line(ln, raw)
                 items: list[dict[str, Any]] = []
