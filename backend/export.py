@@ -7,6 +7,8 @@
   arguments as objects, as HF templates expect).
 * ``verl`` — ``{"id", "prompt_ids", "response_ids", "response_mask", ...}`` rows as verl's agent
   loop produces them (JSONL, or Parquet when the output name ends in ``.parquet``).
+* ``otel`` — OpenTelemetry GenAI spans as OTLP JSON, one export request per trace per line (the
+  collector file exporter's layout; :mod:`backend.export_otel`), for Phoenix, Langfuse, Jaeger.
 
 Reading trace files, and the writers of our own formats, are in :mod:`backend.trace.io`.
 """
@@ -21,7 +23,7 @@ from typing import Any
 from backend.errors import UserError
 from backend.trace import StepState, Trace, write_jsonl, write_lines, write_parquet
 
-EXPORT_FORMATS = ("jsonl", "parquet", "hf", "verl")
+EXPORT_FORMATS = ("jsonl", "parquet", "hf", "verl", "otel")
 
 
 class ExportError(UserError):
@@ -139,4 +141,8 @@ def export_traces(traces: Iterable[Trace], fmt: str, out: str) -> int:
     if fmt == "verl":
         rows = (verl_row(t) for t in traces)
         return _write_rows_parquet(rows, out) if out.endswith(".parquet") else _write_jsonl_rows(rows, out)
+    if fmt == "otel":
+        from backend.export_otel import write_otlp_jsonl
+
+        return write_otlp_jsonl(traces, out)
     raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")

@@ -425,6 +425,15 @@ def test_trace_file_filters_search_and_export(ctx, tmp_path):
         res = load_any(path)
         assert [t.id for t in res.traces] == ["sample-hunyuan-format"] and not res.problems
         assert res.traces[0] == sess.traces[sess.file_traces[int(paris.iloc[0]["#"])]]
+    # OpenTelemetry: the same conversation comes back through the otel importer
+    path = trace_files.export_filtered(sess, paris, "otel")
+    assert path.endswith("-filtered.otlp.jsonl")
+    from backend.importers import import_file
+
+    back = import_file(path, "auto")
+    want = sess.traces[sess.file_traces[int(paris.iloc[0]["#"])]]
+    assert back.formats == {"otel": 1} and not back.problems
+    assert [(m["role"], m.get("content")) for m in back.traces[0].messages] == [(m["role"], m.get("content")) for m in want.messages]
 
 
 def test_trace_file_unreadable(ctx, tmp_path):

@@ -425,7 +425,7 @@ def export_filtered(session: Session, df: pd.DataFrame | None, fmt: str) -> str:
         raise gr.Error("nothing to export: the filtered table is empty")
     traces = (file_trace(session, int(i)) for i in df["#"])  # one at a time: a file not held stays so
     d = session.temp_dir("export")  # the session's newest only; removed when it ends, or at shutdown
-    ext = "parquet" if fmt == "parquet" else "jsonl"
+    ext = "parquet" if fmt == "parquet" else "otlp.jsonl" if fmt == "otel" else "jsonl"
     base = os.path.splitext(session.file_name or "traces")[0] or "traces"
     out = os.path.join(d, f"{base}-filtered.{ext}")
     try:
@@ -615,7 +615,7 @@ def export_set(session: Session, fmt: str, limit: int = 10_000) -> str:
         raise gr.Error(f"{len(m):,} traces match; narrow the filters to at most {limit:,} to export them from here")
     traces = (ts.open(int(i)) for i in m.index)  # one at a time
     d = session.temp_dir("export")
-    out = os.path.join(d, f"traces-filtered.{'parquet' if fmt == 'parquet' else 'jsonl'}")
+    out = os.path.join(d, f"traces-filtered.{'parquet' if fmt == 'parquet' else 'otlp.jsonl' if fmt == 'otel' else 'jsonl'}")
     export_traces(traces, fmt, out)
     return out
 
@@ -674,7 +674,8 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
     # not equal_height: the button would be stretched to the file box's height; the file box
     # appears once there is a file
     with gr.Row(equal_height=False):
-        export_fmt = gr.Radio(["jsonl", "parquet"], value="jsonl", label="Export the filtered traces as", elem_id="tf-export-fmt",
+        export_fmt = gr.Radio([("jsonl", "jsonl"), ("parquet", "parquet"), ("OpenTelemetry (OTLP JSON: Phoenix, Langfuse, Jaeger)", "otel")],
+                              value="jsonl", label="Export the filtered traces as", elem_id="tf-export-fmt",
                               scale=2)
         export_btn = gr.Button("Export filtered", elem_id="tf-export", scale=1)
         export_file = gr.File(label="Exported file", interactive=False, elem_id="tf-export-file", height=90, scale=2, visible=False)

@@ -1,4 +1,4 @@
-"""``export``: trace files → JSONL, Parquet, HF messages+tools (training), verl rows."""
+"""``export``: trace files → JSONL, Parquet, HF messages+tools (training), verl rows, OTel GenAI (OTLP JSON)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ ABOUT = ("Export the traces of one or more files, in order, to one output.",
 
 
 def register(sub) -> None:
-    p = add_file_command(sub, "export", "export traces to jsonl, parquet, hf (messages+tools) or verl (ids+mask) rows", *ABOUT)
+    p = add_file_command(sub, "export", "export traces to jsonl, parquet, hf (messages+tools), verl (ids+mask) rows or otel (OTLP JSON spans)", *ABOUT)
     p.add_argument("traces", metavar="TRACES", nargs="+", help="trace file(s) (.jsonl, .json or .parquet), exported in order")
-    p.add_argument("--to", dest="fmt", required=True, choices=("jsonl", "parquet", "hf", "verl"))
-    p.add_argument("--out", required=True, help="output file (hf/verl: .parquet for Parquet, else JSONL)")
+    p.add_argument("--to", "--format", dest="fmt", required=True, choices=("jsonl", "parquet", "hf", "verl", "otel"))
+    p.add_argument("--out", required=True, help="output file (hf/verl: .parquet for Parquet, else JSONL; otel: OTLP JSON lines)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=run)
 

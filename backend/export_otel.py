@@ -1,0 +1,492 @@
+"""Export traces as OpenTelemetry GenAI spans in OTLP JSON (``python -m backend export --to otel``).
+
+The spans follow the GenAI semantic conventions as they stand now (the experimental ones an
+instrumentation emits under ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``), so a
+Playground run, a rollout shard or a filtered set opens in Phoenix, Langfuse or Jaeger, or any
+OTLP collector. Per trace:
+
+* one root ``invoke_agent`` span (INTERNAL): the trace's id (``agent_loop_inspector.trace_id``,
+  also ``gen_ai.conversation.id``), termination reason (status ERROR for a failure), tokenizer;
+  the agent's input messages (those the run started from), its last generated message, the
+  system instructions and tool definitions (a trace with no generated turn: all its messages);
+* one ``chat {model}`` span (CLIENT) per generating step: ``gen_ai.input.messages`` (the
+  conversation before the step), ``gen_ai.output.messages`` (the step's assistant message with
+  its ``finish_reason``), ``gen_ai.system_instructions`` (the leading system message(s), not
+  repeated in the input messages), ``gen_ai.tool.definitions``, token usage from the trace's
+  token positions (input = the tokens before the step, output = the tokens it generated), the
+  finish reason; the message attributes are JSON strings, as the conventions allow on spans
+  and as the viewers read them;
+* one ``execute_tool {name}`` span (INTERNAL) per tool call a tools step ran: name, call id,
+  arguments, result; status ERROR with ``error.type`` when the tool failed.
+
+Every span is a child of the root. Times are the steps' recorded ``started_at`` /
+``duration_s``; a trace that did not record them gets synthetic but monotonic times, and every
+one of its spans says so (``agent_loop_inspector.synthetic_time = true``). Ids are derived from
+the trace id (exporting twice writes the same bytes): a SHA-256 of it, never all-zero; a trace id
+met again in one export gets ids of its own.
+
+OTLP/JSON encoding (the protocol's JSON mapping): lowerCamelCase keys, ``traceId`` / ``spanId``
+as lowercase hex (not base64), 64-bit integers as decimal strings (``startTimeUnixNano``,
+``intValue``), AnyValue wrappers, ``kind`` and ``status.code`` as enum numbers.
+
+* :func:`traces_to_otlp` — one ``ExportTraceServiceRequest`` object for all the traces.
+* :func:`write_otlp_jsonl` — the collector file exporter's layout: one request per line, one
+  trace per line, written as the traces come (an iterator is never held whole).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Iterable, Iterator
+from functools import lru_cache
+from typing import Any
+
+from backend.trace import StepState, Trace, write_lines
+from backend.trace.model import TerminationReason
+
+SCOPE_NAME = "agent_loop_inspector"
+DEFAULT_SERVICE_NAME = "agent-loop-inspector"
+
+SPAN_KIND_INTERNAL = 1
+SPAN_KIND_CLIENT = 3
+STATUS_CODE_ERROR = 2
+
+# where a trace that recorded no step times starts (2026-01-01T00:00:00Z), unless its metadata
+# says when the run started; synthetic steps last 1 ms per token (at least 1 ms)
+SYNTHETIC_EPOCH_S = 1767225600.0
+_SYNTHETIC_NS_PER_TOKEN = 1_000_000
+
+# generator backend (metadata.generator.backend) → gen_ai.provider.name
+_PROVIDERS = {"vllm": "vllm", "vllm-server": "vllm", "transformers": "transformers", "scripted": "scripted"}
+# LoopConfig.sampling key → gen_ai.request.* attribute
+_SAMPLING = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "seed": "seed",
+             "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty"}
+
+
+@lru_cache(maxsize=1)
+def scope_version() -> str | None:
+    """The project's version (the installed distribution's, else ``pyproject.toml``'s)."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version("agent-loop-inspector")
+    except PackageNotFoundError:
+        pass
+    except Exception:  # pragma: no cover - a broken metadata install
+        pass
+    try:
+        import tomllib
+
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+            v = tomllib.load(f).get("project", {}).get("version")
+        return v if isinstance(v, str) else None
+    except (OSError, ValueError):
+        return None
+
+
+# ---- OTLP JSON values ---------------------------------------------------------------------------
+
+
+def _dumps(v: Any) -> str:
+    return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+
+
+def any_value(v: Any) -> dict[str, Any]:
+    """A Python value as an OTLP ``AnyValue`` (JSON mapping)."""
+    if isinstance(v, str):
+        return {"stringValue": v}
+    if isinstance(v, bool):
+        return {"boolValue": v}
+    if isinstance(v, int):
+        return {"intValue": str(v)}
+    if isinstance(v, float):
+        if math.isfinite(v):
+            return {"doubleValue": v}
+        return {"doubleValue": "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")}
+    if isinstance(v, (list, tuple)):
+        return {"arrayValue": {"values": [any_value(x) for x in v]}}
+    if isinstance(v, dict):
+        return {"kvlistValue": {"values": [{"key": str(k), "value": any_value(x)} for k, x in v.items()]}}
+    if v is None:
+        return {}
+    return {"stringValue": str(v)}
+
+
+def _attributes(attrs: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"key": k, "value": any_value(v)} for k, v in attrs.items() if v is not None]
+
+
+def _ns(t: float) -> int:
+    # unix seconds → ns, to the microsecond: a float of ~1.7e9 s holds no finer time, and the
+    # product in ns (1.7e18) is past 2**53, where the float's own digits would show
+    return round(t * 1_000_000) * 1000
+
+
+def _dur_ns(s: float | None) -> int:
+    return max(0, round(s * 1e9)) if isinstance(s, (int, float)) and math.isfinite(s) else 0
+
+
+# ---- ids ----------------------------------------------------------------------------------------
+
+
+class _Ids:
+    """Trace and span ids for one export: derived from the trace id; a trace id met again in the
+    same export is told apart by its occurrence number (kept: one string per trace)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int] = {}
+
+    def trace_key(self, trace_id: str) -> str:
+        k = self._seen.get(trace_id, 0)
+        self._seen[trace_id] = k + 1
+        return trace_id if k == 0 else f"{trace_id}\x00{k}"
+
+
+def _digest(data: str, n: int) -> str:
+    b = hashlib.sha256(data.encode("utf-8")).digest()[:n]
+    if not any(b):  # an all-zero id is invalid in OTLP
+        b = b[:-1] + b"\x01"
+    return b.hex()
+
+
+def otel_trace_id(key: str) -> str:
+    """The 16-byte OTel trace id (32 hex digits) of a trace id."""
+    return _digest("agent-loop-inspector/trace\x00" + key, 16)
+
+
+def _span_id(key: str, label: str) -> str:
+    return _digest(f"agent-loop-inspector/span\x00{key}\x00{label}", 8)
+
+
+# ---- messages in the GenAI conventions' JSON shape ----------------------------------------------
+
+
+def _content_parts(content: Any) -> list[dict[str, Any]]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "content": content}] if content else []
+    if isinstance(content, list):  # OpenAI content parts
+        parts = []
+        for p in content:
+            if isinstance(p, str):
+                parts.append({"type": "text", "content": p})
+            elif isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str):
+                parts.append({"type": "text", "content": p["text"]})
+            elif isinstance(p, dict) and p.get("type") == "image_url":
+                url = p.get("image_url")
+                url = url.get("url") if isinstance(url, dict) else url
+                parts.append({"type": "uri", "modality": "image", "uri": url})
+            elif isinstance(p, dict) and isinstance(p.get("type"), str):
+                parts.append(dict(p))  # a generic part: its own type and fields
+            else:
+                parts.append({"type": "text", "content": _dumps(p)})
+        return parts
+    return [{"type": "text", "content": _dumps(content)}]
+
+
+def _tool_call_part(call: Any) -> dict[str, Any]:
+    fn = call.get("function") if isinstance(call, dict) else None
+    fn = fn if isinstance(fn, dict) else (call if isinstance(call, dict) else {})
+    part: dict[str, Any] = {"type": "tool_call"}
+    if isinstance(call, dict) and call.get("id") is not None:
+        part["id"] = call["id"]
+    part["name"] = fn.get("name")
+    part["arguments"] = fn.get("arguments")
+    return part
+
+
+def genai_message(m: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    """One chat message (HF / OpenAI shape) as a GenAI ``{"role", "parts": [...]}`` message."""
+    role = m.get("role")
+    parts: list[dict[str, Any]] = []
+    for key in ("reasoning_content", "reasoning", "thinking"):
+        r = m.get(key)
+        if isinstance(r, str) and r:
+            parts.append({"type": "reasoning", "content": r})
+            break
+    if role == "tool":
+        c = m.get("content")
+        resp: dict[str, Any] = {"type": "tool_call_response"}
+        if m.get("tool_call_id") is not None:
+            resp["id"] = m["tool_call_id"]
+        resp["response"] = c if isinstance(c, str) or c is None else (
+            "".join(p.get("content", "") for p in _content_parts(c) if p.get("type") == "text"))
+        parts.append(resp)
+    else:
+        parts += _content_parts(m.get("content"))
+    for call in m.get("tool_calls") or []:
+        parts.append(_tool_call_part(call))
+    if not parts:  # an empty turn stays a message with its (empty) text
+        parts.append({"type": "text", "content": ""})
+    out: dict[str, Any] = {"role": role, "parts": parts}
+    if isinstance(m.get("name"), str):
+        out["name"] = m["name"]
+    if finish_reason is not None:
+        out["finish_reason"] = finish_reason
+    return out
+
+
+def genai_tool_definition(tool: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI tool schema (``{"type": "function", "function": {...}}``) in the conventions'
+    flat shape (``{"type": "function", "name", "description", "parameters"}``)."""
+    fn = tool.get("function")
+    if not isinstance(fn, dict):
+        return {k: v for k, v in tool.items() if k != "mock"}
+    d: dict[str, Any] = {"type": tool.get("type", "function")}
+    d.update(fn)
+    return d
+
+
+def _finish_reason(step: Any) -> str:
+    fr = step.finish_reason
+    if fr == "stop" and step.tool_calls:
+        return "tool_call"
+    if fr:
+        return fr
+    return "error" if step.error else ("tool_call" if step.tool_calls else "stop")
+
+
+# ---- one trace → its spans ----------------------------------------------------------------------
+
+
+def _timed(t: Trace) -> bool:
+    return all(s.started_at is not None and math.isfinite(s.started_at) for s in t.steps
+               if s.state in (StepState.GENERATING, StepState.PROCESSING_TOOLS))
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _step_times(t: Trace) -> tuple[list[tuple[int, int]], bool]:
+    """``([(start_ns, end_ns) per step], synthetic)``; a tools step lasts at least as long as
+    its longest call."""
+    out: list[tuple[int, int]] = []
+    if t.steps and _timed(t):
+        for s in t.steps:
+            if s.started_at is None or not math.isfinite(s.started_at):
+                out.append((-1, -1))  # a pending / terminated step without a time: no span of its own
+                continue
+            a = _ns(s.started_at)
+            d = max([_dur_ns(s.duration_s)] + [_dur_ns(r.duration_s) for r in s.tool_results])
+            out.append((a, a + d))
+        return out, False
+    cursor = _ns(_number(t.metadata.get("started_at")) or SYNTHETIC_EPOCH_S)
+    for s in t.steps:
+        if s.state in (StepState.GENERATING, StepState.PROCESSING_TOOLS):
+            d = max([_dur_ns(s.duration_s), max(1, s.end - s.start) * _SYNTHETIC_NS_PER_TOKEN]
+                    + [_dur_ns(r.duration_s) for r in s.tool_results])
+        else:
+            d = _dur_ns(s.duration_s)
+        out.append((cursor, cursor + d))
+        cursor += d
+    return out, True
+
+
+def _span(trace_hex: str, span_hex: str, parent_hex: str | None, name: str, kind: int, start: int, end: int,
+          attrs: dict[str, Any], *, error: str | None = None, events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    sp: dict[str, Any] = {"traceId": trace_hex, "spanId": span_hex}
+    if parent_hex:
+        sp["parentSpanId"] = parent_hex
+    sp.update({"name": name, "kind": kind, "startTimeUnixNano": str(start), "endTimeUnixNano": str(max(start, end)),
+               "attributes": _attributes(attrs)})
+    if events:
+        sp["events"] = events
+    if error is not None:
+        sp["status"] = {"code": STATUS_CODE_ERROR, "message": error}
+    return sp
+
+
+def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
+    """The OTLP JSON spans of one trace: the root ``invoke_agent`` span first, then its
+    ``chat`` and ``execute_tool`` children in step order."""
+    key = (ids or _Ids()).trace_key(t.id)
+    tid = otel_trace_id(key)
+    root_id = _span_id(key, "root")
+    meta = t.metadata if isinstance(t.metadata, dict) else {}
+    gen = meta.get("generator") if isinstance(meta.get("generator"), dict) else {}
+    model = gen.get("model") if isinstance(gen.get("model"), str) else None
+    provider = meta.get("provider") if isinstance(meta.get("provider"), str) else _PROVIDERS.get(gen.get("backend"))
+    has_tokens = bool(t.prompt_ids or t.response_ids)
+    times, synthetic = _step_times(t)
+    common: dict[str, Any] = {"gen_ai.provider.name": provider, "gen_ai.conversation.id": t.id}
+    if synthetic:
+        common["agent_loop_inspector.synthetic_time"] = True
+    sampling = t.config.get("sampling") if isinstance(t.config.get("sampling"), dict) else {}
+    request_attrs = {f"gen_ai.request.{v}": sampling[k] for k, v in _SAMPLING.items()
+                     if isinstance(sampling.get(k), (int, float)) and not isinstance(sampling.get(k), bool)}
+
+    # the messages once each, as JSON; leading system messages are the system instructions
+    msgs = [genai_message(m) if isinstance(m, dict) else {"role": None, "parts": []} for m in t.messages]
+    n_sys = 0
+    while n_sys < len(t.messages) and isinstance(t.messages[n_sys], dict) and t.messages[n_sys].get("role") == "system":
+        n_sys += 1
+    msg_json = [_dumps(m) for m in msgs]
+    system_json = _dumps([p for m in msgs[:n_sys] for p in m["parts"]]) if n_sys else None
+    tools_json = _dumps([genai_tool_definition(x) for x in t.tools if isinstance(x, dict)]) if t.tools else None
+    tool_desc = {}
+    for x in t.tools:
+        fn = x.get("function") if isinstance(x, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str) and isinstance(fn.get("description"), str):
+            tool_desc[fn["name"]] = fn["description"]
+
+    children: list[dict[str, Any]] = []
+    calls_by_id: dict[str, Any] = {}
+    last_calls: list[Any] = []
+    known = 0  # messages the trace had before the current step
+    first_upto: int | None = None  # the messages the run started from (before its first turn)
+    last_out: list[dict[str, Any]] = []  # the run's last generated message
+    for s, (a, b) in zip(t.steps, times):
+        if s.state == StepState.GENERATING:
+            upto = min(s.messages_added) if s.messages_added else known
+            upto = max(n_sys, min(upto, len(msgs)))
+            if first_upto is None:
+                first_upto = upto
+            fr = _finish_reason(s)
+            out_msgs = [genai_message(t.messages[i], fr) for i in s.messages_added
+                        if 0 <= i < len(t.messages) and isinstance(t.messages[i], dict)]
+            last_out = out_msgs[-1:] or last_out
+            response_model = s.info.model if isinstance(getattr(s.info, "model", None), str) else model
+            attrs = {
+                "gen_ai.operation.name": "chat",
+                **common,
+                "gen_ai.request.model": model,
+                "gen_ai.response.model": response_model,
+                **request_attrs,
+                "gen_ai.request.max_tokens": s.info.max_tokens,
+                "gen_ai.response.finish_reasons": [fr],
+            }
+            if has_tokens:
+                attrs["gen_ai.usage.input_tokens"] = s.start
+                attrs["gen_ai.usage.output_tokens"] = s.end - s.start
+            attrs.update({
+                "gen_ai.system_instructions": system_json,
+                "gen_ai.input.messages": "[" + ",".join(msg_json[n_sys:upto]) + "]",
+                "gen_ai.output.messages": _dumps(out_msgs),
+                "gen_ai.tool.definitions": tools_json,
+                "agent_loop_inspector.step": s.index,
+                "agent_loop_inspector.token_span": [s.start, s.end] if has_tokens else None,
+            })
+            if s.error:
+                attrs["error.type"] = "generation_error"
+            events = [{"timeUnixNano": str(b), "name": "agent_loop_inspector.parse_error",
+                       "attributes": _attributes({"message": e.message, "severity": e.severity, "raw": e.raw})}
+                      for e in s.parse_errors]
+            name = f"chat {response_model or model}" if (response_model or model) else "chat"
+            children.append(_span(tid, _span_id(key, f"step/{s.index}"), root_id, name, SPAN_KIND_CLIENT, a, b, attrs,
+                                  error=s.error or None, events=events))
+            for c in s.tool_calls:
+                if c.id is not None:
+                    calls_by_id[c.id] = c
+            last_calls = list(s.tool_calls)
+        elif s.state == StepState.PROCESSING_TOOLS:
+            for j, r in enumerate(s.tool_results):
+                call = calls_by_id.get(r.call_id) if r.call_id is not None else None
+                if call is None and r.call_id is None and j < len(last_calls):
+                    call = last_calls[j]  # results answer the calls in order
+                args = None
+                if call is not None:
+                    args = call.arguments if isinstance(call.arguments, str) else _dumps(call.arguments)
+                name = r.name or (call.name if call is not None else "") or "tool"
+                attrs = {
+                    "gen_ai.operation.name": "execute_tool",
+                    **common,
+                    "gen_ai.tool.name": name,
+                    "gen_ai.tool.type": "function",
+                    "gen_ai.tool.call.id": r.call_id,
+                    "gen_ai.tool.description": tool_desc.get(name),
+                    "gen_ai.tool.call.arguments": args,
+                    "gen_ai.tool.call.result": r.content,
+                    "agent_loop_inspector.step": s.index,
+                }
+                if r.truncated:
+                    attrs["agent_loop_inspector.tool.truncated"] = True
+                    attrs["agent_loop_inspector.tool.original_length"] = r.original_length
+                if s.info.not_appended:
+                    attrs["agent_loop_inspector.tool.not_appended"] = s.info.not_appended
+                err = None
+                if not r.ok:
+                    attrs["error.type"] = r.error or "tool_error"
+                    err = r.error_detail or r.error or "tool error"
+                d = _dur_ns(r.duration_s) or (b - a if synthetic else 0)
+                children.append(_span(tid, _span_id(key, f"step/{s.index}/tool/{j}"), root_id, f"execute_tool {name}",
+                                      SPAN_KIND_INTERNAL, a, a + d, attrs, error=err))
+        if s.messages_added:
+            known = max(known, max(s.messages_added) + 1)
+
+    # the root spans the run: its recorded start and duration, and every child
+    starts = [a for a, _ in times if a >= 0]
+    ends = [b for _, b in times if b >= 0] + [int(c["endTimeUnixNano"]) for c in children]
+    started = _number(meta.get("started_at"))
+    root_start = _ns(started) if started is not None and not synthetic else (min(starts) if starts else _ns(SYNTHETIC_EPOCH_S))
+    if starts:
+        root_start = min(root_start, min(starts))
+    root_end = max([root_start] + ends)
+    dur = _number(meta.get("duration_s"))
+    if dur is not None and not synthetic:
+        root_end = max(root_end, root_start + _dur_ns(dur))
+    reason = t.termination_reason
+    outcome = reason.outcome if isinstance(reason, TerminationReason) else None
+    root_attrs = {
+        "gen_ai.operation.name": "invoke_agent",
+        **common,
+        "gen_ai.request.model": model,
+        "agent_loop_inspector.trace_id": t.id,
+        "agent_loop_inspector.termination_reason": str(reason) if reason is not None else None,
+        "agent_loop_inspector.outcome": outcome,
+        "agent_loop_inspector.tokenizer": t.tokenizer.name,
+        "agent_loop_inspector.template": t.tokenizer.template,
+        "agent_loop_inspector.source": meta.get("source") if isinstance(meta.get("source"), str) else None,
+        "agent_loop_inspector.prompt_tokens": len(t.prompt_ids) if has_tokens else None,
+        "agent_loop_inspector.response_tokens": len(t.response_ids) if has_tokens else None,
+        # the agent's input (the messages the run started from) and its last answer; a trace
+        # with no generated turn keeps its whole conversation here
+        "gen_ai.system_instructions": system_json,
+        "gen_ai.input.messages": "[" + ",".join(msg_json[n_sys:len(msgs) if first_upto is None else first_upto]) + "]",
+        "gen_ai.output.messages": _dumps(last_out) if last_out else None,
+        "gen_ai.tool.definitions": tools_json,
+    }
+    error = None
+    if outcome == "failure":
+        error = f"{reason.words} ({reason})"
+        root_attrs["error.type"] = str(reason)
+    root = _span(tid, root_id, None, "invoke_agent", SPAN_KIND_INTERNAL, root_start, root_end, root_attrs, error=error)
+    return [root, *children]
+
+
+def _request(spans: list[dict[str, Any]], service_name: str) -> dict[str, Any]:
+    scope: dict[str, Any] = {"name": SCOPE_NAME}
+    v = scope_version()
+    if v:
+        scope["version"] = v
+    return {"resourceSpans": [{
+        "resource": {"attributes": _attributes({"service.name": service_name})},
+        "scopeSpans": [{"scope": scope, "spans": spans}],
+    }]}
+
+
+def traces_to_otlp(traces: Iterable[Trace], *, service_name: str = DEFAULT_SERVICE_NAME) -> dict[str, Any]:
+    """One OTLP ``ExportTraceServiceRequest`` (JSON mapping) holding the spans of every trace."""
+    ids = _Ids()
+    spans: list[dict[str, Any]] = []
+    for t in traces:
+        spans += trace_spans(t, ids)
+    return _request(spans, service_name)
+
+
+def otlp_lines(traces: Iterable[Trace], *, service_name: str = DEFAULT_SERVICE_NAME) -> Iterator[str]:
+    """One request per trace, as JSON lines (lazy: a trace at a time)."""
+    ids = _Ids()
+    for t in traces:
+        yield _dumps(_request(trace_spans(t, ids), service_name))
+
+
+def write_otlp_jsonl(traces: Iterable[Trace], path: str, *, service_name: str = DEFAULT_SERVICE_NAME) -> int:
+    """The collector file exporter's layout: one ``ExportTraceServiceRequest`` per line, one
+    trace per line; returns how many traces were written."""
+    return write_lines(otlp_lines(traces, service_name=service_name), path)

@@ -1,0 +1,454 @@
+"""Export to OpenTelemetry GenAI spans (OTLP JSON, backend/export_otel.py), checked against the
+official ``opentelemetry-proto`` messages: every line must parse as an ``ExportTraceServiceRequest``
+(protobuf's JSON parser reads bytes as base64, so the OTLP/JSON hex ids are converted for the
+check, and must decode to 16 / 8 bytes). Traces come from the real engine with the scripted
+backend (parallel calls with unicode, a failing tool, reasoning, a system prompt) and from
+sample_traces/; token counts are checked against the runs of ``response_mask``, computed here
+without the steps. The round trip (export → ``otel`` import) is the last test."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+
+import pytest
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from backend.engine import AgentLoop, LoopConfig
+from backend.export import EXPORT_FORMATS, export_traces
+from backend.export_otel import SYNTHETIC_EPOCH_S, otel_trace_id, traces_to_otlp, write_otlp_jsonl
+from backend.generators.scripted import ScriptedGenerator
+from backend.tokenizers import load_tokenizer
+from backend.tools import ToolRegistry
+from backend.trace import StepState, Trace, load_traces
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLES = os.path.join(ROOT, "sample_traces")
+
+
+def get_current_temperature(city: str):
+    """Get current temperature at a location.
+
+    Args:
+        city: The location to get the temperature for, in the format "City, State, Country".
+    """
+    return {"temperature": 72, "city": city}
+
+
+def lookup(query: str):
+    """Look a word up.
+
+    Args:
+        query: what to look up
+    """
+    return f"résultat pour «{query}» ✓"
+
+
+def fail_always(x: str):
+    """A tool that raises.
+
+    Args:
+        x: anything
+    """
+    raise RuntimeError("backend down ✗")
+
+
+def call(name: str, **args) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}, ensure_ascii=False) + "\n</tool_call>"
+
+
+SYSTEM = "You are a terse assistant. Réponds brièvement 🙂."
+
+
+def run(bundle, script, tools, messages, **cfg) -> Trace:
+    loop = AgentLoop(ScriptedGenerator(bundle.tokenizer, script), bundle, tools=ToolRegistry.from_functions(tools), config=LoopConfig(**cfg))
+    return asyncio.run(loop.run(messages))
+
+
+@pytest.fixture(scope="module")
+def engine_traces() -> dict[str, Trace]:
+    qwen3 = load_tokenizer("qwen3")
+    thinking = load_tokenizer("qwen3-thinking")
+    parallel = "\n".join([call("get_current_temperature", city="東京, 日本"), call("lookup", query='naïve "quoted" \\ {nested: [1]}'),
+                          call("get_current_temperature", city="Zürich, CH")])
+    return {
+        "parallel": run(qwen3, [parallel, "Tokyo 72°F, Zürich 72°F — ✓ 🌤"], [get_current_temperature, lookup],
+                        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Weather in 東京 and Zürich? 🌍"}],
+                        max_parallel_calls=3),
+        "failed": run(qwen3, [call("fail_always", x="ü"), "The tool failed, sorry."], [fail_always],
+                      [{"role": "user", "content": "Try the tool."}]),
+        "reasoning": run(thinking, ["<think>\nI should look it up: «ok».\n</think>\n\n" + call("lookup", query="ok"),
+                                    "<think>\nDone.\n</think>\n\nIt is ok."], [lookup],
+                         [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Look up ok."}],
+                         apply_chat_template_kwargs={"enable_thinking": True}),
+        "plain": run(qwen3, ["Just an answer."], [get_current_temperature], [{"role": "user", "content": "Hi"}]),
+    }
+
+
+@pytest.fixture(scope="module")
+def sample_traces() -> list[Trace]:
+    out: list[Trace] = []
+    for name in sorted(os.listdir(SAMPLES)):
+        if name.endswith(".jsonl"):
+            res = load_traces(os.path.join(SAMPLES, name))
+            assert not res.problems
+            out += res.traces
+    return out
+
+
+@pytest.fixture(scope="module")
+def no_turns(engine_traces) -> Trace:
+    """A run that failed before its first turn (a rollout's error trace): messages, no steps."""
+    return Trace(id="no-turns", messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Bonjour ü 🙂"}],
+                 tools=engine_traces["parallel"].tools, termination_reason="error", metadata={"error": "model failed to load"})
+
+
+@pytest.fixture(scope="module")
+def all_traces(engine_traces, sample_traces, no_turns) -> list[Trace]:
+    return list(engine_traces.values()) + sample_traces + [no_turns]
+
+
+# ---- helpers: the checks, computed from the OTLP JSON alone ------------------------------------
+
+
+def proto_parse(line: str) -> ExportTraceServiceRequest:
+    """protobuf's JSON parser on the line, with the hex ids turned into the base64 it reads."""
+    req = json.loads(line)
+    for rs in req["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for sp in ss["spans"]:
+                for k in ("traceId", "spanId", "parentSpanId"):
+                    if k in sp:
+                        h = sp[k]
+                        assert h == h.lower() and len(h) == {"traceId": 32}.get(k, 16), (k, h)
+                        raw = bytes.fromhex(h)
+                        assert any(raw), f"{k} is all zero"
+                        sp[k] = base64.b64encode(raw).decode()
+    return json_format.Parse(json.dumps(req), ExportTraceServiceRequest())
+
+
+def spans_of(req: dict) -> list[dict]:
+    return [sp for rs in req["resourceSpans"] for ss in rs["scopeSpans"] for sp in ss["spans"]]
+
+
+def value(v: dict):
+    """An OTLP JSON AnyValue as a Python value."""
+    ((kind, x),) = v.items()
+    if kind == "intValue":
+        return int(x)
+    if kind == "arrayValue":
+        return [value(e) for e in x.get("values", [])]
+    return x
+
+
+def attrs(span: dict) -> dict:
+    return {kv["key"]: value(kv["value"]) for kv in span["attributes"]}
+
+
+def by_op(spans: list[dict], op: str) -> list[dict]:
+    return [s for s in spans if attrs(s)["gen_ai.operation.name"] == op]
+
+
+def mask_runs(mask: list[int]) -> list[tuple[int, int, int]]:
+    """``(bit, start, length)`` runs of a mask."""
+    out: list[list[int]] = []
+    for i, m in enumerate(mask):
+        if out and out[-1][0] == m:
+            out[-1][2] += 1
+        else:
+            out.append([m, i, 1])
+    return [tuple(r) for r in out]
+
+
+# ---- structure -----------------------------------------------------------------------------------
+
+
+def test_every_line_parses_as_an_otlp_request(tmp_path, all_traces):
+    p = tmp_path / "otel.jsonl"
+    assert write_otlp_jsonl(iter(all_traces), str(p)) == len(all_traces)
+    lines = p.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(all_traces)  # one request per trace per line
+    for line, t in zip(lines, all_traces):
+        msg = proto_parse(line)
+        (rs,) = msg.resource_spans
+        assert {a.key: a.value.string_value for a in rs.resource.attributes}["service.name"] == "agent-loop-inspector"
+        (ss,) = rs.scope_spans
+        assert ss.scope.name == "agent_loop_inspector" and ss.scope.version == "0.1.0"
+        gen = [s for s in t.steps if s.state == StepState.GENERATING]
+        results = [r for s in t.steps if s.state == StepState.PROCESSING_TOOLS for r in s.tool_results]
+        assert len(ss.spans) == 1 + len(gen) + len(results)
+        for sp in ss.spans:
+            assert len(sp.trace_id) == 16 and len(sp.span_id) == 8
+            assert sp.start_time_unix_nano <= sp.end_time_unix_nano
+        root = ss.spans[0]
+        assert root.name == "invoke_agent" and not root.parent_span_id and root.kind == 1  # INTERNAL
+        assert all(sp.parent_span_id == root.span_id and sp.trace_id == root.trace_id for sp in ss.spans[1:])
+        assert [sp.kind for sp in ss.spans if sp.name.startswith("chat")] == [3] * len(gen)  # CLIENT
+
+
+def test_the_encoding_is_otlp_json(engine_traces):
+    req = traces_to_otlp([engine_traces["parallel"]])
+    root, chat = spans_of(req)[:2]
+    assert set(root) >= {"traceId", "spanId", "name", "kind", "startTimeUnixNano", "endTimeUnixNano", "attributes"}
+    assert "parentSpanId" not in root and chat["parentSpanId"] == root["spanId"]
+    assert isinstance(root["startTimeUnixNano"], str) and root["startTimeUnixNano"].isdigit()
+    assert root["kind"] == 1 and chat["kind"] == 3
+    a = {kv["key"]: kv["value"] for kv in chat["attributes"]}
+    assert a["gen_ai.usage.input_tokens"] == {"intValue": str(chat_input_tokens(engine_traces["parallel"])[0])}
+    assert a["gen_ai.response.finish_reasons"] == {"arrayValue": {"values": [{"stringValue": "tool_call"}]}}
+    assert a["gen_ai.operation.name"] == {"stringValue": "chat"}
+    assert traces_to_otlp([])["resourceSpans"][0]["scopeSpans"][0]["spans"] == []
+
+
+def chat_input_tokens(t: Trace) -> list[int]:
+    return [len(t.prompt_ids) + start for bit, start, _ in mask_runs(t.response_mask) if bit == 1]
+
+
+def test_token_counts_are_the_generated_runs_of_the_mask(all_traces):
+    for t in all_traces:
+        chats = by_op(spans_of(traces_to_otlp([t])), "chat")
+        gen_runs = [(bit, start, n) for bit, start, n in mask_runs(t.response_mask) if bit == 1]
+        assert len(chats) == len(gen_runs), t.id  # every generated turn is one run of 1s
+        for sp, (_, start, n) in zip(chats, gen_runs):
+            a = attrs(sp)
+            assert a["gen_ai.usage.output_tokens"] == n, t.id
+            assert a["gen_ai.usage.input_tokens"] == len(t.prompt_ids) + start, t.id
+            assert a["agent_loop_inspector.token_span"] == [len(t.prompt_ids) + start, len(t.prompt_ids) + start + n]
+
+
+def test_chat_spans_carry_the_conversation(engine_traces):
+    t = engine_traces["parallel"]
+    spans = spans_of(traces_to_otlp([t]))
+    first, second = by_op(spans, "chat")
+    a1, a2 = attrs(first), attrs(second)
+    assert json.loads(a1["gen_ai.system_instructions"]) == [{"type": "text", "content": SYSTEM}]
+    # the system prompt is given once, as instructions, not again in the input messages
+    assert json.loads(a1["gen_ai.input.messages"]) == [{"role": "user", "parts": [{"type": "text", "content": "Weather in 東京 and Zürich? 🌍"}]}]
+    (out,) = json.loads(a1["gen_ai.output.messages"])
+    assert out["role"] == "assistant" and out["finish_reason"] == "tool_call"
+    assert [(p["type"], p["name"], p["arguments"]) for p in out["parts"]] == [
+        ("tool_call", "get_current_temperature", {"city": "東京, 日本"}),
+        ("tool_call", "lookup", {"query": 'naïve "quoted" \\ {nested: [1]}'}),
+        ("tool_call", "get_current_temperature", {"city": "Zürich, CH"}),
+    ]
+    ids = [p["id"] for p in out["parts"]]
+    assert len(set(ids)) == 3 and all(ids)
+    inp = json.loads(a2["gen_ai.input.messages"])
+    assert [m["role"] for m in inp] == ["user", "assistant", "tool", "tool", "tool"]
+    assert [m["parts"][0]["id"] for m in inp[2:]] == ids
+    assert [m["parts"][0]["type"] for m in inp[2:]] == ["tool_call_response"] * 3
+    assert inp[3]["parts"][0]["response"] == 'résultat pour «naïve "quoted" \\ {nested: [1]}» ✓'
+    assert json.loads(a2["gen_ai.output.messages"]) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "Tokyo 72°F, Zürich 72°F — ✓ 🌤"}], "finish_reason": "stop"}]
+    assert a2["gen_ai.response.finish_reasons"] == ["stop"]
+    defs = json.loads(a1["gen_ai.tool.definitions"])
+    assert [(d["type"], d["name"]) for d in defs] == [("function", "get_current_temperature"), ("function", "lookup")]
+    assert defs[0]["parameters"] == t.tools[0]["function"]["parameters"]
+    assert a1["gen_ai.provider.name"] == "scripted" and a1["gen_ai.conversation.id"] == t.id
+    assert first["name"] == "chat"  # the scripted backend names no model
+
+
+def test_tool_spans_one_per_answered_call(engine_traces):
+    t = engine_traces["parallel"]
+    tools = by_op(spans_of(traces_to_otlp([t])), "execute_tool")
+    calls = t.steps[1].tool_calls
+    assert [s["name"] for s in tools] == [f"execute_tool {c.name}" for c in calls]
+    for sp, c, r in zip(tools, calls, t.steps[2].tool_results):
+        a = attrs(sp)
+        assert sp["kind"] == 1 and "status" not in sp
+        assert a["gen_ai.tool.name"] == c.name and a["gen_ai.tool.call.id"] == c.id == r.call_id
+        assert json.loads(a["gen_ai.tool.call.arguments"]) == c.arguments
+        assert a["gen_ai.tool.call.result"] == r.content
+        assert a["gen_ai.tool.type"] == "function"
+    assert attrs(tools[0])["gen_ai.tool.description"] == "Get current temperature at a location."
+
+
+def test_a_failed_tool_is_an_error_span(engine_traces):
+    t = engine_traces["failed"]
+    (tool,) = by_op(spans_of(traces_to_otlp([t])), "execute_tool")
+    (r,) = t.steps[2].tool_results
+    assert not r.ok
+    assert tool["status"]["code"] == 2 and "backend down ✗" in tool["status"]["message"]
+    a = attrs(tool)
+    assert a["error.type"] == r.error and a["gen_ai.tool.call.result"] == r.content
+    assert json.loads(a["gen_ai.tool.call.arguments"]) == {"x": "ü"}
+
+
+def test_reasoning_is_a_reasoning_part(engine_traces):
+    t = engine_traces["reasoning"]
+    first, second = by_op(spans_of(traces_to_otlp([t])), "chat")
+    (out,) = json.loads(attrs(first)["gen_ai.output.messages"])
+    assert out["parts"][0] == {"type": "reasoning", "content": t.messages[2]["reasoning_content"]}
+    assert "I should look it up" in out["parts"][0]["content"]
+    assert out["parts"][1]["type"] == "tool_call"
+    (out2,) = json.loads(attrs(second)["gen_ai.output.messages"])
+    assert [p["type"] for p in out2["parts"]] == ["reasoning", "text"]
+    assert out2["parts"][1]["content"] == "It is ok."
+
+
+def test_the_root_span_says_how_the_run_ended(engine_traces, sample_traces):
+    t = engine_traces["plain"]
+    root = spans_of(traces_to_otlp([t]))[0]
+    a = attrs(root)
+    assert a["gen_ai.operation.name"] == "invoke_agent"
+    assert a["agent_loop_inspector.trace_id"] == t.id
+    assert a["agent_loop_inspector.termination_reason"] == "no_tool_calls"
+    assert a["agent_loop_inspector.tokenizer"] == "qwen3"
+    assert "status" not in root
+    malformed = next(x for x in sample_traces if x.termination_reason == "malformed_tool_call")
+    root = spans_of(traces_to_otlp([malformed]))[0]
+    assert root["status"]["code"] == 2 and attrs(root)["error.type"] == "malformed_tool_call"
+    (chat,) = by_op(spans_of(traces_to_otlp([malformed])), "chat")
+    assert [e["name"] for e in chat["events"]] == ["agent_loop_inspector.parse_error"]
+
+
+def test_the_root_span_holds_the_agents_input_and_answer(engine_traces, no_turns):
+    t = engine_traces["parallel"]
+    a = attrs(spans_of(traces_to_otlp([t]))[0])
+    assert json.loads(a["gen_ai.system_instructions"]) == [{"type": "text", "content": SYSTEM}]
+    assert json.loads(a["gen_ai.input.messages"]) == [{"role": "user", "parts": [{"type": "text", "content": t.messages[1]["content"]}]}]
+    assert json.loads(a["gen_ai.output.messages"]) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": t.messages[-1]["content"]}], "finish_reason": "stop"}]
+    assert [d["name"] for d in json.loads(a["gen_ai.tool.definitions"])] == ["get_current_temperature", "lookup"]
+    # no generated turn: the whole conversation is on the root, the only span
+    (root,) = spans_of(traces_to_otlp([no_turns]))
+    a = attrs(root)
+    assert json.loads(a["gen_ai.input.messages"]) == [{"role": "user", "parts": [{"type": "text", "content": "Bonjour ü 🙂"}]}]
+    assert "gen_ai.output.messages" not in a and "agent_loop_inspector.synthetic_time" in a
+    assert root["status"]["code"] == 2 and a["agent_loop_inspector.termination_reason"] == "error"
+
+
+def test_recorded_times_are_used(engine_traces):
+    t = engine_traces["parallel"]
+    spans = spans_of(traces_to_otlp([t]))
+    assert not any("agent_loop_inspector.synthetic_time" in attrs(s) for s in spans)
+    chats = by_op(spans, "chat")
+    gen = [s for s in t.steps if s.state == StepState.GENERATING]
+    for sp, s in zip(chats, gen):
+        assert abs(int(sp["startTimeUnixNano"]) - s.started_at * 1e9) < 2_000  # to the microsecond
+    root = spans[0]
+    assert all(int(root["startTimeUnixNano"]) <= int(s["startTimeUnixNano"]) for s in spans)
+    assert all(int(root["endTimeUnixNano"]) >= int(s["endTimeUnixNano"]) for s in spans)
+
+
+def test_a_trace_without_times_gets_marked_monotonic_ones(engine_traces):
+    t = engine_traces["parallel"].model_copy(deep=True)
+    for s in t.steps:
+        s.started_at = None
+    t.metadata.pop("started_at", None)
+    spans = spans_of(traces_to_otlp([t]))
+    assert all(attrs(s)["agent_loop_inspector.synthetic_time"] is True for s in spans)
+    assert int(spans[0]["startTimeUnixNano"]) == int(SYNTHETIC_EPOCH_S) * 10**9
+    chat1, chat2 = by_op(spans, "chat")
+    tools = by_op(spans, "execute_tool")
+    assert int(chat1["endTimeUnixNano"]) <= min(int(s["startTimeUnixNano"]) for s in tools)
+    assert max(int(s["endTimeUnixNano"]) for s in tools) <= int(chat2["startTimeUnixNano"])
+    assert all(int(s["startTimeUnixNano"]) < int(s["endTimeUnixNano"]) for s in spans)
+    assert int(spans[0]["endTimeUnixNano"]) == max(int(s["endTimeUnixNano"]) for s in spans)
+
+
+def test_ids_are_deterministic_valid_and_distinct(tmp_path, all_traces):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    write_otlp_jsonl(all_traces, str(a))
+    write_otlp_jsonl(iter(all_traces), str(b))
+    assert a.read_bytes() == b.read_bytes()  # exporting twice gives the same file
+    reqs = [json.loads(line) for line in a.read_text(encoding="utf-8").splitlines()]
+    trace_ids = [spans_of(r)[0]["traceId"] for r in reqs]
+    assert len(set(trace_ids)) == len(all_traces)
+    assert trace_ids[0] == otel_trace_id(all_traces[0].id)
+    span_ids = [s["spanId"] for r in reqs for s in spans_of(r)]
+    assert len(set(span_ids)) == len(span_ids)
+    # the same trace twice in one export: two OTel traces, not one merged
+    twice = traces_to_otlp([all_traces[0], all_traces[0]])
+    roots = [s for s in spans_of(twice) if "parentSpanId" not in s]
+    assert len(roots) == 2 and roots[0]["traceId"] != roots[1]["traceId"]
+    assert len({s["spanId"] for s in spans_of(twice)}) == 2 * len(spans_of(reqs[0]))
+
+
+def test_writing_streams_the_traces(tmp_path, all_traces, monkeypatch):
+    import backend.export_otel as eo
+
+    pulled = 0
+    seen: list[int] = []
+    real = eo.trace_spans
+
+    def spans(t, ids=None):
+        seen.append(pulled)
+        return real(t, ids)
+
+    def gen():
+        nonlocal pulled
+        for t in all_traces:
+            pulled += 1
+            yield t
+
+    monkeypatch.setattr(eo, "trace_spans", spans)
+    assert write_otlp_jsonl(gen(), str(tmp_path / "s.jsonl")) == len(all_traces)
+    assert seen == list(range(1, len(all_traces) + 1))  # each converted before the next is read
+
+
+def test_export_format_and_cli(tmp_path, sample_traces):
+    import subprocess
+    import sys
+
+    assert "otel" in EXPORT_FORMATS
+    p = tmp_path / "e.jsonl"
+    assert export_traces(iter(sample_traces), "otel", str(p)) == len(sample_traces)
+    out = tmp_path / "cli.jsonl"
+    files = sorted(os.path.join(SAMPLES, f) for f in os.listdir(SAMPLES) if f.endswith(".jsonl"))
+    r = subprocess.run([sys.executable, "-m", "backend", "export", *files, "--format", "otel", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == p.read_bytes()
+    for line in out.read_text(encoding="utf-8").splitlines():
+        proto_parse(line)
+
+
+# ---- round trip: export → the otel importer (otel-genai dialect) --------------------------------
+
+
+def _conversation(messages: list[dict]) -> list[tuple]:
+    """What must survive the round trip: roles, text, reasoning, calls (name + arguments) and
+    tool results by call id."""
+    out = []
+    for m in messages:
+        calls = tuple((c["function"]["name"], json.dumps(_args(c["function"].get("arguments")), sort_keys=True))
+                      for c in m.get("tool_calls") or [])
+        out.append((m["role"], m.get("content") or "", m.get("reasoning_content") or "", calls,
+                    m.get("tool_call_id") if m["role"] == "tool" else None))
+    return out
+
+
+def _args(a):
+    if isinstance(a, str):
+        try:
+            return json.loads(a)
+        except json.JSONDecodeError:
+            return a
+    return a
+
+
+def _tools(tools: list[dict]) -> list[tuple]:
+    return [(x["function"]["name"], x["function"].get("description"), json.dumps(x["function"].get("parameters"), sort_keys=True))
+            for x in tools]
+
+
+def test_round_trip_through_the_otel_importer(tmp_path, all_traces):
+    from backend.importers import import_file
+
+    p = tmp_path / "rt.jsonl"
+    write_otlp_jsonl(all_traces, str(p))
+    res = import_file(str(p), "otel", tokenizer="qwen3")
+    assert not res.problems, res.problems[:3]
+    assert len(res.traces) == len(all_traces)
+    for orig, back in zip(all_traces, res.traces):
+        assert _conversation(back.messages) == _conversation(orig.messages), orig.id
+        assert _tools(back.tools) == _tools(orig.tools), orig.id
+        # the calls each tool result answers, by id
+        calls = {c["id"]: c["function"]["name"] for m in back.messages for c in m.get("tool_calls") or []}
+        for m in back.messages:
+            if m["role"] == "tool":
+                assert m["tool_call_id"] in calls
