@@ -47,8 +47,17 @@ from backend.trace.io import JSON, PARQUET, check_layout, collect, is_trace_parq
 # says which it chose and why); plain {messages} rows go to openai-chat last.
 FORMAT_TABLE: tuple[tuple[str, str], ...] = (
     ("otel", "backend.importers.otel"),
+    ("langsmith", "backend.importers.langsmith"),
+    ("mlflow", "backend.importers.mlflow"),
+    ("openai-responses", "backend.importers.openai_responses"),
+    ("anthropic", "backend.importers.anthropic"),
     ("agents-sdk", "backend.importers.agents_sdk"),
     ("verl", "backend.importers.verl"),
+    ("trl", "backend.importers.trl"),
+    ("skyrl", "backend.importers.skyrl"),
+    ("pydantic-ai", "backend.importers.pydantic_ai"),
+    ("langchain", "backend.importers.langchain"),
+    ("smolagents", "backend.importers.smolagents"),
     ("sharegpt", "backend.importers.sharegpt"),
     ("openai-chat", "backend.importers.openai_chat"),
 )

@@ -65,6 +65,11 @@ def normalize_messages(raw: Any, where: str = "messages", losses: list[str] | No
         if role == "assistant":
             if isinstance(m.get("reasoning"), str) and "reasoning_content" not in msg:
                 msg["reasoning_content"] = m["reasoning"]
+            if losses is not None:
+                if isinstance(m.get("refusal"), str) and m["refusal"]:
+                    losses.append(f"{w}: refusal not carried over: {m['refusal'][:80]!r}")
+                if m.get("audio"):
+                    losses.append(f"{w}: audio of the message not carried over")
             calls_in = m.get("tool_calls")
             if calls_in is None and isinstance(m.get("function_call"), dict):
                 calls_in = [{"type": "function", "function": m["function_call"]}]
@@ -95,6 +100,20 @@ def normalize_messages(raw: Any, where: str = "messages", losses: list[str] | No
     return out, errors
 
 
+# content block types of the Anthropic Messages API: a message holding one is not a chat-completions message
+_FOREIGN_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
+
+
+def _foreign_blocks(messages: Any) -> bool:
+    if not isinstance(messages, list):
+        return False
+    for m in messages:
+        c = m.get("content") if isinstance(m, dict) else None
+        if isinstance(c, list) and any(isinstance(p, dict) and p.get("type") in _FOREIGN_BLOCKS for p in c):
+            return True
+    return False
+
+
 def _tools_of(req: dict[str, Any]) -> list[dict[str, Any]]:
     if req.get("tools") is not None:
         return normalize_tools(req["tools"], "tools")
@@ -112,8 +131,21 @@ class OpenAIChatImporter(Importer):
     def sniff(self, record: Any) -> bool:
         if not isinstance(record, dict):
             return False
-        if isinstance(record.get("request"), dict) or isinstance(record.get("response"), dict):
+        req, resp = record.get("request"), record.get("response")
+        if isinstance(resp, dict):
+            body = resp["body"] if isinstance(resp.get("body"), dict) else resp
+            if body.get("type") == "message" or body.get("object") == "response":
+                return False  # an Anthropic Messages / OpenAI Responses response, not a chat completion
+        if isinstance(req, dict):
+            body = req["body"] if isinstance(req.get("body"), dict) else req
+            if "messages" not in body and "input" in body:
+                return False  # a Responses API request
+            if _foreign_blocks(body.get("messages")):
+                return False
+        if isinstance(req, dict) or isinstance(resp, dict):
             return True
+        if _foreign_blocks(record.get("messages")):
+            return False
         if isinstance(record.get("body"), dict) and "messages" in record["body"]:
             return True
         if isinstance(record.get("choices"), list):
@@ -140,6 +172,9 @@ class OpenAIChatImporter(Importer):
         if "messages" not in req:
             raise RecordError("no messages: expected request.messages (or messages)")
         losses: list[str] = []
+        if req.get("system"):  # an Anthropic-style top-level system prompt: chat rows keep it in messages
+            losses.append(f"{'request.' if req is not record else ''}system: the top-level system prompt is not carried over "
+                          "(chat-completions messages only; --from anthropic reads it)")
         base, errors = normalize_messages(req["messages"], "request.messages" if req is not record else "messages", losses)
         tools = _tools_of(req) or (_tools_of(record) if record is not req else [])
         rid = record_id(record)

@@ -30,6 +30,9 @@ from backend.trace import LoadProblem
 # One row per dialect: (name, module that registers it). Order = which claims a trace first
 # (Langfuse and OpenInference spans may carry gen_ai.* attributes too).
 DIALECT_MODULES: tuple[tuple[str, str], ...] = (
+    ("langfuse", "backend.importers.langfuse"),
+    ("openinference", "backend.importers.openinference"),
+    ("otel-genai", "backend.importers.otel_genai"),
 )
 
 _DIALECTS: dict[str, Dialect] = {}
@@ -91,6 +94,13 @@ def conversations_of_trace(trace_id: str, spans: list[Span], logs: list[LogRecor
         return None, []
     got = chosen.conversation(trace_id, spans, logs)
     convs = [] if got is None else got if isinstance(got, list) else [got]
+    for other in dialects():  # spans of another convention in the same trace are not read: say so
+        if other is chosen or (dialect is not None and other.name != dialect):
+            continue
+        theirs = [s for s in spans if other.claims(s) and not chosen.claims(s)]
+        if theirs and convs:
+            convs[0].losses.append(f"{len(theirs)} {other.label} span(s) of this trace ({_names(theirs)}, first at {theirs[0].where}) "
+                                   f"not read: the trace was read as {chosen.label}")
     starts = [s.start_ns for s in spans if s.start_ns is not None]
     ends = [s.end_ns for s in spans if s.end_ns is not None]
     for k, conv in enumerate(convs):
