@@ -335,3 +335,15 @@ def test_openai_chat_reports_what_it_drops_from_anthropic_data(qwen3):
     refusal = {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "refusal": "I can't help with that."}]}
     r2 = import_records([refusal], "openai-chat", bundle=qwen3)
     assert [x.reason.split(": ", 1)[1] for x in r2.losses] == ["messages[1]: refusal not carried over: \"I can't help with that.\""]
+
+
+def test_a_tool_result_with_is_error_is_a_failed_tool_result_on_its_step(qwen3):
+    """``is_error: true`` (the save_note call of the parallel scenario) makes the step's result a
+    failure, which the Inspector and the ``tool_error`` diagnostic show."""
+    from backend.diagnostics import check
+
+    res = import_file(os.path.join(AD, "messages.jsonl"), "anthropic", bundle=qwen3)
+    t = next(t for t in res.traces if any(m.get("tool_call_id") == "toolu_13" for m in t.messages))
+    results = {r.call_id: r for s in t.steps for r in s.tool_results}
+    assert results["toolu_13"].ok is False and results["toolu_11"].ok and results["toolu_12"].ok
+    assert [f for f in check(t) if f.code == "tool_error"]

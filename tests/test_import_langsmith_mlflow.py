@@ -293,10 +293,11 @@ def test_langsmith_invalid_tool_call_is_a_parse_error(tmp_path, qwen3):
     """LangChain keeps arguments that did not parse in ``invalid_tool_calls``: the raw string
     stays, the turn gets a parse error."""
     def edit(recs):
-        last = _llm_runs(recs, "Zürich right now")[-1]
-        ai = last["inputs"]["messages"][0][2]["kwargs"]
-        c = ai["tool_calls"].pop()
-        ai["invalid_tool_calls"] = [{"name": c["name"], "args": '{"city": "Zür', "id": c["id"], "error": "bad json", "type": "invalid_tool_call"}]
+        first, last = _llm_runs(recs, "Zürich right now")
+        for ai in (first["outputs"]["generations"][0][0]["message"]["kwargs"], last["inputs"]["messages"][0][2]["kwargs"]):
+            c = ai["tool_calls"].pop()
+            ai["invalid_tool_calls"] = [{"name": c["name"], "args": '{"city": "Zür', "id": c["id"], "error": "bad json",
+                                         "type": "invalid_tool_call"}]
 
     path = rewrite(os.path.join(LS, "langchain_runs.jsonl"), tmp_path / "invalid.jsonl", edit)
     res = import_file(path, "auto", bundle=qwen3)
@@ -432,7 +433,7 @@ def test_mlflow_chat_messages_attribute(tmp_path, qwen3):
     chat = [s for s in doc["data"]["spans"] if _attr(s, "mlflow.spanType") == "CHAT_MODEL"][-1]
     inputs, outputs = _attr(chat, "mlflow.spanInputs"), _attr(chat, "mlflow.spanOutputs")
     _set_attr(chat, "mlflow.chat.messages", inputs["messages"] + [outputs["choices"][0]["message"]])
-    _set_attr(chat, "mlflow.spanInputs", {"query": "opaque"})
+    _set_attr(chat, "mlflow.spanInputs", {**inputs, "messages": "not read: mlflow.chat.messages has them"})
     path = tmp_path / "chat_messages.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
     res = import_file(str(path), "auto", bundle=qwen3)
@@ -462,7 +463,7 @@ def test_mlflow_malformed_chat_attribute_is_a_problem(tmp_path, qwen3):
     res = import_file(path, "auto", bundle=qwen3)
     assert len(res.traces) == 3
     (p,) = res.problems
-    assert p.line == 2 and "data.spans[6].attributes['mlflow.spanInputs']: not valid JSON" in p.reason
+    assert p.line == 2 and "data.spans[7].attributes['mlflow.spanInputs']: not valid JSON" in p.reason
 
 
 def test_mlflow_malformed_tool_attribute_is_a_loss(tmp_path, qwen3):

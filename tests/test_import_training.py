@@ -14,7 +14,6 @@ import os
 import shutil
 
 import pandas as pd
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -418,9 +417,10 @@ def test_trl_parquet_of_messages_with_nested_nulls(tmp_path):
          {"role": "tool", "name": "b", "content": "2"}],
     ]
     p = tmp_path / "completions_00009.parquet"
-    table = pa.Table.from_pandas(pd.DataFrame({"step": [9, 9], "prompt": [[{"role": "user", "content": "go"}]] * 2,
-                                               "completion": msgs, "r": [0.5, math.nan], "advantage": [1.0, -1.0]}))
-    pq.write_table(table, p)
+    # as GRPOTrainer.log writes it: pandas turns the NaN of a reward function's None into a null
+    pd.DataFrame({"step": [9, 9], "prompt": [[{"role": "user", "content": "go"}]] * 2, "completion": msgs,
+                  "r": [0.5, math.nan], "advantage": [1.0, -1.0]}).to_parquet(p)
+    assert pq.read_table(p).column("r").null_count == 1
     res = import_file(str(p), "auto", tokenizer="qwen3")
     assert res.complete, res.problem_lines()
     assert [calls_of(t.messages[1]) for t in res.traces] == [[("a", {"x": 1})], [("b", {"y": [{"z": "é"}]})]]

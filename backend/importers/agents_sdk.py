@@ -181,6 +181,8 @@ def items_to_conversation(items: list[Any], tools: Any = None, instructions: str
                 texts = [c.get("text") for c in item.get("content") or [] if isinstance(c, dict) and isinstance(c.get("text"), str)]
             if texts:
                 pending_reasoning = "\n".join(texts) if pending_reasoning is None else pending_reasoning + "\n" + "\n".join(texts)
+            elif item.get("encrypted_content"):
+                losses.append(f"{where}: reasoning item not carried over: its reasoning is encrypted (encrypted_content), the text is not in the file")
         else:
             skipped[str(t or role)] = skipped.get(str(t or role), 0) + 1
             losses.append(f"{where}: {t or role} item not carried over (no chat message holds it)")

@@ -271,11 +271,13 @@ def _results_of(messages: list[dict[str, Any]], idxs: list[int]) -> list[ToolRes
         if m.get("role") != "tool":
             continue
         content = m.get("content")
+        failed = m.get("is_error") is True  # the source says the tool failed (Anthropic's tool_result is_error)
         out.append(
             ToolResult(
                 call_id=m.get("tool_call_id") if isinstance(m.get("tool_call_id"), str) else None,
                 name=m.get("name") if isinstance(m.get("name"), str) else "",
                 content=content if isinstance(content, str) else json.dumps(content, ensure_ascii=False),
+                ok=not failed, error="tool_error" if failed else None,
             )
         )
     return out

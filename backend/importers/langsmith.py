@@ -42,7 +42,7 @@ from datetime import datetime
 from typing import Any
 
 from backend.importers.base import Importer, register
-from backend.importers.common import Conversation, RecordError, fill_tool_message_names, normalize_tools, text_of
+from backend.importers.common import Conversation, RecordError, fill_tool_message_names, normalize_tools
 from backend.trace import LoadProblem, ParseError
 from backend.trace.model import TerminationReason
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backend.importers.base import Importer, register
-from backend.importers.common import Conversation, RecordError
+from backend.importers.common import Conversation, RecordError, normalize_tools
 from backend.importers.langsmith import ChatCall, ToolRun, assemble, chat_call, chat_messages, tool_metadata, tool_result_text
 
 CHAT_TYPES = ("CHAT_MODEL", "LLM")
@@ -166,14 +166,17 @@ def _read_span(s: Any, where: str) -> _Span:
 
 def _chat_call(sp: _Span) -> ChatCall:
     tools = sp.attr("mlflow.chat.tools")
+    inputs = sp.attr("mlflow.spanInputs")
+    tools_where = f"{sp.where}.attributes['mlflow.chat.tools']"
+    if isinstance(inputs, dict) and inputs.get("tools") is not None:
+        # the request's own tools: mlflow.chat.tools is MLflow's rewrite of them, which drops what
+        # its ChatTool schema has no field for (the properties of an array's items ...)
+        tools, tools_where = inputs["tools"], f"{sp.where}.attributes['mlflow.spanInputs'].tools"
     messages = sp.attr("mlflow.chat.messages")
     if isinstance(messages, list) and messages:  # older MLflow: the whole exchange, input and output
         losses: list[str] = []
         msgs, errors = chat_messages(messages, f"{sp.where}.attributes['mlflow.chat.messages']", losses)
-        from backend.importers.common import normalize_tools
-
-        call = ChatCall(messages=msgs, tools=normalize_tools(tools, f"{sp.where}.attributes['mlflow.chat.tools']") if tools else [],
-                        parse_errors=errors, losses=losses)
+        call = ChatCall(messages=msgs, tools=normalize_tools(tools, tools_where) if tools else [], parse_errors=errors, losses=losses)
         outputs = sp.attr("mlflow.spanOutputs")
         if isinstance(outputs, dict) and isinstance(outputs.get("choices"), list) and outputs["choices"]:
             c0 = outputs["choices"][0]
@@ -181,9 +184,8 @@ def _chat_call(sp: _Span) -> ChatCall:
                 call.finish_reason = c0["finish_reason"]
     else:
         call = chat_call(
-            sp.attr("mlflow.spanInputs"), sp.attr("mlflow.spanOutputs"), f"{sp.where}.attributes['mlflow.spanInputs']",
-            tools=tools, out_where=f"{sp.where}.attributes['mlflow.spanOutputs']",
-            tools_where=f"{sp.where}.attributes['mlflow.chat.tools']" if tools is not None else None,
+            inputs, sp.attr("mlflow.spanOutputs"), f"{sp.where}.attributes['mlflow.spanInputs']",
+            tools=tools, out_where=f"{sp.where}.attributes['mlflow.spanOutputs']", tools_where=tools_where if tools is not None else None,
         )
     model = sp.attr("mlflow.llm.model")
     if isinstance(model, str) and model and "model" not in call.info:

@@ -87,16 +87,11 @@ def _clean(item: Any) -> Any:
 
 
 def _extra_losses(item: Any, where: str, losses: list[str]) -> None:
-    """What items_to_conversation does not see: encrypted-only reasoning, output text annotations."""
+    """What items_to_conversation does not see: output text annotations."""
     if not isinstance(item, dict):
         return
-    t = item.get("type")
-    if t == "reasoning":
-        texts = [s for s in (item.get("summary") or []) + (item.get("content") or [])
-                 if isinstance(s, dict) and isinstance(s.get("text"), str) and s["text"]]
-        if not texts and item.get("encrypted_content"):
-            losses.append(f"{where}: reasoning item not carried over: its reasoning is encrypted (encrypted_content), the text is not in the file")
-    elif t == "message" and isinstance(item.get("content"), list):
+    t = item.get("type")  # encrypted-only reasoning: items_to_conversation reports it
+    if t == "message" and isinstance(item.get("content"), list):
         for j, p in enumerate(item["content"]):
             ann = p.get("annotations") if isinstance(p, dict) else None
             if isinstance(ann, list) and ann:

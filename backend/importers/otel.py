@@ -101,6 +101,13 @@ def conversations_of_trace(trace_id: str, spans: list[Span], logs: list[LogRecor
         if theirs and convs:
             convs[0].losses.append(f"{len(theirs)} {other.label} span(s) of this trace ({_names(theirs)}, first at {theirs[0].where}) "
                                    f"not read: the trace was read as {chosen.label}")
+    # our own export (backend.export_otel): the trace's id and end state are on the root span
+    ours = next((s.attributes for s in spans if "agent_loop_inspector.trace_id" in s.attributes), None)
+    if ours is not None and len(convs) == 1:
+        convs[0].id = convs[0].id or str(ours["agent_loop_inspector.trace_id"])
+        tr = ours.get("agent_loop_inspector.termination_reason")
+        if isinstance(tr, str) and tr and convs[0].termination_reason is None:
+            convs[0].termination_reason = tr
     starts = [s.start_ns for s in spans if s.start_ns is not None]
     ends = [s.end_ns for s in spans if s.end_ns is not None]
     for k, conv in enumerate(convs):

@@ -197,7 +197,6 @@ class ScriptedEngine:
 
 def main() -> None:
     from omegaconf import OmegaConf
-
     from skyrl_train.evaluate import evaluate
     from skyrl_train.generators.skyrl_gym_generator import SkyRLGymGenerator
 
