@@ -215,7 +215,7 @@ def test_trl_losses_nan_rewards_and_bad_arguments(tmp_path):
             {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "look", "arguments": '{"x": '}}]},
             {"role": "tool", "name": "look", "content": "a cat"},
             {"role": "tool", "name": "zoom", "content": "no such call"},
-            {"role": "assistant", "content": "A cat.", "thinking": "hmm"},
+            {"role": "assistant", "content": "A cat.", "thinking": "hmm", "audio": {"id": "a1"}},
         ],
         "format_ok": float("nan"),
         "acc": 1.0,
@@ -232,11 +232,12 @@ def test_trl_losses_nan_rewards_and_bad_arguments(tmp_path):
     assert t.messages[0] == {"role": "user", "content": "What is this?"}
     assert t.messages[1]["tool_calls"][0]["function"]["arguments"] == '{"x": '  # kept raw
     assert t.messages[2]["tool_call_id"] == t.messages[1]["tool_calls"][0]["id"]
+    assert t.messages[4] == {"role": "assistant", "content": "A cat.", "reasoning_content": "hmm"}  # gpt-oss's key
     gen = [s for s in t.steps if s.state == "generating"]
     assert gen[0].parse_errors and "arguments are not valid JSON" in gen[0].parse_errors[0].message
     assert [x.reason for x in res.losses] == [
         f"trace {t.id}: prompt[0].content: content part 0 (image) not carried over: it has no text",
-        f"trace {t.id}: completion[3].thinking: message field not carried over",
+        f"trace {t.id}: completion[3].audio: message field not carried over",
         f"trace {t.id}: completion[2]: tool result of 'zoom' answers no tool call in the row",
     ]
     assert not res.complete

@@ -367,10 +367,6 @@ def _key(m: dict[str, Any]) -> tuple[Any, ...]:
     return (m.get("role"), m.get("content") or "", calls, m.get("tool_call_id"))
 
 
-def _is_prefix(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
-    return len(a) <= len(b) and all(_key(x) == _key(y) for x, y in zip(a, b))
-
-
 def tool_result_text(out: Any) -> str:
     """A tool's output as the tool message's text: a string as it is, a LangChain
     ``ToolMessage`` (any of its shapes) as its content, anything else JSON."""
@@ -393,14 +389,20 @@ def assemble(calls: list[ChatCall], tools: list[ToolRun]) -> list[tuple[ChatCall
     conversation, chat calls of it, tool runs of it)``; tool runs that answer no call are
     named in the last conversation's losses."""
     calls = sorted(calls, key=lambda c: (c.start is None, c.start or 0.0))
-    leaves = [c for i, c in enumerate(calls) if not any(_is_prefix(c.messages, d.messages) for d in calls[i + 1:])]
+    keys = {id(c): [_key(m) for m in c.messages] for c in calls}
+
+    def is_prefix(a: ChatCall, b: ChatCall) -> bool:
+        ka, kb = keys[id(a)], keys[id(b)]
+        return len(ka) <= len(kb) and ka == kb[: len(ka)]
+
+    leaves = [c for i, c in enumerate(calls) if not any(is_prefix(c, d) for d in calls[i + 1:])]
     out = []
     claimed: set[int] = set()
     tools = sorted(tools, key=lambda t: (t.start is None, t.start or 0.0))
     for leaf in leaves:
         msgs = [dict(m) for m in leaf.messages]
         errors = {i: list(e) for i, e in leaf.parse_errors.items()}
-        thread = [c for c in calls if _is_prefix(c.messages, leaf.messages)]
+        thread = [c for c in calls if is_prefix(c, leaf)]
         # calls of this conversation, in order: (message index, call)
         call_list = [(i, c) for i, m in enumerate(msgs) if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
         answered = {m.get("tool_call_id") for m in msgs if m.get("role") == "tool"}

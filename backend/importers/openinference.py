@@ -81,6 +81,10 @@ def _indexed(attrs: dict[str, Any], prefix: str) -> dict[int, dict[str, Any]]:
     return dict(sorted(out.items()))
 
 
+# a smolagents "Calling tools:" repr longer than this is kept as text (ast's memory is many times the text's)
+_MAX_REPR_CHARS = 256 * 1024
+
+
 def _json(v: Any) -> Any:
     if isinstance(v, str):
         try:
@@ -261,7 +265,7 @@ class _Reader:
         text = msg.get("content") or ""
         body = text.split("\n", 1)[1] if text.startswith("Calling tools:") and "\n" in text else None
         listed = None
-        if body is not None:
+        if body is not None and len(body) <= _MAX_REPR_CHARS:  # the parser's memory grows with the text: a visitor's file is bounded
             try:
                 listed = ast.literal_eval(body.strip())
             except (ValueError, SyntaxError, MemoryError, RecursionError):

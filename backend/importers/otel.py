@@ -167,6 +167,12 @@ class OTelImporter(Importer):
             except RecordError as e:
                 yield n, LoadProblem(n, f"trace {tid}: {e}")
                 continue
+            except (RecursionError, MemoryError):
+                yield n, LoadProblem(n, f"trace {tid}: its span attributes nest too deeply or are too large to read")
+                continue
+            except Exception as e:  # noqa: BLE001 - a bug on one trace must not lose the others
+                yield n, LoadProblem(n, f"trace {tid}: internal error: {type(e).__name__}: {e}"[:500])
+                continue
             if chosen is None:
                 what = f"{len(spans)} span(s) ({_names(spans)})" if spans else f"{len(logs)} log record(s)"
                 known = ", ".join(d.label for d in dialects()) or "none registered"

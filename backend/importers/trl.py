@@ -29,7 +29,8 @@ and nulls are rewards).
 Parquet merges the keys of all rows' messages (and all calls' arguments) into one struct, so a
 key one message lacks reads back as null: null keys are dropped from messages and arguments (a
 null argument cannot be told from an absent one in these files). Images stripped by TRL
-(``{"type": "image"}`` parts) and unknown message keys are reported as losses.
+(``{"type": "image"}`` parts) and unknown message keys are reported as losses; an assistant's
+``reasoning_content`` (or gpt-oss's ``thinking``) is its reasoning.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ from backend.trace.messages import decode_arguments, json_type, parse_assistant_
 
 _FIXED = ("step", "prompt", "completion", "advantage")
 _ROLES = ("system", "user", "assistant", "tool")
-_MESSAGE_KEYS = {"role", "content", "tool_calls", "name", "tool_call_id", "reasoning_content"}
+_MESSAGE_KEYS = {"role", "content", "tool_calls", "name", "tool_call_id", "reasoning_content", "thinking"}
+_ASSISTANT_ONLY = ("tool_calls", "reasoning_content", "thinking")
 
 
 def _number(v: Any) -> bool:
@@ -165,9 +167,15 @@ def messages_of(value: Any, where: str, conv: Conversation, parser: Any, eos: st
         content = text_of(m.get("content"), f"{w}.content", conv.losses)
         msg: dict[str, Any] = {"role": role, "content": content if content is not None else ""}
         errors: list[ParseError] = []
+        if role != "assistant":
+            for k in _ASSISTANT_ONLY:
+                if m.get(k):
+                    conv.losses.append(f"{w}.{k}: not carried over (only assistant messages carry it)")
         if role == "assistant":
-            if isinstance(m.get("reasoning_content"), str) and m["reasoning_content"]:
-                msg["reasoning_content"] = m["reasoning_content"]
+            # reasoning: "reasoning_content" (Qwen3 / DeepSeek response templates), "thinking" (gpt-oss's)
+            for k in ("reasoning_content", "thinking"):
+                if isinstance(m.get(k), str) and m[k] and "reasoning_content" not in msg:
+                    msg["reasoning_content"] = m[k]
             if m.get("tool_calls"):
                 msg["tool_calls"] = _tool_calls(m["tool_calls"], w, errors)
             elif msg["content"]:  # calls the response parser left as text (or a model without one)

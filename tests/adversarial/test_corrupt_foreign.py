@@ -175,3 +175,21 @@ def test_one_huge_single_line_otlp_document_is_refused_with_bounded_memory(tmp_p
         assert len(probs) == 1 and probs[0][0] == 1 and "longer than the 1.0 MB line limit" in probs[0][1], (name, probs)
         assert peak < MEMORY_BOUND, f"{name}: tracemalloc peak {peak / 1e6:.1f} MB"
     os.remove(p)
+
+
+def test_deeply_nested_attribute_json_costs_one_trace_not_the_file(tmp_path, qwen3):
+    """A visitor's span whose message attribute is 200,000 nested brackets: that trace is
+    reported (or its attribute a loss), the other traces of the file import."""
+    lines = _lines(OTLP)
+    bad, _ = _with_attribute(lines[0], "gen_ai.input.messages", "[" * 200_000 + "]" * 200_000)
+    p = tmp_path / "deep.jsonl"
+    p.write_text("\n".join([bad, *lines[1:]]) + "\n", encoding="utf-8")
+    whole = import_file(str(OTLP), bundle=qwen3)
+    res = import_file(str(p), bundle=qwen3)
+    first_ids = {s["traceId"] for s in _spans(json.loads(lines[0]))}
+    others = [t.id for t in whole.traces if t.metadata["provenance"]["trace_id"] not in first_ids]
+    assert others and [t.id for t in res.traces if t.metadata["provenance"]["trace_id"] not in first_ids] == others
+    said = [x.reason for x in res.problems] + [x.reason for x in res.losses]
+    assert any("gen_ai.input.messages" in r or "nest" in r for r in said), said
+    for r in said:
+        check_reason(r)
