@@ -545,3 +545,19 @@ def test_other_files_keep_their_formats():
             for rec in recs[:20]:
                 assert not get_importer("langsmith").sniff(rec) and not get_importer("mlflow").sniff(rec), p
     assert get_importer("mlflow").whole_file([{"role": "user", "content": "hi"}]) is False
+
+
+def test_langsmith_failed_llm_run_ends_the_conversation(tmp_path, qwen3):
+    """The model call raised: the run has an error and no outputs; the conversation is what it was sent."""
+    def edit(recs):
+        last = _llm_runs(recs, "Zürich right now")[-1]
+        last["outputs"] = None
+        last["error"] = "RateLimitError: 429 Too Many Requests"
+
+    path = rewrite(os.path.join(LS, "runs.jsonl"), tmp_path / "failed.jsonl", edit)
+    res = import_file(path, "auto", bundle=qwen3)
+    assert res.complete, res.problem_lines()
+    t = res.traces[0]
+    assert norm(t.messages) == norm(ONE_CALL[:-1])
+    assert t.termination_reason == "generation_error"
+    assert t.metadata["errors"][0]["error"] == "RateLimitError: 429 Too Many Requests"

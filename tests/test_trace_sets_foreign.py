@@ -95,3 +95,24 @@ def test_chat_logs_in_a_set_are_rows_per_conversation(tmp_path, qwen3):
         got = ts.open(i)
         assert got.id == t.id and _messages(got) == _messages(t)
         assert ts.df["messages"].iat[i] == len(t.messages)
+
+
+def test_trl_completions_folder_is_a_set_by_training_step(tmp_path, qwen3):
+    """TRL's ``completions/`` folder (written by GRPOTrainer, tests/fixtures_gen/gen_trl.py): one
+    row per completion with its step and the sum of its reward columns, read back from the
+    Parquet files with pandas; each row opens to the trace the importer gives."""
+    import glob
+
+    import pandas as pd
+
+    src = os.path.join(DATA, "trl", "completions")
+    ts = TraceSet.open_set(src, cache=str(tmp_path / "cache"), final=True, import_bundle=lambda: qwen3)
+    frames = [pd.read_parquet(p) for p in sorted(glob.glob(os.path.join(src, "*.parquet")))]
+    df = pd.concat(frames, ignore_index=True)
+    assert not ts.problem_rows() and set(ts.df["source"]) == {"trl"}
+    assert list(ts.df["training_step"]) == list(df["step"])
+    assert list(ts.df["score"].round(9)) == list(df[["right_answer", "brevity"]].sum(axis=1).round(9))
+    imported = [t for p in sorted(glob.glob(os.path.join(src, "*.parquet"))) for t in import_file(p, "trl", bundle=qwen3).traces]
+    for i, t in enumerate(imported):
+        got = ts.open(i)
+        assert got.id == t.id == ts.df["id"].iat[i] and _messages(got) == _messages(t)

@@ -1,19 +1,25 @@
 """Import traces from other tools' formats.
 
 >>> from backend.importers import import_file, detect
->>> detect("run.json")                      # 'agents-sdk', 'verl', 'openai-chat', 'sharegpt', 'trace' or None
+>>> detect("run.json")                      # a name of FORMATS, 'trace' (ours) or None
 >>> res = import_file("run.json", "auto", tokenizer="qwen3")
->>> res.traces, res.problems                 # every bad record: its line/row/index and the reason
+>>> res.traces, res.problems, res.losses    # bad records and content not carried over, with their line/row/index
+>>> res.notes                               # how detection chose where two formats could read a record
 
-Formats (one module each, registered by name): ``agents-sdk``, ``verl``, ``openai-chat``,
-``sharegpt``. Input files: JSONL (one record per line), JSON (one record, or a list of records;
-for ``agents-sdk`` a bare list of run items is one run), or Parquet (one record per row).
-Our own trace records met in ``auto`` mode are passed through unchanged.
+Formats (one module each, listed in :data:`FORMAT_TABLE` in detection order): OpenTelemetry
+spans (``otel``: OTel GenAI, OpenInference and Langfuse dialects, :mod:`backend.importers.otel`),
+``langsmith``, ``mlflow``, ``openai-responses``, ``anthropic``, ``agents-sdk``, ``verl``,
+``trl``, ``skyrl``, ``pydantic-ai``, ``langchain``, ``smolagents``, ``sharegpt``,
+``openai-chat``. Input files: JSONL (one record per line), JSON (one record, or a list of
+records; a format may read a whole list as one record), or Parquet (one record per row). Our own
+trace records met in ``auto`` mode are passed through unchanged. Grouped formats (spans of one
+trace over many records) are converted per file, after it is read.
 
 Sources without token ids are rendered with the chosen tokenizer (default ``qwen3``); see
 :mod:`backend.importers.common` for how ids, mask and steps are derived. Each imported trace has
-``metadata.source`` = the format, ``metadata.ids`` = ``"rendered"`` or ``"given"``, and
-``metadata.import`` = ``{"file", "line" | "row" | "index"}``.
+``metadata.source`` = the format, ``metadata.ids`` = ``"rendered"`` or ``"given"``,
+``metadata.import`` = ``{"file", "line" | "row" | "index", "losses"}`` and
+``metadata.provenance`` = ``{"format", "library", "version", "trace_id", ...}`` (what the file says).
 """
 
 from __future__ import annotations

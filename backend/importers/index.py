@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,14 +77,25 @@ class _NeedsTokenizer(Exception):
     pass
 
 
-def summaries_of_record(rec: Any, n: int, path: str) -> list[dict[str, Any]] | LoadProblem | None:
+def _one_record(ctx: ImportContext) -> ImportContext:
+    """The set's context for one record: the same tokenizer and parser, none of an import's
+    per-file state (the counter that tells identical rows of one import apart), so a row gets
+    the same id when indexed and when opened, whichever rows were read before it."""
+    c = copy.copy(ctx)
+    c.__dict__.pop("_content_ids", None)
+    return c
+
+
+def summaries_of_record(rec: Any, n: int, path: str, ctx: ImportContext | None = None) -> list[dict[str, Any]] | LoadProblem | None:
     """The rows of one record of another tool's per-record format, a problem, or None when the
-    record is of no known format (or a span record: see :class:`SpanGroups`)."""
+    record is of no known format (or a span record: see :class:`SpanGroups`). ``ctx``: the set's
+    import context (its tokenizer reads tool calls out of completion text: TRL, SkyRL, ShareGPT);
+    without one such records get a row with what the record itself says."""
     name = detect_record(rec)
     if name is None or name == "trace" or get_importer(name).grouped:
         return None
     try:
-        items = get_importer(name).convert(rec, _NoTokenizer(path=path))
+        items = get_importer(name).convert(rec, _one_record(ctx) if ctx is not None else _NoTokenizer(path=path))
     except RecordError as e:
         return LoadProblem(n, str(e))
     except _NeedsTokenizer:
@@ -256,7 +268,7 @@ def is_span_record(d: Any) -> bool:
 
 def open_record_row(rec: Any, n: int, row_id: str, ctx: ImportContext, where: dict[str, Any]) -> Trace | LoadProblem:
     """The trace of a per-record row (the conversation whose id is ``row_id``)."""
-    got: list[Trace | LoadProblem] = [item for item, _ in convert_record(n, rec, "auto", ctx, where)]
+    got: list[Trace | LoadProblem] = [item for item, _ in convert_record(n, rec, "auto", _one_record(ctx), where)]
     for item in got:
         if isinstance(item, Trace) and item.id == row_id:
             return item

@@ -294,7 +294,7 @@ def _span_groups() -> Any:
     return SpanGroups()
 
 
-def _foreign_summaries(raw: bytes, path: str, line: int, offset: int, length: int, groups: Any) -> Any:
+def _foreign_summaries(raw: bytes, path: str, line: int, offset: int, length: int, groups: Any, ctx: Any = None) -> Any:
     """Rows of a line of another tool's format (:mod:`backend.importers.index`): a list of
     summaries, :data:`_GROUPED` for a span line (added to ``groups``), a problem, or None."""
     from backend.importers.index import is_span_record, summaries_of_record
@@ -306,7 +306,7 @@ def _foreign_summaries(raw: bytes, path: str, line: int, offset: int, length: in
     if is_span_record(d):
         bad = groups.add(d, line, offset, length)
         return bad if bad is not None else _GROUPED
-    return summaries_of_record(d, line, path) or None
+    return summaries_of_record(d, line, path, ctx) or None
 
 
 def _verl_summary(raw: bytes, path: str, line: int) -> dict[str, Any] | None:
@@ -543,7 +543,7 @@ class TraceSet(TraceIndex):
                 if not src.last_nl and off + n >= size - start and not take_partial:
                     break  # a line still being written: indexed once complete
                 if not isinstance(raw, LoadProblem) and _SPAN_MARK.search(raw, 0, 256):  # span lines: parsed once
-                    item = _foreign_summaries(raw, st.path, ln, start + off, n, groups)
+                    item = _foreign_summaries(raw, st.path, ln, start + off, n, groups, self._context(st.path))
                     if item is _GROUPED:
                         st.grouped = True
                         continue
@@ -553,7 +553,8 @@ class TraceSet(TraceIndex):
                     item = raw if isinstance(raw, LoadProblem) else summary_of_line(ln, raw)
                 items: list[dict[str, Any]] = []
                 if isinstance(item, LoadProblem) and not isinstance(raw, LoadProblem):
-                    item = _verl_summary(raw, st.path, ln) or _foreign_summaries(raw, st.path, ln, start + off, n, groups) or item
+                    item = (_verl_summary(raw, st.path, ln) or _foreign_summaries(raw, st.path, ln, start + off, n, groups, self._context(st.path))
+                            or item)
                     if item is _GROUPED:
                         st.grouped = True
                         continue
@@ -668,7 +669,7 @@ class TraceSet(TraceIndex):
             if isinstance(rec, LoadProblem):
                 st.problems.append(rec)
                 continue
-            got = summaries_of_record(rec, n, st.path)
+            got = summaries_of_record(rec, n, st.path, self._context(st.path))
             if got is None:
                 if n == 1:
                     return False
