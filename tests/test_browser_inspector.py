@@ -570,3 +570,39 @@ def test_legend_names_each_kind_once(open_app):
     keys = app.js("Array.from(document.querySelectorAll('#insp-tokens .tv-key'), (k) => k.textContent.replace(/\\s+/g, ' ').trim())")
     assert keys == ["prompt 178", "generated (mask 1) 41", "injected (mask 0) 28", "special 18", "total 247"], keys
     app.assert_clean()
+
+
+def test_imported_otel_file_lists_its_losses_and_names_its_writer(open_app, tmp_path):
+    """An OTel export (written by opentelemetry-instrumentation-openai-v2) whose instrumentation
+    scope name is a script and whose first line has a cut output attribute: the status says what
+    was not carried over, the problems table lists it by line, the trace's badges name the
+    format and writer as text and the loss in red."""
+    lines = (ROOT / "tests" / "data" / "import" / "otel" / "openai_v2_spans.otlp.jsonl").read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    trace_ids = []
+    for rs in first["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            ss["scope"]["name"] = "lib" + NAME
+            for s in ss["spans"]:
+                trace_ids.append(s["traceId"])
+                for kv in s["attributes"]:
+                    if kv["key"] == "gen_ai.output.messages":
+                        kv["value"] = {"stringValue": '[{"role": "assistant", "parts": ['}
+    f = tmp_path / "otel.jsonl"
+    f.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n", encoding="utf-8")
+    app = open_app()
+    app.tab("Trace files")
+    app.page.locator("#tf-upload input[type=file]").set_input_files(str(f))
+    app.wait_text("#tf-status", "otel.jsonl")
+    status = app.text("#tf-status")
+    assert "imported from otel" in status and "not carried over" in status and "bad record" not in status, status
+    app.page.wait_for_function("document.querySelectorAll('#tf-problems [data-row]').length > 0")
+    assert app.cell("tf-problems", 0, 0).inner_text() == "1"
+    assert "gen_ai.output.messages" in app.cell("tf-problems", 0, 1).inner_text()
+    open_row(app, trace_ids[0])
+    app.wait_text("#insp-summary", trace_ids[0])
+    warn = app.text("#insp-summary [data-badge=warn]")
+    assert warn.startswith("imported from OTel GenAI (libw<img/src=x/onerror=") and "re-rendered with qwen3" in warn, warn  # as text
+    assert "not carried over" in app.text("#insp-summary [data-badge=err]")
+    app.assert_no_xss("inspector badges (import provenance)")
+    app.assert_clean()
