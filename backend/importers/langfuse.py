@@ -36,8 +36,7 @@ from typing import Any
 
 from backend.importers.common import Conversation, RecordError, fill_tool_message_names, normalize_tools
 from backend.importers.openai_chat import normalize_messages
-from backend.importers.openinference import _continues
-from backend.importers.otel import Dialect, register_dialect
+from backend.importers.otel import Dialect, add_timing, continues, register_dialect
 from backend.importers.otlp import Span
 from backend.trace import ParseError
 from backend.trace.model import TerminationReason
@@ -236,7 +235,7 @@ class LangfuseDialect(Dialect):
             msgs, errors, n_in, tools = got
             target = None
             for ch in reversed(chains):
-                if _continues(ch["msgs"], msgs[:n_in]):
+                if continues(ch["msgs"], msgs[:n_in]):
                     target = ch
                     break
             if target is None:
@@ -285,12 +284,7 @@ class LangfuseDialect(Dialect):
         params = _json(a.get("langfuse.observation.model.parameters"))
         if isinstance(params, dict) and params:
             meta["model_parameters"] = params
-        if tool_spans:
-            meta["tool_durations_s"] = [s.duration_s for s in tool_spans]
-        if several:
-            ends = [s.end_ns for s in ch["spans"] + tool_spans if s.end_ns is not None]
-            if ends and t0:
-                meta["duration_s"] = max(0, max(ends) - t0) / 1e9
+        add_timing(meta, ch["spans"], tool_spans, several=several, t0=t0)
         for key, dst in (("langfuse.trace.name", "trace_name"), ("session.id", "session_id"), ("user.id", "user_id"),
                          ("langfuse.environment", "environment"), ("langfuse.release", "release")):
             v = a.get(key) if key in a else next((s.attributes[key] for s in r.spans if key in s.attributes), None)

@@ -44,7 +44,7 @@ from typing import Any
 
 from backend.importers.common import Conversation, RecordError, fill_tool_message_names, normalize_tools
 from backend.importers.openai_chat import normalize_messages
-from backend.importers.otel import Dialect, register_dialect
+from backend.importers.otel import Dialect, add_timing, continues, register_dialect
 from backend.importers.otlp import Span
 from backend.trace import ParseError
 from backend.trace.messages import decode_arguments
@@ -344,19 +344,6 @@ class _Reader:
         return msgs, errors, n_in
 
 
-def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Two messages are the same turn (content, calls and their ids, result ids)."""
-    if a.get("role") != b.get("role") or (a.get("content") or "") != (b.get("content") or ""):
-        return False
-    ca = [(c.get("id"), c["function"]["name"], c["function"]["arguments"]) for c in a.get("tool_calls") or []]
-    cb = [(c.get("id"), c["function"]["name"], c["function"]["arguments"]) for c in b.get("tool_calls") or []]
-    return ca == cb and a.get("tool_call_id") == b.get("tool_call_id")
-
-
-def _continues(prev: list[dict[str, Any]], nxt: list[dict[str, Any]]) -> bool:
-    return len(prev) <= len(nxt) and all(_same(a, b) for a, b in zip(prev, nxt))
-
-
 def _tools_of(span: Span, losses: list[str]) -> list[dict[str, Any]]:
     out = []
     for i, f in _indexed(span.attributes, "llm.tools.").items():
@@ -409,7 +396,7 @@ class OpenInferenceDialect(Dialect):
                 continue
             target = None
             for ch in reversed(chains):
-                if _continues(ch["msgs"], msgs[:n_in]):
+                if continues(ch["msgs"], msgs[:n_in]):
                     target = ch
                     break
             if target is None:
@@ -472,12 +459,7 @@ class OpenInferenceDialect(Dialect):
         params = _json(a.get("llm.invocation_parameters"))
         if isinstance(params, dict) and params:
             meta["invocation_parameters"] = params
-        if tool_spans:
-            meta["tool_durations_s"] = [s.duration_s for s in tool_spans]
-        if several:
-            ends = [s.end_ns for s in ch["spans"] + tool_spans if s.end_ns is not None]
-            if ends and t0:
-                meta["duration_s"] = max(0, max(ends) - t0) / 1e9
+        add_timing(meta, ch["spans"], tool_spans, several=several, t0=t0)
         finish = a.get("llm.finish_reason")
         if isinstance(finish, str) and finish:
             meta["finish_reason"] = finish

@@ -71,6 +71,32 @@ def dialects() -> list[Dialect]:
     return out
 
 
+def add_timing(meta: dict[str, Any], chat_spans: list[Span], tool_spans: list[Span], *, several: bool, t0: int | None) -> None:
+    """``tool_durations_s`` (the tool spans', in order) and, for one of several conversations of a
+    trace, its own ``duration_s`` (from ``t0`` to the end of its last span; a trace's single
+    conversation gets the trace's duration from :func:`conversations_of_trace`)."""
+    if tool_spans:
+        meta["tool_durations_s"] = [s.duration_s for s in tool_spans]
+    if several:
+        ends = [s.end_ns for s in chat_spans + tool_spans if s.end_ns is not None]
+        if ends and t0:
+            meta["duration_s"] = max(0, max(ends) - t0) / 1e9
+
+
+def same_turn(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two messages are the same turn (content, calls and their ids, result ids)."""
+    if a.get("role") != b.get("role") or (a.get("content") or "") != (b.get("content") or ""):
+        return False
+    ca = [(c.get("id"), c["function"]["name"], c["function"]["arguments"]) for c in a.get("tool_calls") or []]
+    cb = [(c.get("id"), c["function"]["name"], c["function"]["arguments"]) for c in b.get("tool_calls") or []]
+    return ca == cb and a.get("tool_call_id") == b.get("tool_call_id")
+
+
+def continues(prev: list[dict[str, Any]], nxt: list[dict[str, Any]]) -> bool:
+    """``nxt`` starts with the turns of ``prev`` (a later model call of the same conversation)."""
+    return len(prev) <= len(nxt) and all(same_turn(a, b) for a, b in zip(prev, nxt))
+
+
 def _start(s: Span) -> int:
     return s.start_ns if s.start_ns is not None else 0
 
@@ -187,4 +213,4 @@ class OTelImporter(Importer):
                 yield n, conv
 
 
-__all__ = ["DIALECT_MODULES", "Dialect", "OTelImporter", "conversations_of_trace", "dialects", "register_dialect"]
+__all__ = ["DIALECT_MODULES", "Dialect", "OTelImporter", "add_timing", "continues", "conversations_of_trace", "dialects", "register_dialect", "same_turn"]
