@@ -13,8 +13,10 @@
 unwrapped, ids lowercase hex, times in ns) with their place in the file; what reads them as a
 conversation is a dialect of :mod:`backend.importers.otel`. The reading is hand-written over
 ``json`` values rather than ``opentelemetry-proto``'s parser: that parser takes base64 ids only
-and is several times slower than the JSON parse itself, which a trace set of GBs cannot afford;
-the tests check our exporter's output with it.
+(the collector's file exporter writes hex) and, measured on the openai-v2 fixture lines
+(protobuf 7.36.2), ``json_format.Parse`` into ``ExportTraceServiceRequest`` costs 19.6× a
+``json.loads`` of the same line (orjson: 0.37×), which a trace set of GBs cannot afford; the
+tests check our exporter's output with it.
 """
 
 from __future__ import annotations
