@@ -311,6 +311,30 @@ def test_import_with_bad_lines_writes_the_good_ones_and_exits_1(trace_files):
     assert out.read_bytes() == before
 
 
+def test_import_of_another_tools_file_lists_what_it_did_not_carry_and_exits_1(tmp_path):
+    """An Anthropic file (written by the anthropic SDK, tests/fixtures_gen/gen_anthropic.py) imports
+    completely (exit 0); with an image block added, the traces are written, the image is listed
+    with its line and place, and the exit status is 1."""
+    src = os.path.join(ROOT, "tests", "data", "import", "anthropic", "messages.jsonl")
+    out = tmp_path / "out.jsonl"
+    p = cli("import", src, "--out", str(out), "--json")
+    s = json.loads(p.stdout)
+    n = sum(1 for line in open(src, encoding="utf-8") if line.strip())
+    assert s["traces"] == n and s["formats"] == {"anthropic": n} and s["not_carried_over"] == [] and s["problems"] == []
+    recs = [json.loads(line) for line in open(src, encoding="utf-8") if line.strip()]
+    recs[1]["messages"][0]["content"] = [{"type": "text", "text": "Look:"},
+                                         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]
+    bad = tmp_path / "with_image.jsonl"
+    bad.write_text("\n".join(json.dumps(r) for r in recs) + "\n", encoding="utf-8")
+    p = cli("import", str(bad), "--out", str(out), "--json", check=False)
+    assert p.returncode == 1, p.stderr
+    s = json.loads(p.stdout)
+    assert s["traces"] == n and [(x["line"], "image" in x["what"] and "messages[0]" in x["what"]) for x in s["not_carried_over"]] == [(2, True)]
+    assert "1 thing(s) in" in p.stderr and "are not in the written traces" in p.stderr and "line 2" in p.stderr
+    p = cli("import", str(bad), "--out", str(out), check=False)
+    assert "1 thing(s) not carried over into the traces" in p.stdout and "  line 2, trace " in p.stdout
+
+
 def test_check_with_bad_lines_or_a_missing_id_exits_1(trace_files):
     p = cli("check", str(trace_files / "mixed.jsonl"), "--no-tokens", "--json", check=False)
     assert p.returncode == 1
