@@ -11,7 +11,8 @@
 - Tiny random models (hidden 64, 2 heads x head_dim 32, 2 layers) with a real tokenizer, for
   tests of engine mechanics. They generate nonsense quickly and deterministically.
 
-Cache root: ``$ALI_CACHE_DIR``, else ``$XDG_CACHE_HOME/agent-loop-inspector``, else
+Cache root: ``$ALI_CACHE_DIR``, else on a Hugging Face Space with persistent storage
+``/data/agent-loop-inspector``, else ``$XDG_CACHE_HOME/agent-loop-inspector``, else
 ``~/.cache/agent-loop-inspector``. Nothing is ever written into site-packages. Builds go into a
 temporary folder beside the final one and are renamed into place under a file lock, so concurrent
 first runs neither corrupt the cache nor convert twice.
@@ -51,13 +52,41 @@ _MARKER = ".ali_build.json"
 # ---- cache ------------------------------------------------------------------------------------
 
 
+def space_storage() -> Path | None:
+    """The persistent storage of a Hugging Face Space: ``/data`` (``$ALI_SPACE_DATA`` names
+    another folder) when the app runs on a Space (``SPACE_ID`` set) and the folder exists and is
+    writable, i.e. the Space has persistent storage; else None (a Space without it, or any other
+    host: the ordinary cache folder is used, and it is lost with the Space's restart)."""
+    if not os.environ.get("SPACE_ID"):
+        return None
+    d = Path(os.environ.get("ALI_SPACE_DATA") or "/data")
+    return d if d.is_dir() and os.access(d, os.W_OK | os.X_OK) else None
+
+
+def use_space_storage() -> Path | None:
+    """On a Space with persistent storage, point the Hugging Face cache (``HF_HOME``: Hub models
+    an operator picks with ``ALI_MODEL``, their tokenizers) at ``/data/.huggingface`` unless the
+    operator set it; call before ``huggingface_hub`` is imported (it reads the variable then).
+    Returns the storage folder, or None when there is none."""
+    data = space_storage()
+    if data is not None and not os.environ.get("HF_HOME"):
+        os.environ["HF_HOME"] = str(data / ".huggingface")
+    return data
+
+
 def cache_root() -> Path:
-    """Where built artefacts live (models, tokenizers, compiler caches): $ALI_CACHE_DIR, else
+    """Where built artefacts live (models, tokenizers, trace-set indexes, compiler caches):
+    $ALI_CACHE_DIR, else on a Space with persistent storage ``/data/agent-loop-inspector``
+    (:func:`space_storage`: a restart reuses the converted model and tokenizers), else
     $XDG_CACHE_HOME/agent-loop-inspector, else ~/.cache/agent-loop-inspector."""
     root = os.environ.get("ALI_CACHE_DIR")
     if not root:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(base, "agent-loop-inspector")
+        data = space_storage()
+        if data is not None:
+            root = str(data / "agent-loop-inspector")
+        else:
+            base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+            root = os.path.join(base, "agent-loop-inspector")
     p = Path(root)
     p.mkdir(parents=True, exist_ok=True)
     return p

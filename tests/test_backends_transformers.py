@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import threading
 import time
@@ -216,6 +217,37 @@ def test_cache_root_env(monkeypatch, tmp_path):
     monkeypatch.delenv("ALI_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert models.cache_root() == tmp_path / "xdg" / "agent-loop-inspector"
+
+
+def test_cache_root_on_a_space_uses_its_persistent_storage(monkeypatch, tmp_path):
+    """A Space with persistent storage (SPACE_ID set, /data writable; here ALI_SPACE_DATA names the
+    folder): caches and the Hub cache go there, so a restart reuses them; without the storage, or
+    off a Space, nothing changes; ALI_CACHE_DIR and an operator's HF_HOME still win."""
+    data = tmp_path / "data"
+    data.mkdir()
+    monkeypatch.delenv("ALI_CACHE_DIR", raising=False)
+    monkeypatch.delenv("HF_HOME", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("ALI_SPACE_DATA", str(data))
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    assert models.space_storage() is None and models.cache_root() == tmp_path / "xdg" / "agent-loop-inspector"
+    monkeypatch.setenv("SPACE_ID", "someone/agent-loop-inspector")
+    assert models.space_storage() == data and models.cache_root() == data / "agent-loop-inspector"
+    assert models.use_space_storage() == data and os.environ["HF_HOME"] == str(data / ".huggingface")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "mine"))
+    models.use_space_storage()
+    assert os.environ["HF_HOME"] == str(tmp_path / "mine")
+    monkeypatch.setenv("ALI_CACHE_DIR", str(tmp_path / "a"))
+    assert models.cache_root() == tmp_path / "a"
+    monkeypatch.delenv("ALI_CACHE_DIR")
+    data.chmod(0o500)  # no persistent storage write access: the ordinary cache
+    try:
+        if not os.access(data, os.W_OK):  # root may write anyway
+            assert models.space_storage() is None and models.cache_root() == tmp_path / "xdg" / "agent-loop-inspector"
+    finally:
+        data.chmod(0o700)
+    monkeypatch.setenv("ALI_SPACE_DATA", str(tmp_path / "absent"))
+    assert models.space_storage() is None
 
 
 @pytest.fixture(scope="module")
