@@ -12,12 +12,15 @@ the first playground run, so the app opens at once and browsing traces never nee
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from typing import Any
 
 from backend.errors import UserError
 from backend.generators.routing import ROUTINGS
+
+log = logging.getLogger(__name__)
 
 BACKENDS = ("vllm", "vllm-server", "transformers", "scripted")
 TRUE = ("1", "true", "yes", "on")
@@ -192,7 +195,7 @@ def build_context(args: argparse.Namespace):
                                template=args.template, engine_opts=engine_options(args))
     samples, problems = load_samples(Path(args.sample_dir) if args.sample_dir else SAMPLE_DIR)
     for p in problems:
-        print(f"sample traces: {p}", file=sys.stderr)
+        log.warning("sample traces: %s", p)
     tok = args.tokenizer if args.tokenizer and (args.backend == "scripted" or args.no_model) else "qwen3"
     if args.max_upload_mb <= 0:
         raise SystemExit("--max-upload-mb must be positive")
@@ -231,8 +234,22 @@ def _trace_set_spec(spec: str | None) -> str | None:
     return spec
 
 
+def configure_logging() -> None:
+    """What the app reports on itself (its mode, sample traces it cannot read, the shutdown's
+    stages) is logged by its modules (``logging.getLogger(__name__)``). Here: the ``backend``
+    and ``ui`` loggers and this module's at INFO, each record on stderr as its bare message (as
+    these lines were printed before). Other libraries stay at WARNING, and a root handler that
+    is already there (a program that embeds the app) is kept instead of ours."""
+    logging.basicConfig(format="%(message)s", stream=sys.stderr)  # nothing when root has a handler
+    for name in ("backend", "ui", __name__):
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    configure_logging()
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     import ui
 
@@ -250,15 +267,15 @@ def main(argv: list[str] | None = None) -> None:
     demo = ui.build_app(ctx)
     lifecycle.register_server_stop(demo.close)
     t = ctx.trust
-    print(f"Agent Loop Inspector: {t.mode.value} mode ({t.why}); "
-          + ("visitors can name only offline profiles, trl templates and inline Jinja; "
-             if t.public else "typed paths and hub ids are loaded; ")
-          + (f"runs stop after {t.run_timeout_s:g} s" if t.run_timeout_s else "runs have no time limit"), file=sys.stderr)
+    log.info("Agent Loop Inspector: %s mode (%s); %s%s", t.mode.value, t.why,
+             "visitors can name only offline profiles, trl templates and inline Jinja; "
+             if t.public else "typed paths and hub ids are loaded; ",
+             f"runs stop after {t.run_timeout_s:g} s" if t.run_timeout_s else "runs have no time limit")
     from backend.trust import is_loopback
 
     if not t.public and (args.share or not is_loopback(args.host)):
-        print(f"WARNING: local mode on {'a public link' if args.share else args.host}: anyone who can reach this server can "
-              "make it read files and load hub ids; use --public", file=sys.stderr)
+        log.warning("WARNING: local mode on %s: anyone who can reach this server can make it read files and load hub ids; "
+                    "use --public", "a public link" if args.share else args.host)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **ui.launch_kwargs(ctx))
     lifecycle.wait_for_shutdown()  # launch() returns once the server is stopped
 

@@ -6,7 +6,7 @@ Everything here is process-wide and thread-safe.
   directory, created on first use) and :func:`remove_temp_dir` removes one (and only folders
   under that root). The root is removed at shutdown and, as a fallback, at interpreter exit.
 * :func:`register_closer` names things to shut down (sync or async callables: the model
-  service, the template worker); :func:`register_server_stop` the web server's stop (Gradio's
+  service, the worker pools of template renders and Parquet reads); :func:`register_server_stop` the web server's stop (Gradio's
   ``demo.close``); :func:`register_run` the cancel of a running agent run.
 * :func:`install_signal_handlers`: on SIGTERM or SIGINT a shutdown thread runs
   :func:`shutdown` and then ends the process with ``os._exit``: new runs are refused, running
@@ -18,6 +18,11 @@ Everything here is process-wide and thread-safe.
   kill grace. A second signal during the shutdown kills the descendants at once and exits.
 
 Exit status: 0 when everything closed in time and no process had to be killed, else 1.
+
+Each stage is logged (``[ali shutdown] ...``) on this module's logger: the stages at INFO (shown
+once the app configures logging, see ``app.py``), what went wrong (a closer that failed or timed
+out, processes that had to be killed, a shutdown not clean) at WARNING, which Python shows on
+stderr even where nothing configured logging.
 
 multiprocessing's ``resource_tracker`` processes are left alone: they exit by themselves
 (and clean up what they track) as soon as the process that started them is gone; killing one
@@ -31,6 +36,7 @@ import atexit
 import contextlib
 import inspect
 import itertools
+import logging
 import os
 import shutil
 import signal
@@ -66,9 +72,12 @@ class ShuttingDown(RuntimeError):
     """Raised by :func:`register_run` once a shutdown has started."""
 
 
-def _log(msg: str) -> None:
-    with contextlib.suppress(Exception):
-        print(f"[ali shutdown] {msg}", file=sys.stderr, flush=True)
+log = logging.getLogger(__name__)
+
+
+def _log(msg: str, level: int = logging.INFO) -> None:
+    with contextlib.suppress(Exception):  # may run in a signal handler: never raise from here
+        log.log(level, "[ali shutdown] %s", msg)
 
 
 def timeout_from_env() -> float:
@@ -350,14 +359,14 @@ def _join_all(threads: list[threading.Thread], until: float) -> None:
         th.join(max(0.0, until - time.monotonic()))
 
 
-def _template_worker_closer() -> None:
-    """Close the template worker if this process ever started one (looked up at shutdown, so
-    the module is neither imported for nothing nor tied to its internals)."""
-    mod = sys.modules.get("backend.template_guard")
-    guard = getattr(mod, "GUARD", None) if mod is not None else None
-    close = getattr(guard, "close", None)
-    if callable(close):
-        close()
+def _worker_pools_closer() -> None:
+    """Close the worker pools (template renders, Parquet reads) if this process ever made one
+    (:func:`backend.worker_pool.close_all`, looked up at shutdown, so the module is neither
+    imported for nothing nor tied to its internals)."""
+    mod = sys.modules.get("backend.worker_pool")
+    close_all = getattr(mod, "close_all", None) if mod is not None else None
+    if callable(close_all):
+        close_all()
 
 
 def shutdown(timeout_s: float | None = None, *, reason: str = "shutdown") -> dict[str, Any]:
@@ -403,7 +412,7 @@ def shutdown(timeout_s: float | None = None, *, reason: str = "shutdown") -> dic
     report["closers"] = [dict(r) for _, r in started]
     for r in report["closers"]:
         if r["status"] != "ok":
-            _log(f"closer {r['name']!r}: {r['status']} {r.get('error', '')}".rstrip())
+            _log(f"closer {r['name']!r}: {r['status']} {r.get('error', '')}".rstrip(), logging.WARNING)
 
     # 4. whatever is still running, once what is already exiting has gone
     settle_until = min(time.monotonic() + SETTLE_S, deadline - 1.0)
@@ -411,14 +420,16 @@ def shutdown(timeout_s: float | None = None, *, reason: str = "shutdown") -> dic
         time.sleep(0.05)
     report["killed"] = kill_children(max(0.5, min(KILL_GRACE_S, deadline - time.monotonic() - 1.0)))
     if report["killed"]:
-        _log("leftover processes stopped: " + ", ".join(f"{k['pid']} {k['name']} ({k['how']})" for k in report["killed"]))
+        _log("leftover processes stopped: " + ", ".join(f"{k['pid']} {k['name']} ({k['how']})" for k in report["killed"]),
+             logging.WARNING)
 
     # 5. temp files
     remove_temp_root()
     report["seconds"] = round(time.monotonic() - t0, 2)
     report["clean"] = (report["runs_left"] == 0 and all(s == "ok" for s in report.get("server", []))
                        and all(r["status"] == "ok" for r in report["closers"]) and not report["killed"])
-    _log(f"done in {report['seconds']:.1f} s ({'clean' if report['clean'] else 'not clean'})")
+    _log(f"done in {report['seconds']:.1f} s ({'clean' if report['clean'] else 'not clean'})",
+         logging.INFO if report["clean"] else logging.WARNING)
     return report
 
 
@@ -449,7 +460,7 @@ def _shutdown_and_exit(timeout_s: float, reason: str) -> None:
 
 def _watchdog(bound_s: float) -> None:
     time.sleep(bound_s)
-    _log(f"not finished after {bound_s:g} s: killing what is left and exiting")
+    _log(f"not finished after {bound_s:g} s: killing what is left and exiting", logging.WARNING)
     _force_exit()
 
 
@@ -504,9 +515,9 @@ def wait_for_shutdown() -> None:
 
 
 def install_app(model_close: Callable[[], Any] | None = None) -> None:
-    """What app.py calls once its context is built: the model service's close and the template
-    worker as closers, and the SIGTERM / SIGINT handlers."""
+    """What app.py calls once its context is built: the model service's close and the worker
+    pools (templates, Parquet) as closers, and the SIGTERM / SIGINT handlers."""
     if model_close is not None:
         register_closer("model", model_close)
-    register_closer("template worker", _template_worker_closer)
+    register_closer("worker pools", _worker_pools_closer)
     install_signal_handlers()

@@ -35,7 +35,7 @@ def make_index(rows: int, steps: int, seed: int = 0):
     import numpy as np
 
     from backend.trace import TraceIndex
-    from backend.trace.io import INDEX_COLUMNS
+    from backend.trace.index import INDEX_COLUMNS
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     base = TraceIndex.build(sorted(glob.glob(os.path.join(root, "sample_traces", "*.jsonl")))).frame()

@@ -20,7 +20,13 @@ Browser (headless Chromium, ``/usr/bin/chromium`` through Playwright; skipped wi
 ``innerHTML = markup`` → the next ``requestAnimationFrame`` (parse done) → a task posted from
 that frame (style, layout and paint of the frame done), timed with ``performance.now()``.
 Baseline, interleaved in a second page: the same markup without the line-aligned chunks
-(``div.tv-c`` with ``content-visibility: auto``), i.e. 32k spans in one box.
+(``div.tv-c`` with ``content-visibility: auto``), i.e. 32k spans in one box. A windowed view
+(above ``ui.token_view.WINDOW_TOKENS``, e.g. ``--tokens 131072``) has no spans to flatten: its
+baseline is the server-built view of the same trace (``window=False``, every span sent, chunked:
+the design before windowing), rendered on the server too (``server_built``: render time, bytes)
+and painted as it is in a third page, and flattened for the unchunked page (131k spans in one
+box). Hover, scroll and the jump then run on the windowed view (hover: over its built chunks).
+``--no-baseline`` paints the view alone.
 Then hovers over 200 tokens spread over the view, the last token last (the info bar update:
 index, id, bytes; median and max of the synchronous handler), scrolling the token box to the end
 (next frame), and a step-chip jump to the last step (time and frames until its anchor is in
@@ -57,6 +63,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from backend import token_text  # noqa: E402
 from backend.tokenizers import load_tokenizer  # noqa: E402
 from ui import token_view as tv  # noqa: E402
 
@@ -175,8 +182,7 @@ def server(bundle, ids, kinds, steps, reps: int, logprobs=None, window=None) -> 
         return tv.render_tokens(ids, kinds, tok, steps=steps, prefix="tv", logprobs=logprobs, window=window)
 
     def cold() -> str:
-        with tv._DECODERS_LOCK:
-            tv._DECODERS.pop(tok, None)  # a fresh per-tokenizer cache
+        token_text.forget(tok)  # a fresh per-tokenizer cache
         return render()
 
     decode = lambda: tok.decode(ids, skip_special_tokens=False)  # noqa: E731
@@ -191,7 +197,8 @@ def server(bundle, ids, kinds, steps, reps: int, logprobs=None, window=None) -> 
         esc_t += timed(escape, 1)[0]
     raw = markup.encode("utf-8")
     as_json = json.dumps(markup).encode("utf-8")
-    n_specials = markup.count('s" title="id ')
+    # special-token spans sent (None for a windowed view: it sends no spans, the browser builds them)
+    n_specials = markup.count('s" title="id ') if '<div class="tv-body">' in markup else None
     res = {
         "render_cold": ms(cold_t),
         "render_warm": ms(warm_t),
@@ -233,14 +240,16 @@ PAINT_JS = """async (markup) => {
 HOVER_JS = """() => {
   const spans = element.querySelectorAll('.tv-c > span');
   const times = [];
-  for (let i = 0; i < 200; i++) {  // tokens spread over the whole view, the last one last
-    const el = spans[Math.floor((spans.length - 1) * i / 199)];
+  let el = null;
+  for (let i = 0; i < 200; i++) {  // tokens spread over the whole view (the built chunks of a windowed one), the last one last
+    el = spans[Math.floor((spans.length - 1) * i / 199)];
     const t0 = performance.now();
     el.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));
     times.push(performance.now() - t0);
   }
   times.sort((a, b) => a - b);
-  return {hover_median_ms: times[100], hover_max_ms: times[199], info: element.querySelector('.tv-info').textContent};
+  return {hover_median_ms: times[100], hover_max_ms: times[199], info: element.querySelector('.tv-info').textContent,
+          index: window.__aliTV ? window.__aliTV.indexOf(el) : spans.length - 1};
 }"""
 
 
@@ -289,7 +298,10 @@ JUMP_JS = """async () => {
 
 def flat_variant(markup: str) -> tuple[str, str]:
     """(css, markup) of the same view without chunks (every token span a child of the token
-    box, no content-visibility): the in-browser baseline."""
+    box, no content-visibility): the in-browser baseline. ``markup`` must be a server-built view
+    (a windowed one has no spans to flatten: pass its ``window=False`` rendering)."""
+    if '<div class="tv-body">' not in markup:
+        raise ValueError("flat_variant needs a server-built (unwindowed) view")
     head, body = markup.split('<div class="tv-body">', 1)
     body = re.sub(r'<div class="tv-c" data-i="\d+">|</div>', "", body)
     css = tv.CSS.replace(".tv-c > span", ".tv-body > span")
@@ -375,7 +387,11 @@ def browser_lp(markup: str, lp_markup: str, reps: int, n_tokens: int, names=("ma
     }
 
 
-def browser(markup: str, reps: int, last_id: int) -> dict:
+def browser(markup: str, reps: int, ids: list[int], full_markup: str | None = None, baseline: bool = True) -> dict:
+    """Paint of ``markup`` against the unchunked baseline, interleaved, then hover, scroll and a
+    step-chip jump on ``markup``. For a windowed view, ``full_markup`` is the server-built view of
+    the same trace (``window=False``): the unchunked baseline is made from it, and it is painted
+    as a second baseline (the design before windowing). ``baseline=False``: ``markup`` alone."""
     from playwright.sync_api import sync_playwright
 
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -389,14 +405,22 @@ def browser(markup: str, reps: int, last_id: int) -> dict:
             page = b.new_page(viewport={"width": 1280, "height": 900})
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
-            flat_css, flat_markup = flat_variant(markup)
-            flat_page = b.new_page(viewport={"width": 1280, "height": 900})
-            flat_page.set_content(PAGE % (flat_css, tv.JS))
+            flat_page = full_page = None
+            if baseline:
+                flat_css, flat_markup = flat_variant(full_markup or markup)
+                flat_page = b.new_page(viewport={"width": 1280, "height": 900})
+                flat_page.set_content(PAGE % (flat_css, tv.JS))
             page.set_content(PAGE % (tv.CSS, tv.JS))
-            runs, flat = [], []
-            for _ in range(reps):  # interleaved with the baseline
+            if baseline and full_markup is not None:
+                full_page = b.new_page(viewport={"width": 1280, "height": 900})
+                full_page.set_content(PAGE % (tv.CSS, tv.JS))
+            runs, flat, full = [], [], []
+            for _ in range(reps):  # interleaved with the baseline(s)
                 runs.append(page.evaluate(PAINT_JS, markup))
-                flat.append(flat_page.evaluate(PAINT_JS, flat_markup))
+                if flat_page is not None:
+                    flat.append(flat_page.evaluate(PAINT_JS, flat_markup))
+                if full_page is not None:
+                    full.append(full_page.evaluate(PAINT_JS, full_markup))
             hover = page.evaluate(HOVER_JS)
             scroll = page.evaluate(SCROLL_JS)
             jump = page.evaluate(JUMP_JS)
@@ -405,18 +429,25 @@ def browser(markup: str, reps: int, last_id: int) -> dict:
             b.close()
     key = lambda k, rs=runs: [r[k] / 1e3 for r in rs]  # noqa: E731
     paint, flat_paint = key("to_after_paint_ms"), key("to_after_paint_ms", flat)
+    base_res = {}
+    if flat:
+        base_res = {"baseline_unchunked_to_after_paint": ms(flat_paint),
+                    "paint_vs_unchunked": round(statistics.median(paint) / statistics.median(flat_paint), 2)}
+    if full:
+        full_paint = key("to_after_paint_ms", full)
+        base_res |= {"baseline_server_built_to_after_paint": ms(full_paint),
+                    "paint_vs_server_built": round(statistics.median(paint) / statistics.median(full_paint), 2)}
     return {
         "chromium": version,
-        "spans": runs[-1]["spans"],
+        "spans": runs[-1]["spans"],  # of a windowed view: those built (the chunks near the visible part)
         "set_inner_html": ms(key("set_inner_html_ms")),
         "to_next_frame": ms(key("to_next_frame_ms")),
         "to_after_paint": ms(paint),
-        "baseline_unchunked_to_after_paint": ms(flat_paint),
-        "paint_vs_unchunked": round(statistics.median(paint) / statistics.median(flat_paint), 2),
+        **base_res,
         "hover_median_ms": round(hover["hover_median_ms"], 2),
         "hover_max_ms": round(hover["hover_max_ms"], 2),
         "hover_info": hover["info"][:120],
-        "hover_info_ok": hover["info"].startswith(f"#{runs[-1]['spans'] - 1}  id {last_id}"),
+        "hover_info_ok": hover["info"].startswith(f"#{hover['index']}  id {ids[hover['index']]}"),
         "scroll_to_end_ms": round(scroll["scroll_to_end_ms"], 1),
         "scrolled_to_end": scroll["scrolled_to_end"],
         "scroll_height_px": scroll["scroll_height_px"],
@@ -436,7 +467,7 @@ def main() -> dict:
     ap.add_argument("--json", action="store_true", help="print only the JSON summary")
     ap.add_argument("--logprobs", action="store_true",
                     help="also the view with rollout and trainer logprobs (colour modes) against the mask-only view")
-    ap.add_argument("--no-baseline", action="store_true", help="skip the unchunked in-browser baseline (slow at 128k)")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the in-browser baselines (unchunked; server-built for a windowed view): slow at 128k")
     ap.add_argument("--window", choices=("auto", "on", "off"), default="auto",
                     help=f"windowed view (auto: above {tv.WINDOW_TOKENS} tokens)")
     ap.add_argument("--vs-full", action="store_true",
@@ -445,8 +476,8 @@ def main() -> dict:
 
     bundle = load_tokenizer("qwen3")
     ids, kinds, steps = build_input(bundle, args.tokens)
-    frags = tv.decoder_for(bundle.tokenizer).fragments(ids)
-    split = sum(1 for f in frags if " bytes " in f[1])
+    # tokens whose bytes are not whole UTF-8 characters (shown with their bytes, \xNN escapes)
+    split = sum(1 for i in token_text.decoder_for(bundle.tokenizer).infos(ids) if not i.special and i.raw is not None and not i.complete)
     summary: dict = {
         "input": {
             "tokens": len(ids), "prompt": kinds.count(tv.PROMPT), "generated": kinds.count(tv.GENERATED),
@@ -479,8 +510,13 @@ def main() -> dict:
             }
             if not args.no_browser:
                 summary["vs_full"]["browser"] = browser_lp(full_markup, lp_markup, args.reps, len(ids), names=("full", "windowed"))
-    if not args.no_browser and not args.no_baseline:
-        summary["browser"] = browser(markup, args.reps, ids[-1])
+    if not args.no_browser:
+        full_markup = None
+        if summary["input"]["windowed"] and not args.no_baseline:
+            # the baseline of a windowed view: the server-built view of the same trace (its spans
+            # flattened for the unchunked baseline, and painted as it is)
+            summary["server_built"], full_markup = server(bundle, ids, kinds, steps, args.reps, window=False)
+        summary["browser"] = browser(markup, args.reps, ids, full_markup, baseline=not args.no_baseline)
     s, b = summary["server"], summary.get("browser", {})
     summary["targets"] = {
         "server_render_le_200ms": s["render_cold"]["median_ms"] <= 200,

@@ -1,6 +1,6 @@
 """Benchmark: indexing trace sets of 100 MB to 1 GB (issue 16), the path the Trace files tab runs.
 
-Data: the engine-made traces of ``bench_trace_load.py`` (scripted model, qwen3 profile: the
+Data: the engine-made traces of ``common.make_traces`` (as ``bench_trace_load.py``; scripted model, qwen3 profile: the
 weather run, a research run with long tool results, parallel calls, a malformed call, a
 response-length hit), copied with distinct ids into a verl-style folder of ``<step>.jsonl`` files
 of ``--file-mb`` each, and the same rows as Parquet (our layout, 512 rows a row group). Sizes are
@@ -12,7 +12,7 @@ For each size and format, in a child process of its own (so that its peak memory
 * cold: :meth:`backend.trace.catalog.TraceSet.open_set` with an empty cache folder (scan, the
   DataFrame the tab filters, the cache written);
 * warm: the same with the cache filled (what a restart of the app, or a second visitor, costs);
-* the tab's table: filters + one page of rows (``ui.trace_files.set_page``), no filter and a
+* the tab's table: filters + one page of rows (``ui.trace_sets.set_page``), no filter and a
   text search;
 * open: ``TraceSet.open`` of 30 random rows (median and max), each reading only its bytes;
 * peak RSS of the process during each phase (sampled every 5 ms from /proc/self/statm).
@@ -34,18 +34,18 @@ import argparse
 import json
 import os
 import random
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
+
+from common import Peak, cpu, make_traces, uptime  # noqa: E402
 
 TARGETS = {"cold_s": 10.0, "warm_s": 1.0, "peak_mb": 500.0, "open_ms": 100.0}
 
@@ -58,7 +58,6 @@ def generate(root: str, total_mb: float, file_mb: float) -> list[str]:
     each, ``total_mb`` in all; returns the step names."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from bench_trace_load import make_traces
 
     from backend.trace.io import parquet_row, parquet_schema
 
@@ -117,42 +116,6 @@ def size_dir(root: str, fmt: str, steps: list[str], mb: float, file_mb: float) -
 # ---- one measurement (child process) ---------------------------------------------------------------
 
 
-class Peak:
-    """Peak RSS (MB) of this process while a phase runs, sampled every 5 ms."""
-
-    def __init__(self) -> None:
-        self.page = os.sysconf("SC_PAGE_SIZE")
-        self.peak = 0.0
-        self._stop = threading.Event()
-
-    def rss(self) -> float:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * self.page / 1e6
-
-    def __enter__(self) -> Peak:
-        self.peak = self.rss()
-        self._stop.clear()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.005):
-            self.peak = max(self.peak, self.rss())
-
-    def __exit__(self, *a) -> None:
-        self._stop.set()
-        self._t.join()
-        self.peak = max(self.peak, self.rss())
-
-
-def cpu() -> float:
-    """CPU seconds of this process (user + system): on a machine other jobs load, wall time
-    includes waiting for a core, CPU time does not."""
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def measure(spec: str, jsonl_spec: str, cache: str) -> dict:
     import gc
 
@@ -160,7 +123,7 @@ def measure(spec: str, jsonl_spec: str, cache: str) -> dict:
     import pyarrow.parquet  # noqa: F401
 
     from backend.trace.catalog import TraceSet, resolve
-    from ui import trace_files as tf
+    from ui import trace_sets as tf
 
     out: dict = {"rss_start_mb": round(Peak().rss(), 1)}
     files = resolve(jsonl_spec)
@@ -244,6 +207,7 @@ json.dump(stamps, open(log, "w"))
 
 
 def follow(spec_dir: str, src: str, cache: str, n: int, every: float, poll: float) -> dict:
+    import backend.importers  # noqa: F401 - as the app has: other tools' readers registered with the catalogue
     from backend.trace.catalog import TraceSet
 
     os.environ["ALI_TRACE_INDEX_CACHE"] = cache
@@ -286,6 +250,7 @@ def engines(path: str) -> dict:
     line numbers), ``pyarrow.json.read_json`` (whole records, no offsets, a bad line fails its
     block) and DuckDB's ``read_json`` (summary columns, no offsets; only if ``duckdb`` is importable:
     it is not a dependency)."""
+    import backend.importers  # noqa: F401 - as the app has: other tools' readers registered with the catalogue
     from backend.trace.catalog import TraceSet
 
     def best(fn):
@@ -335,11 +300,6 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
     ss = sum((y - my) ** 2 for y in ys)
     r2 = 1 - sum((y - a - b * x) ** 2 for x, y in zip(xs, ys)) / ss if ss else 1.0
     return a, b, r2
-
-
-def uptime() -> str:
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
 
 
 def main() -> int:

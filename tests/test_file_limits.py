@@ -5,15 +5,19 @@ A Parquet file of a few KB can hold one row with 5·10⁷ token ids (reading it 
 process's peak memory by 2.7 GB), or one 300 MB string (~1.2 GB), or a large dictionary entry that
 every row refers to (one copy per row once decoded). These tests write such files with pyarrow and
 load them the way the app does, in a child process that reports its own peak memory (VmHWM) before
-and after."""
+and after (the decoding happens in the Parquet worker, backend/trace/parquet_guard.py: its own
+memory is under its cap, tested at the end with a small cap, a small time limit, a worker killed,
+and the app's shutdown)."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +25,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from backend.importers import import_file, load_any
-from backend.parquet_limits import _page_header, _Short, _Unreadable
 from backend.trace import (
     Trace,
     TraceFileError,
@@ -33,6 +36,7 @@ from backend.trace import (
     write_jsonl,
     write_parquet,
 )
+from backend.trace.parquet_guard import ParquetPool, iter_parquet_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VERL_ROWS = os.path.join(ROOT, "tests", "data", "import", "verl_agent_loop.jsonl")
@@ -104,7 +108,7 @@ def write_groups(path, groups: list[list[Trace]]) -> None:
     assert pq.ParquetFile(str(path)).metadata.num_row_groups == len(groups)
 
 
-# ---- one huge row: reported from the page headers, never decoded ----------------------------------
+# ---- one huge row: reported from the footer, never decoded ---------------------------------------
 
 
 def test_huge_row_in_our_parquet_is_reported_and_memory_stays_bounded(tmp_path):
@@ -158,11 +162,9 @@ def test_huge_row_in_foreign_parquet_is_reported_and_memory_stays_bounded(tmp_pa
     assert out["growth_mb"] < MAX_GROWTH_MB, out
 
 
-def test_footer_that_understates_a_column_is_not_trusted(tmp_path):
-    """pyarrow decodes what a column's pages hold, whatever the footer says: a footer edited to
-    claim fewer values than the pages hold must not get a huge row past the limit."""
-    n, claimed = 5_000_000, 3_000_000
-    path = tmp_path / "lie.parquet"
+def write_understated(path, n: int, claimed: int, after: bool = False) -> None:
+    """Our layout: row 1 a small trace, row 2 (a row group of its own) ``n`` response ids and mask
+    bits whose footer says ``claimed``, and with ``after`` row 3 a small trace again."""
     write_groups(path, [[small_trace(1)]])
     good = pq.read_table(str(path))
     schema = good.schema
@@ -173,6 +175,9 @@ def test_footer_that_understates_a_column_is_not_trusted(tmp_path):
     with pq.ParquetWriter(str(path), schema, compression="zstd") as w:
         w.write_table(good)
         w.write_table(pa.Table.from_arrays([cols[c] for c in schema.names], schema=schema))
+        if after:
+            w.write_table(good.set_column(schema.get_field_index("id"), schema.field("id"), pa.array(["after"])))
+    del cols
 
     def varint(v: int) -> bytes:  # Thrift compact i64: zigzag varint
         v, out = 2 * v, bytearray()
@@ -187,6 +192,13 @@ def test_footer_that_understates_a_column_is_not_trusted(tmp_path):
     path.write_bytes(data[:footer] + data[footer:].replace(varint(n), varint(claimed)))
     assert pq.ParquetFile(str(path)).metadata.row_group(1).column(schema.get_field_index("response_ids")).num_values == claimed
 
+
+def test_footer_that_understates_a_column_is_not_trusted(tmp_path):
+    """pyarrow decodes what a column's pages hold, whatever the footer says: a footer edited to
+    claim fewer values than the pages hold must not get a huge row past the limit (the worker
+    compares what it decoded with the footer's claim before it sends anything back)."""
+    path = tmp_path / "lie.parquet"
+    write_understated(path, 5_000_000, 3_000_000)
     res = load_any(str(path))
     assert [t.id for t in res.traces] == ["t1"]
     assert [p.line for p in res.problems] == [2]
@@ -225,8 +237,8 @@ def test_file_budget_counts_decoded_row_groups(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("rows_per_group", [1, 3])
 def test_row_over_the_token_limit_among_others(tmp_path, monkeypatch, rows_per_group):
-    """The same verdicts whether a row is alone in its row group (checked from the page headers,
-    not decoded) or shares it (checked from the decoded offsets, before any Python list is made)."""
+    """The same verdicts whether a row is alone in its row group (checked from the footer, not
+    decoded) or shares it (checked from the decoded offsets, before any Python list is made)."""
     monkeypatch.setenv("ALI_MAX_TRACE_TOKENS", "20")
     traces = [small_trace(1), small_trace(2, 15, 15), small_trace(3), small_trace(4, 1, 25), small_trace(5, 20, 0)]
     path = tmp_path / "tokens.parquet"
@@ -300,7 +312,7 @@ def row_text(t: Trace) -> int:
 
 def test_huge_string_row_is_reported_and_memory_stays_bounded(tmp_path):
     """One row whose messages column is a 300 MB JSON string (a file of ~13 KB): it is refused from
-    its page headers, never decoded; the rows around it load."""
+    the footer's sizes, never decoded; the rows around it load."""
     path = tmp_path / "huge_text.parquet"
     good = our_table(tmp_path, [small_trace(1)])
     messages = json.dumps([{"role": "user", "content": "a" * 300_000_000}])
@@ -323,9 +335,9 @@ def test_huge_string_row_is_reported_and_memory_stays_bounded(tmp_path):
 
 def test_dictionary_entry_shared_by_many_rows_is_not_expanded(tmp_path):
     """A dictionary-encoded metadata column whose one 20 MB entry is referred to by 100 rows: decoding
-    makes one copy per row (2 GB as Arrow strings, again as Python strings). The row group is
-    refused from its page headers and its dictionary page (values × the longest entry), never
-    decoded; the row group before it loads."""
+    makes one copy per row (2 GB as Arrow strings, again as Python strings). The worker reads it as
+    a dictionary and counts the text its rows refer to (2.0 GB): the row group is refused, never
+    expanded nor sent; the row group before it loads."""
     path = tmp_path / "shared.parquet"
     first = our_table(tmp_path, [small_trace(1)])
     rows = our_table(tmp_path, [small_trace(k) for k in range(2, 102)])
@@ -396,9 +408,10 @@ def test_dictionary_bound_is_the_values_it_encodes(tmp_path, monkeypatch, compre
 @pytest.mark.parametrize("page_version", ["1.0", "2.0"])
 def test_delta_byte_array_columns(tmp_path, monkeypatch, page_version):
     """DELTA_BYTE_ARRAY (Spark's and parquet-mr's v2 writers): a value is a prefix of the one before
-    plus a suffix, so a page of a few bytes can repeat one long value in every row. Its bound is
-    read from the prefix lengths: distinct values load under a tight budget, a long value repeated
-    in every row is refused without being decoded."""
+    plus a suffix, so a page of a few bytes can repeat one long value in every row. The worker
+    counts the decoded text: distinct values load under a tight budget, a long value repeated in
+    every row is refused and never sent (pyarrow cannot keep these as dictionaries: decoding them
+    is bounded by the worker's cap)."""
     traces = [text_trace(i, 2000) for i in range(300)]
     table = our_table(tmp_path, traces)
     path = tmp_path / "delta.parquet"
@@ -426,9 +439,9 @@ def test_delta_byte_array_columns(tmp_path, monkeypatch, page_version):
 
 @pytest.mark.parametrize("rows_per_group", [1, 3])
 def test_row_over_the_text_limit_among_others(tmp_path, monkeypatch, rows_per_group):
-    """The same verdicts whether a row is alone in its row group (checked from the page headers,
-    not decoded) or shares it (checked from the decoded Arrow offsets, before any Python string is
-    made). A row's text is that of all its string columns."""
+    """The same verdicts whether a row is alone in its row group or shares it (checked from the
+    decoded Arrow offsets, before any Python string is made). A row's text is that of all its string
+    columns."""
     monkeypatch.setenv("ALI_MAX_TRACE_TEXT_BYTES", "20000")
     traces = [text_trace(1, 100), text_trace(2, 50_000), text_trace(3, 100), text_trace(4, 12_000, meta=12_000),
               text_trace(5, 18_000)]
@@ -437,8 +450,7 @@ def test_row_over_the_text_limit_among_others(tmp_path, monkeypatch, rows_per_gr
     res = load_any(str(path))
     assert [t.id for t in res.traces] == ["t1", "t3", "t5"] and res.lines == [1, 3, 5]
     assert [p.line for p in res.problems] == [2, 4]
-    # from the page headers, a row's text is known to a few bytes a value (PLAIN pages hold each
-    # string's length); decoded, exactly
+    # counted by the worker from the decoded offsets: exactly (the reason's figure is in KB)
     for p, t, where in zip(res.problems, (traces[1], traces[3]), ("column messages", "columns messages + metadata")):
         kb, rest = p.reason.split(" KB of text in ", 1)
         assert abs(float(kb) * 1000 - row_text(t)) <= 200, (p.reason, row_text(t))
@@ -486,7 +498,7 @@ def test_text_in_foreign_columns(tmp_path, monkeypatch, rows_per_group):
     pq.write_table(pa.table({"label": big_label}), str(path), row_group_size=rows_per_group)
     assert pq.ParquetFile(str(path)).schema_arrow.field("label").type == big_label.type
     rows = parquet_rows(str(path))
-    if rows_per_group == 1:  # each row group's dictionary holds the 5 KB entry: none is decoded
+    if rows_per_group == 1:  # each row group's dictionary holds the 5 KB entry (decoded whole): none is sent
         assert [r.reason for _, r in rows] == ["5.0 KB of text in column label; the limit is 3.0 KB (ALI_MAX_TRACE_TEXT_BYTES)"] * 3
     else:
         assert rows[0][1] == {"label": "short"} and rows[2][1] == {"label": "short"}
@@ -519,46 +531,56 @@ def test_damaged_string_pages_are_problems_not_crashes(tmp_path, monkeypatch):
             assert sum(row_text(t) for t in res.traces) <= 400_000
 
 
-def test_page_body_readers_refuse_garbage_with_their_own_errors():
-    """The readers of dictionary pages, levels, indices and DELTA_BYTE_ARRAY prefix lengths on random
-    bytes: a number or _BadBody (then the bound that needs no body is used), nothing else."""
-    from backend import parquet_limits as pl
+@pytest.mark.parametrize("encoding", ["dictionary", "DELTA_BYTE_ARRAY", "PLAIN"])
+def test_garbage_in_page_bodies_is_a_problem_not_a_crash(tmp_path, monkeypatch, encoding):
+    """Random bytes in the pages of every column (dictionary pages, levels, dictionary indices,
+    DELTA_BYTE_ARRAY prefix lengths, values): each load ends with traces and problems, never an
+    exception, and no more text than the budget (what pyarrow makes of them is decoded in the worker)."""
+    monkeypatch.setenv("ALI_MAX_FILE_TEXT_BYTES", "200000")
+    traces = [text_trace(i, 1000) for i in range(40)]
+    traces[3] = text_trace(3, 30_000)
+    table = our_table(tmp_path, traces)
+    clean = tmp_path / "clean.parquet"
+    strings = [f.name for f in table.schema if f.type == pa.string()]
+    options = {"dictionary": {}, "PLAIN": {"use_dictionary": False},
+               "DELTA_BYTE_ARRAY": {"use_dictionary": False, "column_encoding": {c: "DELTA_BYTE_ARRAY" for c in strings},
+                                    "data_page_version": "2.0"}}[encoding]
+    pq.write_table(table, str(clean), compression="none", **options)
+    md = pq.ParquetFile(str(clean)).metadata.row_group(0)
+    chunks = [(c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset, c.total_compressed_size)
+              for c in (md.column(j) for j in range(md.num_columns))]
+    data = clean.read_bytes()
+    rng = random.Random(2)
+    path = tmp_path / "damaged.parquet"
+    for _ in range(40):
+        b = bytearray(data)
+        for _ in range(rng.randrange(1, 4)):
+            start, size = rng.choice(chunks)
+            b[start + rng.randrange(min(16, size - 1), size)] = rng.randrange(256)  # past most of the page header
+        path.write_bytes(bytes(b))
+        res = load_any(str(path))
+        assert len(res.traces) + len(res.problems) >= 1
+        assert sum(row_text(t) for t in res.traces) <= 200_000
 
-    rng = random.Random(0)
-    for i in range(3000):
-        buf = memoryview(bytes(rng.randrange(256) if rng.random() < 0.7 else rng.choice((0, 1, 3, 0x80, 0xFF))
-                               for _ in range(rng.randrange(0, 120))))
-        scan = pl._Scan(None, 0)
-        n = rng.choice((0, 1, 7, 100, 10_000, 2**31 - 1))
-        leaf = pl._Leaf(pl._BYTES, 0, rng.randrange(0, 3), rng.randrange(0, 4))
-        h = pl._Header(rng.choice((pl._DATA_PAGE, pl._DATA_PAGE_V2)), len(buf), len(buf), n, 0, pl._RLE_DICTIONARY,
-                       rng.choice((pl._RLE, pl._BIT_PACKED, 9)), pl._RLE, rng.randrange(0, 50))
-        for read in (lambda: pl._dictionary_lengths(buf, n, scan), lambda: pl._levels(buf, h, leaf, scan),
-                     lambda: pl._indices_text(buf, n, np.array([5, 1000, 0][: i % 4]), scan),
-                     lambda: pl._delta_prefixes(buf, n, scan)):
-            try:
-                assert read() is not None
-            except pl._BadBody:
-                pass
 
-
-def test_exact_bounds_fall_back_to_safe_ones(tmp_path, monkeypatch):
-    """Past the work allowed for reading page bodies (MAX_CHECK_STEPS / MAX_CHECK_BYTES), the bounds
-    that need no body are used: looser, so a tight budget refuses what it would otherwise read."""
-    from backend import parquet_limits
-
+def test_text_budget_is_exact(tmp_path, monkeypatch):
+    """The text charged to ALI_MAX_FILE_TEXT_BYTES is what the rows decode to, counted in the worker
+    (a dictionary-encoded column is not counted as every value times the longest): a budget of
+    exactly the file's text reads it all, one byte less refuses its row group."""
     traces = [text_trace(i, 1000) for i in range(200)]
     traces[5] = text_trace(5, 60_000)
     path = tmp_path / "skewed.parquet"
     write_parquet(traces, str(path))
-    monkeypatch.setenv("ALI_MAX_FILE_TEXT_BYTES", str(1 << 20))
-    assert len(load_any(str(path)).traces) == 200
-    for name in ("MAX_CHECK_STEPS", "MAX_CHECK_BYTES"):
-        with monkeypatch.context() as m:
-            m.setattr(parquet_limits, name, 0)
-            res = load_any(str(path))
-            assert not res.traces and [p.line for p in res.problems] == [1]
-            assert "ALI_MAX_FILE_TEXT_BYTES" in res.problems[0].reason
+    total = sum(row_text(t) for t in traces)
+    monkeypatch.setenv("ALI_MAX_FILE_TEXT_BYTES", str(total))
+    res = load_any(str(path))
+    assert len(res.traces) == 200 and not res.problems
+    monkeypatch.setenv("ALI_MAX_FILE_TEXT_BYTES", str(total - 1))
+    res = load_any(str(path))
+    assert not res.traces and [(p.line, p.reason) for p in res.problems] == [
+        (1, f"rows 1–200 (200 of 200) not read: at most {human_bytes(total - 1)} of text are read from one file "
+            f"(ALI_MAX_FILE_TEXT_BYTES); rows 1–200 (one row group: read whole or not at all) hold {human_bytes(total)} "
+            f"and {human_bytes(total - 1)} are left")]
 
 
 def test_text_limits_read_from_the_environment_at_call_time(monkeypatch):
@@ -613,30 +635,28 @@ def test_limits_read_from_the_environment_at_call_time(monkeypatch):
             max_file_values()
 
 
-# ---- the page-header reader on damaged bytes -------------------------------------------------------
+# ---- damaged page headers ---------------------------------------------------------------------------
 
 
-def test_page_header_reader_refuses_garbage_with_its_own_errors(tmp_path):
-    path = tmp_path / "real.parquet"
-    write_parquet([small_trace(1)], str(path))
-    md = pq.ParquetFile(str(path)).metadata.row_group(0).column(4)  # prompt_ids
-    start = md.dictionary_page_offset if md.has_dictionary_page else md.data_page_offset
-    real = path.read_bytes()[start : start + 200]
-    page_type, size, n, header = _page_header(real)
-    assert page_type in (0, 2, 3) and n >= 1 and 0 < header < 200 and size > 0
+def test_damaged_page_headers_are_problems_not_crashes(tmp_path):
+    """Bytes overwritten at random where the page headers of the middle row group are: that row
+    group loads or is one problem, the others always load, and nothing raises."""
+    path = tmp_path / "clean.parquet"
+    write_groups(path, [[small_trace(1)], [small_trace(2)], [small_trace(3)]])
+    md = pq.ParquetFile(str(path)).metadata.row_group(1)
+    starts = [c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset
+              for c in (md.column(j) for j in range(md.num_columns))]
+    data = path.read_bytes()
     rng = random.Random(0)
-    for i in range(3000):
-        if i % 2:
-            buf = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 80)))
-        else:
-            b = bytearray(real[: rng.randrange(1, 120)])
-            for _ in range(rng.randrange(1, 6)):
-                b[rng.randrange(len(b))] = rng.randrange(256)
-            buf = bytes(b)
-        try:
-            _page_header(buf)
-        except (_Short, _Unreadable):
-            pass
+    damaged = tmp_path / "damaged.parquet"
+    for _ in range(40):
+        b = bytearray(data)
+        for _ in range(rng.randrange(1, 6)):
+            b[rng.choice(starts) + rng.randrange(0, 24)] = rng.randrange(256)
+        damaged.write_bytes(bytes(b))
+        res = load_any(str(damaged))
+        assert {"t1", "t3"} <= {t.id for t in res.traces}
+        assert {p.line for p in res.problems} <= {2}
 
 
 def test_damaged_column_chunk_is_a_problem_not_a_crash(tmp_path):
@@ -653,34 +673,15 @@ def test_damaged_column_chunk_is_a_problem_not_a_crash(tmp_path):
     assert [p.line for p in res.problems] == [2] and res.problems[0].reason.startswith("row 2 not read: ")
 
 
-def test_too_many_pages_stop_reading(tmp_path, monkeypatch):
-    """Page headers are read in Python: past MAX_PAGES the rest of the file is one problem."""
-    from backend import parquet_limits
-
+def test_many_small_pages_load(tmp_path):
+    """Pages of a few values each (the page-header reader this replaced stopped after 100,000
+    headers read in Python): pyarrow reads them in the worker, and the file loads whole."""
+    traces = [small_trace(k, 40, 40) for k in range(1, 301)]
     path = tmp_path / "pages.parquet"
-    write_groups(path, [[small_trace(k)] for k in range(1, 6)])
-    cap = 2 * pq.ParquetFile(str(path)).metadata.num_columns  # a column chunk has one page or more
-    monkeypatch.setattr(parquet_limits, "MAX_PAGES", cap)
+    pq.write_table(our_table(tmp_path, traces), str(path), data_page_size=16, row_group_size=100, write_batch_size=1)
     res = load_any(str(path))
-    assert 1 <= len(res.traces) <= 2 and len(res.problems) == 1
-    first = len(res.traces) + 1
-    assert res.problems[0].line == first
-    assert res.problems[0].reason == f"rows {first}–5 not read: the file has more than {cap} pages to check (very small row groups?)"
-
-
-def test_page_header_work_is_bounded(monkeypatch):
-    """A header is read in Python: a crafted one with a long list of one-byte items counts against
-    the file's MAX_HEADER_FIELDS (and a real header of a few fields does not come close)."""
-    from backend import parquet_limits
-
-    # type=0 (DATA_PAGE), uncompressed=1, compressed=1, a list of 100 bytes as field 9, then
-    # data_page_header {num_values=3}
-    crafted = (bytes([0x15, 0x00, 0x15, 0x02, 0x15, 0x02, 0x69, 0xF3, 100]) + bytes(100)
-               + bytes([0x0C, 0x0A, 0x15, 0x06, 0x00, 0x00]))  # field 5 by its full id (ids may not go down by delta)
-    assert _page_header(crafted)[:3] == (0, 1, 3)
-    monkeypatch.setattr(parquet_limits, "MAX_HEADER_FIELDS", 50)
-    with pytest.raises(parquet_limits._TooMuchToCheck, match="more than 50 fields"):
-        _page_header(crafted)
+    assert [t.id for t in res.traces] == [t.id for t in traces] and not res.problems
+    assert res.traces[-1].prompt_ids == traces[-1].prompt_ids
 
 
 # ---- how many traces and problems one file may produce --------------------------------------------
@@ -726,3 +727,136 @@ def test_bad_records_past_the_listed_limit_are_counted_not_kept(tmp_path, monkey
 
     status, probs = trace_files.load_file(AppContext(), Session(), str(p))
     assert "5000 bad record(s)" in status and "the first 100 listed below" in status and len(probs) == 100
+
+
+# ---- the Parquet worker: its memory cap, its time limit, its replacement, the app's shutdown -------
+
+
+@pytest.fixture
+def make_pool():
+    pools: list[ParquetPool] = []
+
+    def make(**kw) -> ParquetPool:
+        kw.setdefault("start_timeout_s", 120)  # generous: start-up is not what these tests time
+        pool = ParquetPool(**kw)
+        pools.append(pool)
+        return pool
+
+    yield make
+    for p in pools:
+        p.close()
+
+
+def rows_with(pool: ParquetPool, path) -> list:
+    """``(row number, row or LoadProblem)`` of a Parquet file, read with ``pool``'s workers."""
+    return list(iter_parquet_rows(pq.ParquetFile(str(path)), str(path), pool=pool))
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_for(pred, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+def test_a_decode_over_the_memory_cap_is_refused_and_the_rest_loads(tmp_path, make_pool):
+    """A footer that says 3,000,000 values over pages of 5·10⁷ passes the footer's checks; decoding
+    those pages (400 MB of ids) passes a worker's cap of 768 MiB. That row group is one problem with
+    the reason, the worker is replaced, the rows around it load, and this process never held them."""
+    path = tmp_path / "lie.parquet"
+    write_understated(path, HUGE, 3_000_000, after=True)
+    pool = make_pool(size=1, memory_bytes=768 << 20)
+    assert pool.start() == 1
+    (pid,) = pool.pids()
+    rows = rows_with(pool, path)
+    assert [n for n, _ in rows] == [1, 2, 3]
+    assert rows[0][1]["id"] == "t1" and rows[2][1]["id"] == "after"
+    assert rows[1][1].reason == ("row 2 not read: decoding row group 2 (of 3) needs more than the 768 MiB memory limit "
+                                 "of the Parquet worker (ALI_PARQUET_MEMORY_BYTES)")
+    wait_for(lambda: not alive(pid))  # the worker that failed is gone, another took its place
+    assert pool.pids() and pid not in pool.pids()
+
+
+def test_a_decode_over_the_time_limit_is_stopped_and_the_worker_replaced(tmp_path, make_pool):
+    """A time limit no decode can meet (0 s: the answer is awaited once, at once): each row group is
+    stopped, its worker killed and replaced; after three, the rest of the file is one problem. The
+    same pool then reads the file whole under a real limit."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "slow.parquet"
+    with pq.ParquetWriter(str(path), pa.schema([("x", pa.int64())]), compression="none") as w:
+        for _ in range(5):  # 0.8 MB of random ints a row group: milliseconds to decode and send
+            w.write_table(pa.table({"x": rng.integers(0, 2**62, 100_000)}))
+    pool = make_pool(size=1, timeout_s=0)
+    assert pool.start() == 1
+    (pid,) = pool.pids()
+    rows = rows_with(pool, path)
+    assert [(n, r.reason) for n, r in rows] == [
+        *[(1 + g * 100_000, f"rows {1 + g * 100_000:,}–{(g + 1) * 100_000:,} not read: decoding row group {g + 1} "
+                            "(of 5) took longer than the 0 s time limit of the Parquet worker; it was stopped "
+                            "(ALI_PARQUET_TIMEOUT_S)") for g in range(3)],
+        (300_001, "rows 300,001–500,000 (200,000 of 500,000) not read: the Parquet worker failed on 3 row groups of "
+                  "this file"),
+    ]
+    wait_for(lambda: not alive(pid))
+    pool.timeout_s = 120
+    read = iter_parquet_rows(pq.ParquetFile(str(path)), str(path), pool=pool)
+    assert sum(isinstance(r, dict) for _, r in read) == 500_000
+    assert pid not in pool.pids()
+
+
+def test_the_pool_comes_back_after_a_worker_dies(tmp_path, make_pool):
+    """A worker killed while idle (out of memory, an operator's kill): the next file is read by its
+    replacement, whole."""
+    path = tmp_path / "three.parquet"
+    write_groups(path, [[small_trace(1)], [small_trace(2), small_trace(3)]])
+    pool = make_pool(size=1)
+    assert pool.start() == 1
+    (pid,) = pool.pids()
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not alive(pid))
+    rows = rows_with(pool, path)
+    assert [(n, r["id"]) for n, r in rows] == [(1, "t1"), (2, "t2"), (3, "t3")]
+    assert pool.pids() and pid not in pool.pids()
+
+
+SHUTDOWN_SCRIPT = r"""
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+from backend import lifecycle
+from backend.importers import load_any
+from backend.trace import parquet_guard
+
+lifecycle.install_app()  # as app.py does: the closers and the signal handlers
+res = load_any(sys.argv[2])  # starts the Parquet workers
+pids = parquet_guard.POOL.pids()
+report = lifecycle.shutdown(20)
+print(json.dumps({"traces": len(res.traces), "pids": pids, "left": [p for p in pids if os.path.exists(f"/proc/{p}")],
+                  "report": report}))
+"""
+
+
+def test_the_apps_shutdown_closes_the_parquet_workers(tmp_path):
+    """The app's shutdown (SIGTERM: backend.lifecycle) closes the Parquet workers as it closes the
+    template workers: none is left for the final sweep to kill, and the shutdown is clean."""
+    path = tmp_path / "t.parquet"
+    write_parquet([small_trace(1), small_trace(2)], str(path))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    p = subprocess.run([sys.executable, "-c", SHUTDOWN_SCRIPT, ROOT, str(path)], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["traces"] == 2 and out["pids"] and out["left"] == []
+    report = out["report"]
+    assert {"name": "worker pools", "status": "ok"} == {k: v for k, v in
+                                                         next(c for c in report["closers"] if c["name"] == "worker pools").items()
+                                                         if k in ("name", "status")}
+    assert report["killed"] == [] and report["clean"], report

@@ -19,7 +19,7 @@ import pytest
 
 from backend.importers import detect, detect_why, import_file
 from backend.tokenizers import load_tokenizer, read_trl_template
-from backend.trace.io import _score, training_step_of
+from backend.trace.index import _score, training_step_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import")

@@ -4,7 +4,12 @@
   inside functions too: a deferred import hides a cycle from Python, not from a reader;
 - no module imports another package's private (``_name``) module or name; a package's own
   ``_helpers`` are for that package only;
-- ``backend`` never imports ``ui``.
+- ``backend`` never imports ``ui``;
+- no arrow back up (issue 24): the trace layer (every ``backend.trace`` module) imports nothing of
+  the importers, the Parquet guard, the generators, the engine or the UI (the importers give the
+  trace-set catalogue a hook instead); ``backend.tool_choice`` takes ``Constraint`` from the leaf
+  ``backend.generators.constraints``, not from the generator interface;
+- no import cycle among the benchmarks (``bench/*.py``; what they share is in ``bench/common.py``).
 """
 
 from __future__ import annotations
@@ -36,9 +41,10 @@ def _package(mod: str) -> str:
     return mod if os.path.basename(MODULES[mod]) == "__init__.py" else mod.rpartition(".")[0]
 
 
-def _imports(mod: str) -> list[tuple[str, str | None, int]]:
-    """(imported module, imported name or None, line) for every import in ``mod``'s file."""
-    tree = ast.parse(open(MODULES[mod], encoding="utf-8").read())
+def _imports(mod: str, path: str | None = None) -> list[tuple[str, str | None, int]]:
+    """(imported module, imported name or None, line) for every import in ``mod``'s file (or the
+    file at ``path``), those inside functions too."""
+    tree = ast.parse(open(path or MODULES[mod], encoding="utf-8").read())
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -69,8 +75,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     package's ``__init__`` to its own submodules (re-exports) and back (a submodule importing a
     sibling through the package)."""
     def internal(a: str, b: str) -> bool:
-        pa = _package(a) if os.path.basename(MODULES[a]) == "__init__.py" else None
-        pb = _package(b) if os.path.basename(MODULES[b]) == "__init__.py" else None
+        pa = _package(a) if os.path.basename(MODULES.get(a, "")) == "__init__.py" else None
+        pb = _package(b) if os.path.basename(MODULES.get(b, "")) == "__init__.py" else None
         return (pa is not None and b.startswith(pa + ".")) or (pb is not None and a.startswith(pb + "."))
 
     index: dict[str, int] = {}
@@ -102,7 +108,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             if len(comp) > 1:
                 out.append(sorted(comp))
 
-    for v in sorted(MODULES):
+    for v in sorted(set(graph) | {w for ws in graph.values() for w in ws}):
         if v not in index:
             visit(v)
     return out
@@ -144,3 +150,87 @@ def test_backend_never_imports_ui():
     bad = [f"{m}:{line}" for m in MODULES if m.startswith("backend")
            for target, _, line in _imports(m) if target == "ui" or target.startswith("ui.")]
     assert bad == []
+
+
+# ---- no arrow back up (issue 24) ------------------------------------------------------------------
+
+# what the trace layer sits under: it may be imported by them, never import them
+ABOVE_THE_TRACE_LAYER = ("backend.importers", "backend.parquet_limits", "backend.generators", "backend.engine", "ui")
+
+
+def _names(target: str, name: str | None) -> list[str]:
+    """What an import names: the module, and ``module.name`` (``from backend import importers``)."""
+    return [target] + ([f"{target}.{name}"] if name else [])
+
+
+def _under(name: str, roots: tuple[str, ...]) -> bool:
+    return any(name == r or name.startswith(r + ".") for r in roots)
+
+
+def _upward(mod: str, path: str | None = None) -> list[str]:
+    """``"mod:line imports what"`` for each import of ``mod`` that names something above the trace layer."""
+    out = []
+    for target, name, line in _imports(mod, path):
+        bad = [n for n in _names(target, name) if _under(n, ABOVE_THE_TRACE_LAYER)]
+        if bad:
+            out.append(f"{mod}:{line} imports {bad[0]}")
+    return out
+
+
+def test_the_trace_layer_imports_nothing_above_it():
+    trace = [m for m in MODULES if m == "backend.trace" or m.startswith("backend.trace.")]
+    assert {"backend.trace.io", "backend.trace.index", "backend.trace.catalog"} <= set(trace)
+    assert [bad for m in trace for bad in _upward(m)] == []
+
+
+def test_the_upward_check_finds_deferred_imports(tmp_path):
+    """The checker itself: the imports the catalogue had before its hook (inside functions) and
+    the reader's import of the Parquet guard are found; the trace layer's own are not."""
+    p = tmp_path / "old_catalog.py"
+    p.write_text("from backend.trace.io import read_lines\n"
+                 "def _verl_importer():\n    from backend.importers import get_importer\n\n"
+                 "def _span_groups():\n    from backend.importers.index import SpanGroups\n\n"
+                 "def rows():\n    from backend.parquet_limits import iter_parquet_rows\n\n"
+                 "def g():\n    from backend import importers, engine\n", encoding="utf-8")
+    found = [x.split(" imports ")[1] for x in _upward("backend.trace.catalog", str(p))]
+    assert found == ["backend.importers", "backend.importers.index", "backend.parquet_limits", "backend.importers", "backend.engine"]
+
+
+def test_tool_choice_takes_constraint_from_the_leaf():
+    """Not from ``backend.generators.base`` (the generator interface), nor through the package's
+    facade (``from backend.generators import Constraint`` re-exports base's)."""
+    gens = [f"line {line}: {n}" for target, name, line in _imports("backend.tool_choice") for n in _names(target, name)
+            if _under(n, ("backend.generators",))]
+    assert gens and all(g.split(": ")[1].startswith("backend.generators.constraints") for g in gens), gens
+
+
+BENCH = os.path.join(ROOT, "bench")
+
+
+def _bench_edges(folder: str = BENCH) -> dict[str, set[str]]:
+    """bench module -> the bench modules it imports (a bench runs with its folder on ``sys.path``,
+    so ``from common import ...`` / ``import bench_x`` name its siblings), inside functions too."""
+    names = {f[:-3]: os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".py")}
+    graph: dict[str, set[str]] = defaultdict(set)
+    for mod, path in names.items():
+        for target, name, _ in _imports(mod, path):
+            for n in _names(target, name):
+                n = n.removeprefix("bench.")
+                if n in names and n != mod:
+                    graph[mod].add(n)
+    return graph
+
+
+def test_no_import_cycles_among_the_benchmarks():
+    graph = _bench_edges()
+    assert graph, "no bench imports found"
+    assert _cycles(graph) == []
+
+
+def test_the_bench_cycle_check_finds_the_old_cycle(tmp_path):
+    """The checker itself, on the imports bench_trace_index and bench_trace_load had (each inside a
+    function), and bench_otel_set's of bench_trace_index."""
+    (tmp_path / "bench_trace_index.py").write_text("def generate():\n    from bench_trace_load import make_traces\n")
+    (tmp_path / "bench_trace_load.py").write_text("def main():\n    from bench_trace_index import Peak\n")
+    (tmp_path / "bench_otel_set.py").write_text("from bench_trace_index import Peak, cpu, uptime\n")
+    assert _cycles(_bench_edges(str(tmp_path))) == [["bench_trace_index", "bench_trace_load"]]

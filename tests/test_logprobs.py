@@ -252,6 +252,7 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-m", "backend", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
 
 
+@pytest.mark.slow
 def test_score_cli_scores_resumes_and_check_reports(weather, smol, bundle, smollm2_model_dir, tmp_path):
     other = run(smol, bundle, ESSAY, temperature=0.7, max_tokens=16)
     src = tmp_path / "in.jsonl"

@@ -152,6 +152,7 @@ def gen_turn(r: random.Random, fmt: str) -> tuple[str, list[dict[str, Any]], str
     return text, cs, content, reasoning
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["deepseek_v3", "deepseek_v31", "glm45"])
 def test_parity_with_vllm_on_generated_turns(fmt, vllm_mod, ds_tok, glm_tok, caplog):
     tok = glm_tok if fmt == "glm45" else ds_tok

@@ -600,6 +600,7 @@ def _finished_on_disk(folder):
     return n
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
 def test_sigkill_mid_run_then_resume_has_every_id_exactly_once(tmp_path, fmt):
     """A real `rollout` subprocess (scripted backend, a token delay so it is mid-run) killed with

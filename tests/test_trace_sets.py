@@ -10,11 +10,12 @@ import json
 
 import pytest
 
+import backend.importers  # noqa: F401 - registers other tools' readers (verl dumps) with the trace-set catalogue
 from backend.engine import AgentLoop, LoopConfig
 from backend.generators.scripted import ScriptedGenerator
 from backend.tokenizers import load_tokenizer
 from backend.trace import Trace, TraceIndex, write_jsonl, write_parquet
-from backend.trace.io import SUMMARY_COLUMNS, summary_of_record, summary_of_trace
+from backend.trace.index import SUMMARY_COLUMNS, summary_of_record, summary_of_trace
 
 CALL = '<tool_call>\n{"name": "get_current_temperature", "arguments": {"city": "Seattle, WA, USA"}}\n</tool_call>'
 BAD_CALL = '<tool_call>\n{"name": "x", "arguments": {\n</tool_call>'
@@ -384,24 +385,25 @@ def _app_ctx(spec: str | None, public: bool = False):
 
 def test_tab_pages_and_filters_over_the_index(tmp_path, engine_traces):
     from ui import trace_files as tf
+    from ui import trace_sets as sets
     from ui.context import new_session
 
     by_step = verl_layout(tmp_path / "run", engine_traces, steps=(1, 2, 3), per_step=130)
     ctx = _app_ctx(str(tmp_path / "run"))
     sess = new_session(ctx)
-    assert tf.in_set_mode(sess)
-    reason_dd, source_dd, step_dd, table, page, status, probs = tf.set_outputs(sess)
-    assert list(table.columns) == tf.SET_COLUMNS and len(table) == tf.PAGE_ROWS
-    assert step_dd["choices"] == [tf.ALL, "1", "2", "3"] and 'data-rows="390"' in status
+    assert sets.in_set_mode(sess)
+    reason_dd, source_dd, step_dd, table, page, status, probs = sets.set_outputs(sess)
+    assert list(table.columns) == sets.SET_COLUMNS and len(table) == sets.PAGE_ROWS
+    assert step_dd["choices"] == [sets.ALL, "1", "2", "3"] and 'data-rows="390"' in status
     assert table["id"].iloc[0] == by_step[3][-1].id  # newest first
     assert sess.traces.keys() == set() or all(not k.startswith("set") for k in sess.traces)  # nothing held
     view = sess.set_view
     view.step, view.newest = "2", False
-    table = tf.set_outputs(sess)[3]
-    assert table["id"].tolist() == [t.id for t in by_step[2]][: tf.PAGE_ROWS]
+    table = sets.set_outputs(sess)[3]
+    assert table["id"].tolist() == [t.id for t in by_step[2]][: sets.PAGE_ROWS]
     view.page = 2
-    assert tf.set_outputs(sess)[3]["id"].tolist() == [t.id for t in by_step[2]][tf.PAGE_ROWS:]
-    view.step, view.page = tf.ALL, 1
+    assert sets.set_outputs(sess)[3]["id"].tolist() == [t.id for t in by_step[2]][sets.PAGE_ROWS:]
+    view.step, view.page = sets.ALL, 1
     # termination by its label or verl's code; the parse-error traces are malformed_tool_call
     mal = [t for s in (1, 2, 3) for t in by_step[s] if t.termination_reason == "malformed_tool_call"]
     assert mal
@@ -409,26 +411,26 @@ def test_tab_pages_and_filters_over_the_index(tmp_path, engine_traces):
 
     for reason in ("malformed_tool_call", termination_label("malformed_tool_call")):
         view.reason = reason
-        out = tf.set_outputs(sess)
-        assert len(mal) < tf.PAGE_ROWS and sorted(out[3]["id"]) == sorted(t.id for t in mal)
-    view.reason = tf.ALL
+        out = sets.set_outputs(sess)
+        assert len(mal) < sets.PAGE_ROWS and sorted(out[3]["id"]) == sorted(t.id for t in mal)
+    view.reason = sets.ALL
     view.query = "S2-0001"  # case-insensitive, literal, over id and preview
-    assert sorted(tf.set_outputs(sess)[3]["id"]) == sorted(t.id for t in by_step[2] if "s2-0001" in t.id)
+    assert sorted(sets.set_outputs(sess)[3]["id"]) == sorted(t.id for t in by_step[2] if "s2-0001" in t.id)
     view.query = "weather in seattle"
-    assert len(tf.set_matches(sess.set_registry.get(sess.set_spec)[0].df, None, None, None, view.query)) == 390
+    assert len(sets.set_matches(sess.set_registry.get(sess.set_spec)[0].df, None, None, None, view.query)) == 390
     view.query = "(["  # not a regex
-    assert tf.set_outputs(sess)[3].empty
+    assert sets.set_outputs(sess)[3].empty
     # opening a row reads that trace by its bytes into the session
     view.query = ""
-    row = tf.set_outputs(sess)[3].iloc[5]
-    label = tf.open_set_row(sess, row)
+    row = sets.set_outputs(sess)[3].iloc[5]
+    label = sets.open_set_row(sess, row)
     assert sess.traces[label].id == row["id"] and label.startswith("set · ")
     # the count line
-    assert "of 390 matching" in tf.match_count(sess, tf.set_outputs(sess)[3])
+    assert "of 390 matching" in tf.match_count(sess, sets.set_outputs(sess)[3])
 
 
 def test_tab_follows_new_files_through_the_registry(tmp_path, engine_traces):
-    from ui import trace_files as tf
+    from ui import trace_sets as sets
     from ui.context import new_session
 
     d = tmp_path / "run"
@@ -436,12 +438,12 @@ def test_tab_follows_new_files_through_the_registry(tmp_path, engine_traces):
     ctx = _app_ctx(str(d))
     ctx.trace_sets.min_interval = 0.0
     a, b = new_session(ctx), new_session(ctx)
-    tf.set_outputs(a)
+    sets.set_outputs(a)
     v0 = a.set_view.version
     write_jsonl(variants(engine_traces, 4, "late"), str(d / "2.jsonl"))
     ts, v1 = ctx.trace_sets.poll(str(d))
     assert v1 > v0 and len(ts) == 7
-    assert b.set_registry is a.set_registry and tf.set_outputs(b)[3]["id"].iloc[0] == "late-00003"
+    assert b.set_registry is a.set_registry and sets.set_outputs(b)[3]["id"].iloc[0] == "late-00003"
     assert ctx.trace_sets.poll(str(d))[1] == v1  # nothing new: same version
 
 
@@ -449,15 +451,15 @@ def test_public_mode_never_takes_a_path(tmp_path, engine_traces):
     """In public mode the tab has no folder field; the set shown is the operator's only."""
     import gradio as gr
 
-    from ui import trace_files as tf
+    from ui import trace_sets as sets
 
     verl_layout(tmp_path / "op", engine_traces, steps=(1,), per_step=2)
     with gr.Blocks():
-        pub = tf.build_set(_app_ctx(str(tmp_path / "op"), public=True))
+        pub = sets.build_set(_app_ctx(str(tmp_path / "op"), public=True))
     assert pub is not None and pub["folder"] is None
     with gr.Blocks():
-        assert tf.build_set(_app_ctx(None, public=True)) is None
-        loc = tf.build_set(_app_ctx(None))
+        assert sets.build_set(_app_ctx(None, public=True)) is None
+        loc = sets.build_set(_app_ctx(None))
     assert loc is not None and loc["folder"] is not None
 
 
@@ -605,7 +607,7 @@ def verl_dump(path, qwen3, traces: list[Trace], step: int, uids: bool = True) ->
 
 def test_set_indexes_and_opens_verl_rollout_dump_rows(tmp_path, qwen3, engine_traces):
     from backend.trace.catalog import TraceSet
-    from backend.trace.io import PREVIEW_CHARS
+    from backend.trace.index import PREVIEW_CHARS
 
     d = tmp_path / "rollout"
     rows = verl_dump(d / "7.jsonl", qwen3, engine_traces, step=7)
@@ -657,16 +659,16 @@ def test_cli_index_of_a_verl_rollout_dump(tmp_path, qwen3, engine_traces):
 
 
 def test_tab_opens_a_verl_rollout_dump_row(tmp_path, qwen3, engine_traces):
-    from ui import trace_files as tf
+    from ui import trace_sets as sets
     from ui.context import new_session
 
     rows = verl_dump(tmp_path / "run" / "5.jsonl", qwen3, engine_traces, step=5)
     ctx = _app_ctx(str(tmp_path / "run"))
     sess = new_session(ctx)
-    table = tf.set_outputs(sess)[3]
+    table = sets.set_outputs(sess)[3]
     assert sorted(table["id"]) == sorted(r["uid"] for r in rows)
     row = table[table["id"] == rows[1]["uid"]].iloc[0]
-    label = tf.open_set_row(sess, row)
+    label = sets.open_set_row(sess, row)
     t = sess.traces[label]
     assert t.id == rows[1]["uid"] and t.metadata.get("source") == "verl" and t.metadata["score"] == rows[1]["score"]
     assert t.response_ids and t.prompt_ids

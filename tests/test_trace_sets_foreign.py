@@ -116,3 +116,48 @@ def test_trl_completions_folder_is_a_set_by_training_step(tmp_path, qwen3):
     for i, t in enumerate(imported):
         got = ts.open(i)
         assert got.id == t.id == ts.df["id"].iat[i] and _messages(got) == _messages(t)
+
+
+def test_without_the_importers_hook_our_traces_index_as_before_and_other_rows_say_why(tmp_path, qwen3):
+    """The catalogue reads other tools' rows only through the hook :mod:`backend.importers`
+    registers (``backend.trace.catalog.register_foreign_rows``; the trace layer never imports the
+    importers). Taken away: our trace file indexes and opens to the same rows; an OTLP export, a
+    chat log and a TRL Parquet file are listed as problems naming backend.importers; a row of
+    them opened says so; and a cache entry is used only where the hook is as it was when written."""
+    import pandas as pd
+
+    from backend.trace import catalog
+
+    d = tmp_path / "mixed"
+    d.mkdir()
+    shutil.copy(os.path.join(ROOT, "sample_traces", "01_weather.jsonl"), d / "a_ours.jsonl")
+    shutil.copy(OTLP, d / "b_export.jsonl")
+    shutil.copy(os.path.join(DATA, "openai_chat.jsonl"), d / "c_chat.jsonl")
+    shutil.copy(os.path.join(DATA, "trl", "completions", "completions_00001.parquet"), d / "d_trl.parquet")
+    cache = str(tmp_path / "cache")
+    hooked = catalog.foreign_rows()
+    assert hooked is not None  # backend.importers is imported by this module
+    full = TraceSet.open_set(str(d), cache=cache, final=True, import_bundle=lambda: qwen3)
+    ours = full.df[full.df["file"] == 0]
+    not_json = [p for p in full.problem_rows() if p[2].startswith("invalid JSON")]
+    assert len(ours) and len(full.df) > len(ours) and not_json  # the chat log holds a line that is not JSON
+    chat_row = int(full.df.index[full.df["file"] == 2][0])
+    catalog.register_foreign_rows(None)
+    try:
+        bare = TraceSet.open_set(str(d), cache=cache, final=True)
+        assert bare.stats["hit"] == 0 and bare.stats["miss"] == 4  # the entries written with the hook: not used
+        # the same rows (the token columns are nullable in the mixed set: other tools' rows have none)
+        pd.testing.assert_frame_equal(bare.frame(), ours, check_dtype=False)
+        assert [bare.open(i) for i in range(len(bare))] == [full.open(i) for i in range(len(ours))]
+        problems = bare.problem_rows()
+        by_file = {os.path.basename(f) for f, _, _ in problems}
+        assert by_file == {"b_export.jsonl", "c_chat.jsonl", "d_trl.parquet"}
+        assert [p for p in problems if catalog.NO_FOREIGN_ROWS not in p[2]] == not_json  # the reader's reason stands
+        assert [os.path.basename(f) for f, _ in bare.file_errors] == ["d_trl.parquet"]
+        # a set indexed with the hook, read without it
+        got = full.read(chat_row)
+        assert not hasattr(got, "messages") and catalog.NO_FOREIGN_ROWS in got.reason
+    finally:
+        catalog.register_foreign_rows(hooked)
+    again = TraceSet.open_set(str(d), cache=cache, final=True, import_bundle=lambda: qwen3)
+    assert again.stats["hit"] == 0 and again.frame().equals(full.frame())

@@ -1,7 +1,8 @@
 """The Inspector's pure functions (issue 12, "what the inspector says"), in-process: the palette's
 contrast ratios in both themes, the legend's labels, the token view's selection markup, where an
-imported trace's ids came from (no ``?`` placeholders), the Copy buttons' lists, and links (the
-trace and step a query string names, among the session's own traces only).
+imported trace's ids came from (no ``?`` placeholders), the Copy buttons' lists, links (the
+trace and step a query string names, among the session's own traces only), and the CSS / JS files
+(``ui/assets/``) with their placeholders filled.
 
 What only a browser shows (colours as rendered, clicks, keys, the clipboard, the address) is in
 ``tests/test_browser_inspector.py``.
@@ -96,6 +97,30 @@ def test_css_variables_cover_both_themes():
     # no fixed colour left in the token view's CSS: every one follows the theme
     assert not re.findall(r"#[0-9a-fA-F]{3,8}\b", tv.CSS)
 
+
+def test_css_and_js_are_files_with_their_placeholders_filled():
+    """The CSS and JS live in ui/assets/ (issue 24): read once at import, a file's leading comment
+    (for its readers) not sent, every ``{{NAME}}`` filled from Python, a value missing or without a
+    placeholder refused."""
+    import ui
+    from ui import assets, logprob_lens
+
+    files = sorted(p.name for p in assets.FOLDER.iterdir() if p.suffix in (".css", ".js"))
+    assert {"app.css", "token_view.css", "token_view.js", "logprob_lens.js"} <= set(files)
+    for name in files:
+        text = assets.read(name)
+        assert text.strip() and not text.startswith(("/*", "//")), name
+    sent = [ui.CSS, tv.CSS, tv.JS, logprob_lens.CSS, inspector.COPY_JS, inspector.REQUEST_JS, inspector.SYNC_JS,
+            inspector.SHOW_DETAILS_JS]
+    assert all("{{" not in text for text in sent)
+    assert "${" not in tv.CSS + logprob_lens.CSS  # css_template is a template
+    assert f"#{inspector.STEP_REQ_ID} textarea" in inspector.REQUEST_JS and "e.detail.view === 'insp')" in inspector.REQUEST_JS
+    assert "fromServer('insp', step)" in inspector.SYNC_JS
+    assert "document.querySelector('#insp-tokens .tv')" in assets.fill(logprob_lens.JS, VIEW="insp-tokens")
+    with pytest.raises(ValueError):
+        assets.fill(logprob_lens.JS)
+    with pytest.raises(ValueError):
+        assets.fill(logprob_lens.JS, VIEW="insp-tokens", PREFIX="insp")
 
 def test_legend_says_each_kind_once(qwen):
     markup = tv.render_tokens([1, 2, 3], [tv.PROMPT, tv.GENERATED, tv.INJECTED], qwen.tokenizer)

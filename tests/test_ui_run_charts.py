@@ -492,6 +492,7 @@ def test_thousands_of_steps_are_shown_as_ranges(engine_traces, tmp_path):
 def test_charts_of_a_verl_rollout_dump_folder(tmp_path):
     """verl's own dump (text rows: step, score, no token counts) charted from a trace set: the
     steps and scores come out, and the token panels are empty, not zero."""
+    import backend.importers  # noqa: F401 - registers the readers of verl's rows with the trace-set catalogue
     from backend.trace.catalog import TraceSet
 
     bundle = load_tokenizer("qwen3")

@@ -174,9 +174,11 @@ def test_incomplete_utf8_shows_bytes_not_replacement_chars(qwen):
 
 
 def test_split_utf8():
-    assert tv.split_utf8("é".encode() + b"\xe2\x80") == [(True, "é".encode()), (False, b"\xe2\x80")]
-    assert tv.split_utf8(b"\x9cab") == [(False, b"\x9c"), (True, b"ab")]
-    assert tv.split_utf8(b"") == []
+    from backend.token_text import split_utf8
+
+    assert split_utf8("é".encode() + b"\xe2\x80") == [(True, "é".encode()), (False, b"\xe2\x80")]
+    assert split_utf8(b"\x9cab") == [(False, b"\x9c"), (True, b"ab")]
+    assert split_utf8(b"") == []
 
 
 def test_whitespace_markup_keeps_text_and_toggle_exists(qwen):

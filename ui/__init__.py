@@ -11,54 +11,13 @@ from typing import Any
 
 import gradio as gr
 
-from ui import theme
+from ui import assets, theme
 from ui.context import AppContext, Session, load_samples, new_session
 
 __all__ = ["CSS", "AppContext", "Session", "build_app", "launch_kwargs", "load_samples"]
 
-# Colours are the --ali-* variables of ui/theme.py (light, and .dark: Gradio's dark theme), and
-# each state sets its text AND its background. Gradio colours every element inside a gr.HTML
-# (".prose *") with the theme's text colour, so children of our boxes inherit ours explicitly.
-CSS = theme.css_variables() + """
-.ali-summary { padding: 8px 10px; border: 1px solid var(--border-color-primary); border-radius: 8px; background: var(--background-fill-secondary); }
-.ali-label { font-weight: 600; margin-bottom: 4px; word-break: break-all; }
-.ali-desc { font-size: 13px; color: var(--ali-subdued); margin-bottom: 6px; }
-.ali-kvs { display: flex; flex-wrap: wrap; gap: 6px 14px; font-size: 13px; }
-.ali-kv span { color: var(--ali-subdued); margin-right: 4px; }
-.ali-kv b { font-family: ui-monospace, monospace; font-weight: 600; }
-.ali-badges { display: flex; flex-wrap: wrap; gap: 6px; margin: 2px 0 6px; }
-.ali-badge { font-size: 12px; padding: 1px 8px; border-radius: 10px; border: 1px solid currentColor; font-weight: 600; }
-.ali-badge-ok { color: var(--ali-ok-fg); background: var(--ali-ok-bg); }
-.ali-badge-warn { color: var(--ali-warn-fg); background: var(--ali-warn-bg); }
-.ali-badge-err { color: var(--ali-err-fg); background: var(--ali-err-bg); }
-.ali-badge-info { color: var(--ali-info-fg); background: var(--ali-info-bg); }
-.ali-note, .ali-warn { color: var(--ali-warn-fg); background: var(--ali-warn-bg); padding: 4px 8px; border-radius: 6px; font-size: 13px; margin-top: 4px; }
-.ali-err { color: var(--ali-err-fg); background: var(--ali-err-bg); padding: 4px 8px; border-radius: 6px; font-size: 13px; margin-top: 4px; white-space: pre-wrap; }
-.ali-ok { color: var(--ali-ok-fg); background: var(--ali-ok-bg); padding: 4px 8px; border-radius: 6px; font-size: 13px; }
-.ali-info { color: var(--ali-info-fg); background: var(--ali-info-bg); padding: 4px 8px; border-radius: 6px; font-size: 13px; }
-.ali-note *, .ali-warn *, .ali-err *, .ali-ok *, .ali-info *, .ali-badge *, .ali-diff * { color: inherit; }
-.ali-step-head { font-size: 13px; padding: 4px 0; }
-.ali-copy-bar { display: inline-flex; gap: 6px; align-items: center; margin-left: 10px; }
-.ali-copy { font-size: 12px; padding: 1px 8px; border-radius: 6px; border: 1px solid var(--ali-chip-border); background: var(--ali-chip-bg); color: var(--ali-chip-fg); cursor: pointer; }
-.ali-copy:hover { border-color: var(--ali-chip-fg); }
-.ali-copy-status { font-size: 12px; color: var(--ali-subdued); }
-.ali-diff { font-family: ui-monospace, monospace; font-size: 12px; white-space: pre-wrap; word-break: break-all; border: 1px solid var(--border-color-primary); border-radius: 6px; max-height: 480px; overflow: auto; background: var(--ali-tv-bg); color: var(--ali-tv-fg); }
-.ali-diff .d-head { color: var(--ali-subdued); padding: 4px 6px; border-bottom: 1px solid var(--border-color-primary); }
-.ali-diff .d-eq { padding: 0 6px; color: var(--ali-tv-fg); }
-.ali-diff .d-del { padding: 0 6px; background: var(--ali-del-bg); color: var(--ali-del-fg); }
-.ali-diff .d-add { padding: 0 6px; background: var(--ali-add-bg); color: var(--ali-add-fg); }
-.ali-diff .d-skip { padding: 0 6px; color: var(--ali-subdued); font-style: italic; }
-.ali-diff mark { background: var(--ali-hl-bg); color: var(--ali-hl-fg); }
-/* plots: transparent backgrounds (ui/charts.py); in the dark theme, plotly's own text and grid
-   colours (inline styles) give way to ours. Hover labels keep plotly's colours (their box is
-   drawn in the bar's colour). Subplots name their axes x2, y3...: .x2tick, .g-y3title. */
-.dark .js-plotly-plot .main-svg :is(.xtick, .ytick, [class$="tick"], .g-xtitle, .g-ytitle, [class^="g-"][class$="title"], .g-gtitle, .legend, .annotation) text { fill: var(--ali-chart-fg) !important; }
-.dark .js-plotly-plot .main-svg :is(.gridlayer, .zerolinelayer) path { stroke: var(--ali-chart-grid) !important; }
-#ali-header h1 { margin-bottom: 0; }
-/* chatbot tool messages: a long title (tool name, reason) wraps inside the bubble instead of
-   pushing the call id / duration beside it out of the bubble */
-.gradio-container .thought-group > .title > .md { flex: 0 1 auto; min-width: 0; overflow-wrap: anywhere; }
-"""
+# The theme's --ali-* variables (ui/theme.py), then the page's own rules (ui/assets/app.css)
+CSS = theme.css_variables() + assets.read("app.css")
 
 
 def launch_kwargs(ctx: AppContext | None = None) -> dict[str, Any]:

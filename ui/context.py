@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import re
 import threading
 import time
-import traceback
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -25,6 +25,8 @@ from backend.config import default_tool_choice, runs_embedded_model
 from backend.errors import UserError  # the UI modules import it from here too
 from backend.trace import Trace
 from backend.trust import LOCAL, TrustPolicy
+
+log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DIR = ROOT / "sample_traces"
@@ -122,7 +124,7 @@ class ModelService:
                 self.error = short_error(e)
                 self.generator = None
                 self._state = "failed"
-                traceback.print_exc()
+                log.exception("could not load the model (%s)", self.options.describe())
                 raise UserError(f"could not load the model ({self.options.describe()}): {self.error}") from None
             self.error = None
             self.load_seconds = time.time() - t0
@@ -479,6 +481,7 @@ class Session:
 
 
 def _set_registry() -> Any:
+    import backend.importers  # noqa: F401 - registers other tools' readers with the trace-set catalogue
     from backend.trace.catalog import SetRegistry
 
     return SetRegistry()

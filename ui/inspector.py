@@ -23,11 +23,12 @@ from backend.labels import termination_label, trace_termination_label
 from backend.trace import Step, Trace
 from backend.trace.builder import mask_runs  # noqa: F401  (ui.inspector.mask_runs: tests, callers)
 from backend.trace.model import StepState as S
-from ui import charts, logprob_lens, token_view
+from ui import assets, charts, logprob_lens, token_view
 from ui.chat import trace_to_chat
 from ui.context import AppContext, Session, UserError, short_error, trace_file_name
 
 PREFIX = "insp"  # token view anchors: insp-step-<n>
+STEP_REQ_ID = "insp-step-req"  # the hidden textbox the browser asks for steps through (REQUEST_JS)
 STEP_PREFIX = "inspstep"
 STEP_COLUMNS = ["step", "state", "tokens", "added", "mask", "tool calls", "finish", "duration ms", "errors"]
 DIAG_COLUMNS = ["severity", "code", "message", "step", "message #", "token"]
@@ -467,132 +468,23 @@ def open_link(session: Session, params: Mapping[str, Any]) -> tuple[bool, int | 
 
 # ---- browser side ------------------------------------------------------------------------------
 
-# The step header's Copy buttons: the clipboard API where the page may use it (https, localhost),
-# else a hidden textarea and execCommand (plain http on a LAN address). The status line says
-# which, so a failed copy is never silent.
-COPY_JS = r"""
-element.addEventListener('click', async (e) => {
-  const b = e.target.closest('button.ali-copy');
-  if (!b || !element.contains(b)) return;
-  const text = b.dataset.copy || '';
-  let ok = false;
-  try { await navigator.clipboard.writeText(text); ok = true; } catch (err) {
-    const ta = document.createElement('textarea');
-    ta.value = text; ta.setAttribute('readonly', ''); ta.style.position = 'fixed'; ta.style.opacity = '0';
-    document.body.appendChild(ta); ta.select();
-    try { ok = document.execCommand('copy'); } catch (err2) { ok = false; }
-    ta.remove();
-  }
-  b.dataset.copied = ok ? 'yes' : 'no';
-  const st = element.querySelector('.ali-copy-status');
-  if (st) st.textContent = ok ? 'copied the ' + b.dataset.what + ' (' + JSON.parse(text).length + ')' : 'could not copy: the browser refused the clipboard';
-});
-"""
-
-# Steps asked for in the browser (a row of the step table, a chip or [ ] in the token view) go to
-# the server through one hidden textbox: its value ("table:<step>:<n>" / "tokens:<step>:<n>", n
-# counting requests so that each one is a change) is written as typing would write it, and its
-# change event runs the handler. That runs with trigger_mode="always_last", and gradio gathers a
-# deferred run's inputs when it runs it: after a quick series of picks, the last one wins.
-# (Event data would not do: gradio re-runs a deferred event with the first event's data.)
-REQUEST_JS = r"""
-if (!window.__aliStepRequests) {
-  window.__aliStepRequests = true;
-  // The link: ?trace=<label>&step=<n>&tab=<the tab shown> (history.replaceState; `__theme` and
-  // other parameters are kept). The tab is there so that reloading the page shows the tab it
-  // showed (app_load opens the one named, see open_link / TAB_IDS).
-  window.__aliLink = (set = {}) => {
-    try {
-      const u = new URL(window.location.href);
-      for (const [k, v] of Object.entries(set)) { if (v === null || v === undefined || v === '') u.searchParams.delete(k); else u.searchParams.set(k, v); }
-      const shown = ['playground', 'inspector', 'files', 'lab'].find((t) => { const e = document.getElementById('tab-' + t); return e && e.offsetParent !== null; });
-      if (shown) u.searchParams.set('tab', shown);
-      if (u.href !== window.location.href) window.history.replaceState(window.history.state, '', u.href);
-    } catch (err) { /* a page without history (a sandboxed frame): no link */ }
-  };
-  document.addEventListener('click', (e) => {
-    if (e.target.closest && e.target.closest('[role=tab]')) requestAnimationFrame(() => window.__aliLink());
-  }, true);
-  // installed when the Inspector is first shown: link what it shows now
-  requestAnimationFrame(() => {
-    const t = document.querySelector('#insp-trace input'), s = document.querySelector('#insp-step input');
-    const m = s ? /^([0-9]{1,9}) · /.exec(s.value) : null;
-    window.__aliLink({trace: t ? t.value : null, step: m ? m[1] : null});
-  });
-  let n = 0;
-  const ask = (value) => {
-    const box = document.querySelector('#REQ textarea, #REQ input');
-    if (!box) return;
-    value += ':' + (++n);
-    const proto = box.tagName === 'TEXTAREA' ? HTMLTextAreaElement.prototype : HTMLInputElement.prototype;
-    Object.getOwnPropertyDescriptor(proto, 'value').set.call(box, value);
-    box.dispatchEvent(new Event('input', {bubbles: true}));
-  };
-  document.addEventListener('ali-step', (e) => { if (e.detail && e.detail.view === 'PREFIX') ask('tokens:' + e.detail.step); });
-  document.addEventListener('click', (e) => {
-    const cell = e.target.closest ? e.target.closest('#insp-steps .body-cell[data-row]') : null;
-    if (!cell) return;
-    const first = document.querySelector('#insp-steps .body-cell[data-row="' + cell.dataset.row + '"][data-col="0"]');
-    const step = first ? first.textContent.trim() : '';
-    if (/^[0-9]{1,9}$/.test(step)) ask('table:' + step);
-  }, true);
-}
-""".replace("REQ", "insp-step-req").replace("PREFIX", PREFIX)
-
+# The step header's Copy buttons (ui/assets/inspector_copy.js), and the steps the browser asks
+# for (a row of the step table, a chip or [ ] in the token view), written into one hidden textbox
+# whose change event runs the handler (ui/assets/inspector_request.js): both the js_on_load of
+# the step header. The request script also keeps the page's link (?trace=&step=&tab=) current.
+COPY_JS = assets.read("inspector_copy.js")
+REQUEST_JS = assets.fill(assets.read("inspector_request.js"), REQ=STEP_REQ_ID, PREFIX=PREFIX)
 
 # After the selected step changed (any way: the dropdown, a table row, a chip or [ ] in the token
 # view, a trace opened, a link): its anchor, chip and tokens highlighted in the token view (and
 # scrolled to inside its box), its table row highlighted (a style rule by data-row, which
 # survives the table's re-renders and virtual scrolling) and scrolled into the table's box, and
-# the link updated (window.__aliLink, REQUEST_JS).
-SYNC_JS = r"""
-(label, step) => {
-  const has = step !== null && step !== undefined && step !== '';
-  if (has && window.__aliTV) window.__aliTV.fromServer('PREFIX', step);
-  const table = document.getElementById('insp-steps');
-  let st = document.getElementById('ali-step-row-style');
-  if (!st) { st = document.createElement('style'); st.id = 'ali-step-row-style'; document.head.appendChild(st); }
-  if (has) {
-    // the row whose "step" cell says this step; the table may not be drawn yet (the Inspector tab
-    // is mounted when first opened): then row = step, as our traces number their steps
-    let row = null;
-    if (table) table.querySelectorAll('[data-row][data-col="0"]').forEach((c) => { if (c.textContent.trim() === String(step)) row = +c.dataset.row; });
-    if (row === null) row = +step;
-    const cell = '#insp-steps .body-cell[data-row="' + row + '"]';
-    st.textContent = cell + ' { background: var(--ali-row-sel-bg) !important; color: var(--ali-row-sel-fg) !important; font-weight: 600; }\n'
-      + cell + ' * { color: inherit !important; }\n'
-      + cell + '.first-column { box-shadow: inset 4px 0 0 var(--ali-step-sel); }';
-    const vp = table ? table.querySelector('.virtual-table-viewport') : null;
-    const c0 = vp ? table.querySelector('[data-row="' + row + '"][data-col="0"]') : null;
-    if (vp && c0) {
-      const r = c0.getBoundingClientRect(), v = vp.getBoundingClientRect();
-      const head = table.querySelector('thead, .thead, [role=rowgroup]');
-      const top = v.top + (head ? Math.min(head.getBoundingClientRect().height, 80) : 0);
-      if (r.top < top) vp.scrollTop += r.top - top - 4;
-      else if (r.bottom > v.bottom) vp.scrollTop += r.bottom - v.bottom + 4;
-    } else if (vp) {
-      const rows = table.querySelectorAll('.virtual-row');
-      const h = rows.length ? vp.scrollHeight / Math.max(rows.length, 1) : 40;
-      vp.scrollTop = row * h;
-    }
-  } else { st.textContent = ''; }
-  if (window.__aliLink) window.__aliLink({trace: label || null, step: has ? String(step) : null});
-  return [label, step];
-}
-""".replace("PREFIX", PREFIX)
+# the link updated (window.__aliLink, REQUEST_JS). An event's ``js=``.
+SYNC_JS = assets.fill(assets.read("inspector_sync.js"), PREFIX=PREFIX)
 
 # After a click on a table row: the step's details (the column under the table) come into view
-# when less than about half of them is on screen.
-SHOW_DETAILS_JS = r"""
-(req) => {
-  if (!String(req || '').startsWith('table:')) return;
-  const d = document.getElementById('insp-step-details');
-  if (!d) return;
-  const r = d.getBoundingClientRect();
-  const shown = Math.min(r.bottom, window.innerHeight) - Math.max(r.top, 0);
-  if (shown < Math.min(r.height, window.innerHeight) * 0.5) window.scrollBy(0, r.top - 8);
-}
-"""
+# when less than about half of them is on screen. An event's ``js=``.
+SHOW_DETAILS_JS = assets.read("inspector_show_details.js")
 
 KEYS_HELP = ("Click a token (or tap it) to select it: the line above the tokens gives its index, id, bytes, mask and "
              "step. With the token box focused, **←** / **→** move to the previous / next token, **[** / **]** to "
@@ -619,7 +511,7 @@ def _build_lens() -> LensUI:
             ratios = gr.Plot(label="ratio histogram", show_label=False, elem_id="insp-lens-ratios")
             per_step = gr.Plot(label="mean |Δ| per step", show_label=False, elem_id="insp-lens-steps")
         gr.Markdown("**Worst tokens** (mask 1, largest |Δ|; click one to select it in the token view)")
-        worst = gr.HTML("", elem_id="insp-lens-worst", css_template=L.CSS, js_on_load=L.JS.replace("VIEW", "insp-tokens"))
+        worst = gr.HTML("", elem_id="insp-lens-worst", css_template=L.CSS, js_on_load=assets.fill(L.JS, VIEW="insp-tokens"))
     return LensUI(dtype, cap, button, status, numbers, scatter, ratios, per_step, worst)
 
 
@@ -708,7 +600,7 @@ def build(ctx: AppContext, session: gr.State) -> InspectorUI:
             step_dd = gr.Dropdown(label="Selected step", choices=[], value=None, elem_id="insp-step")
             step_header = gr.HTML(elem_id="insp-step-head", js_on_load=COPY_JS + REQUEST_JS)
             # where the browser asks for a step (REQUEST_JS); never shown
-            step_req = gr.Textbox(value="", visible="hidden", elem_id="insp-step-req", show_label=False, container=False)
+            step_req = gr.Textbox(value="", visible="hidden", elem_id=STEP_REQ_ID, show_label=False, container=False)
             with gr.Tabs():
                 with gr.Tab("Template text"):
                     step_text = gr.HTML(token_view.empty_view("select a step"), elem_id="insp-step-text",

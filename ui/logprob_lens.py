@@ -37,6 +37,7 @@ import plotly.graph_objects as go
 from backend.errors import UserError
 from backend.logprobs import DEFAULT_CAP, Comparison, compare, has_logprob_pairs, rollout_temperature
 from backend.trace import Trace
+from ui import assets
 from ui.theme import CHART
 
 DTYPE_CHOICES = ("float32", "bfloat16")
@@ -450,52 +451,11 @@ def valid_cap(value: Any) -> float:
 
 # ---- browser side ---------------------------------------------------------------------------------
 
-# A worst token's button: select its step first when the token view shows another one (the
-# view's own pick: highlighted at once, the "ali-step" event asks the server, ui/inspector.py),
-# then "tv-select" on the view's root with the token's position (token_view's interface). Where
-# no listener selected it (an older token view), the token is selected here.
-JS = r"""
-element.addEventListener('click', (e) => {
-  const b = e.target.closest('button.ali-lens-tok');
-  if (!b || !element.contains(b)) return;
-  const tv = document.querySelector('#VIEW .tv');
-  if (!tv) return;
-  const index = +b.dataset.pos, step = b.dataset.step;
-  const TV = window.__aliTV;
-  if (tv.dataset.sel !== step) {
-    if (TV && TV.selectStep && TV.sent) { TV.selectStep(tv, step, false); TV.sent(tv.id, step); }
-    tv.dispatchEvent(new CustomEvent('ali-step', {bubbles: true, detail: {view: tv.id, step: +step}}));
-  }
-  tv.dispatchEvent(new CustomEvent('tv-select', {detail: {index: index}}));
-  element.querySelectorAll('button.ali-lens-tok.sel').forEach((x) => x.classList.remove('sel'));
-  b.classList.add('sel');
-  requestAnimationFrame(() => {
-    if (!TV || !TV.current || !TV.indexOf || !TV.tokenAt || !TV.selectToken) return;
-    const cur = TV.current(tv);
-    if (cur && TV.indexOf(cur) + +(tv.dataset.first || 0) === index) return;
-    const el = TV.tokenAt(tv, index - +(tv.dataset.first || 0));
-    if (el) TV.selectToken(tv, el, true);
-  });
-});
-"""
-
-CSS = """
-.ali-lens { font-size: 13px; color: var(--ali-fg); }
-.ali-lens-src, .ali-lens-extra { color: var(--ali-subdued); margin: 4px 0; }
-.ali-lens table { border-collapse: collapse; margin: 4px 0; font-variant-numeric: tabular-nums; }
-.ali-lens th, .ali-lens td, .ali-lens-worst th, .ali-lens-worst td { padding: 2px 8px; border-bottom: 1px solid var(--border-color-primary); text-align: left; color: var(--ali-fg); background: transparent; }
-.ali-lens-trace td[data-value] { font-family: ui-monospace, monospace; font-weight: 600; }
-.ali-lens-why { color: var(--ali-subdued) !important; }
-.ali-lens-steps td { font-family: ui-monospace, monospace; }
-.ali-lens-per-step { max-height: 320px; overflow: auto; }
-.ali-lens-per-step summary { cursor: pointer; color: var(--ali-fg); }
-.ali-lens-worst { font-size: 13px; max-height: 420px; overflow: auto; }
-.ali-lens-worst td { font-family: ui-monospace, monospace; }
-.ali-lens-text { white-space: pre; max-width: 24ch; overflow: hidden; text-overflow: ellipsis; }
-.ali-lens-tok { font-size: 12px; padding: 1px 8px; border-radius: 6px; border: 1px solid var(--ali-chip-border); background: var(--ali-chip-bg); color: var(--ali-chip-fg); cursor: pointer; transition: none; font-family: ui-monospace, monospace; }
-.ali-lens-tok:hover { border-color: var(--ali-chip-fg); }
-.ali-lens-tok.sel { background: var(--ali-chip-sel-bg); color: var(--ali-chip-sel-fg); }
-"""
+# The worst tokens' buttons (ui/assets/logprob_lens.js): a click selects the token in the token
+# view. ``{{VIEW}}``: the elem_id of that view's gr.HTML (filled with ui.assets.fill, as
+# ui/inspector.py does).
+JS = assets.read("logprob_lens.js")
+CSS = assets.read("logprob_lens.css")
 
 HELP = ("**Logprob lens.** Does the trainer see the probabilities the rollout sampled with? *Score with trainer view* "
         "recomputes every response token's logprob with a teacher-forced forward pass of the model that served the "

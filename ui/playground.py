@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import html
 import json
+import logging
 import os
 import time
 import uuid
@@ -28,6 +29,8 @@ from backend.labels import OK_CODES, termination_label
 from backend.trace import Trace
 from ui.chat import message_to_chat, pending_message, trace_to_chat
 from ui.context import AppContext, Session, UserError, short_error, trace_file_name
+
+log = logging.getLogger(__name__)
 
 WEATHER_TOOLS = [
     {
@@ -651,10 +654,8 @@ def wire(ctx: AppContext, ui: PlaygroundUI, session: gr.State, after_run) -> Non
         except UserError as e:
             # run_turn raises these only before the loop starts (a bad setting, a load that failed)
             yield sess, gr.update(), _status("err", str(e)), (text if cleared else gr.update()), gr.update(), _model_status(ctx)
-        except Exception as e:  # noqa: BLE001 - never a traceback in the UI
-            import traceback
-
-            traceback.print_exc()
+        except Exception as e:  # noqa: BLE001 - never a traceback in the UI (it goes to the log)
+            log.exception("the playground run failed")
             yield sess, gr.update(), _status("err", f"the run failed: {short_error(e)}"), gr.update(), gr.update(), _model_status(ctx)
 
     async def on_stop(sess: Session):

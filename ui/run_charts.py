@@ -420,8 +420,8 @@ class RunChartsUI:
 
 def _set_of(session: Any) -> tuple[Any, int] | None:
     """The session's trace set (a folder or glob the tab shows) and its version, or None when the
-    tab shows a file (the same test as ui.trace_files.in_set_mode, which this module cannot import:
-    that module imports this one). Raises TraceFileError when the set cannot be read."""
+    tab shows a file (the same test as ui.trace_sets.in_set_mode). Raises TraceFileError when the set
+    cannot be read."""
     spec, reg = getattr(session, "set_spec", None), getattr(session, "set_registry", None)
     if not spec or reg is None:
         return None

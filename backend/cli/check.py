@@ -135,6 +135,7 @@ def _set_traces(spec: str, tokenizer: str | None = None):
     """The traces of a trace set, read one at a time through its index (a set need not fit in
     memory), and its bad records (``file``, ``line``, ``reason``; a record found bad when read is
     added as it is met)."""
+    import backend.importers  # noqa: F401 - registers other tools' readers with the trace-set catalogue
     from backend.trace import LoadProblem, TraceFileError
     from backend.trace.catalog import TraceSet
 

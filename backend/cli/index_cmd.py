@@ -34,6 +34,7 @@ def _counts(series) -> dict[str, int]:
 
 
 def run(args) -> int:
+    import backend.importers  # noqa: F401 - registers other tools' readers with the trace-set catalogue
     from backend.trace import TraceFileError
     from backend.trace.catalog import TraceSet
 

@@ -20,6 +20,10 @@ Sources without token ids are rendered with the chosen tokenizer (default ``qwen
 ``metadata.source`` = the format, ``metadata.ids`` = ``"rendered"`` or ``"given"``,
 ``metadata.import`` = ``{"file", "line" | "row" | "index", "losses"}`` and
 ``metadata.provenance`` = ``{"format", "library", "version", "trace_id", ...}`` (what the file says).
+
+Importing this package registers :class:`backend.importers.index.ImporterRows` with the trace-set
+catalogue (:func:`backend.trace.catalog.register_foreign_rows`): trace sets index and open other
+tools' files through it (the trace layer never imports the importers).
 """
 
 from __future__ import annotations
@@ -423,3 +427,9 @@ __all__ = [
     "trace_losses",
 ]
 
+
+# other tools' rows in trace sets: the catalogue (backend.trace.catalog) reads them through the hook
+# the importers give it, registered here so that whatever imports the importers has it
+from backend.importers import index as _set_rows  # noqa: E402 - needs the names above
+
+_set_rows.register()

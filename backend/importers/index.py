@@ -1,5 +1,8 @@
 """Other tools' files in a trace set: a light summary row per conversation when a set is indexed
-(no tokenizer, no rendering), and the trace of one row when it is opened.
+(no tokenizer, no rendering), and the trace of one row when it is opened. The catalogue
+(:mod:`backend.trace.catalog`) does not import the importers: it reads these rows through
+:class:`ImporterRows`, its :class:`~backend.trace.catalog.ForeignRows`, which :mod:`backend.importers`
+registers when imported (:func:`register`).
 
 * **Per-record formats** (Anthropic, LangChain, TRL rows ...): the record is converted to its
   conversation(s) (cheap: no rendering) and summarised; token columns stay unknown (null) until a
@@ -8,20 +11,27 @@
   the spans alone (no attribute JSON is parsed: chat spans are counted by their operation / kind
   attributes); the row's location covers the lines from the trace's first span to its last, and
   opening it reads those lines and keeps only that trace's spans.
+* **verl rollout dumps** (``input``/``output`` text rows, agent-loop ``prompt_ids``/``response_ids``
+  rows): summarised from the row without converting it (:func:`verl_summary`), converted by the
+  verl importer when opened.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from backend.importers import ImportContext, convert_group, convert_record, detect_record, get_importer
 from backend.importers.common import Conversation, RecordError, record_id
 from backend.importers.otlp import hex_id, looks_like_otel
-from backend.trace.io import preview_text, training_step_of
-from backend.trace.limits import LoadProblem
+from backend.trace.catalog import register_foreign_rows
+from backend.trace.index import preview_text, summary_of_trace, training_step_of
+from backend.trace.limits import LoadProblem, too_many_tokens
 from backend.trace.model import Trace
 
 try:
@@ -57,8 +67,6 @@ def summary_of_conversation(conv: Conversation, name: str, fallback_id: str) -> 
 
 
 def _summary_of_trace(t: Trace, name: str) -> dict[str, Any]:
-    from backend.trace.io import summary_of_trace
-
     s = summary_of_trace(t)
     s["source"] = name
     return s
@@ -305,4 +313,108 @@ def open_span_row(raw: bytes, first_line: int, trace_id: str, ctx: ImportContext
     return t
 
 
-__all__ = ["SpanGroups", "is_span_record", "open_record_row", "open_span_row", "summaries_of_record", "summary_of_conversation"]
+# ---- verl rollout dumps -------------------------------------------------------------------------------
+
+
+def verl_record(raw: bytes) -> dict[str, Any] | None:
+    """The record of a line that is not our trace but a verl output (the verl importer's sniff)."""
+    try:
+        d = json.loads(raw.removeprefix(b"\xef\xbb\xbf"))
+    except (ValueError, RecursionError):
+        return None
+    return d if get_importer("verl").sniff(d) else None
+
+
+def verl_id(d: dict[str, Any], path: str, line: int) -> str:
+    """A verl row's id: its ``uid`` (or id / request_id), else stable from the file and line."""
+    uid = d.get("uid", d.get("id", d.get("request_id")))
+    if isinstance(uid, str | int) and not isinstance(uid, bool) and str(uid) != "":
+        return str(uid)
+    return f"verl-{hashlib.sha256(f'{os.path.abspath(path)}:{line}'.encode()).hexdigest()[:12]}"
+
+
+def verl_summary(raw: bytes, path: str, line: int) -> dict[str, Any] | None:
+    """A light summary of a verl rollout-dump row (``input``/``output`` text, ``score``, ``step``)
+    or agent-loop output (``prompt_ids``/``response_ids``), without a tokenizer: token counts are
+    unknown (null) for text rows, counted for id rows; turns and termination are not known."""
+    d = verl_record(raw)
+    if d is None:
+        return None
+    ids = isinstance(d.get("prompt_ids"), list) and isinstance(d.get("response_ids"), list)
+    p, r = (len(d["prompt_ids"]), len(d["response_ids"])) if ids else (None, None)
+    if p is not None and too_many_tokens(p + r):
+        return None  # refused as the importer refuses it
+    uid = verl_id(d, path, line)
+    step = d.get("step", d.get("global_step"))
+    score = d.get("score")
+    inp = d.get("input")
+    tr = d.get("termination_reason")
+    return {
+        "id": str(uid), "source": "verl", "turns": None, "tokens": None if p is None else p + r,
+        "prompt_tokens": p, "response_tokens": r, "termination_reason": tr if isinstance(tr, str) else "",
+        "errors": 0, "messages": 0, "tools": 0, "duration_s": None,
+        "score": float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None,
+        "preview": preview_text(inp) if isinstance(inp, str) else "",
+        "training_step": step if isinstance(step, int) and not isinstance(step, bool) else None,
+        "tool_errors": 0, "parse_errors": 0,
+    }
+
+
+def open_verl_row(rec: dict[str, Any], n: int, path: str, ctx: ImportContext) -> Trace | LoadProblem:
+    """A verl row converted by the verl importer with the set's tokenizer."""
+    for item, _ in convert_record(n, rec, "verl", ctx, where={"file": os.path.basename(path), "line": n}):
+        if isinstance(item, Trace):
+            item.id = verl_id(rec, path, n)  # the id the index lists it by
+        return item
+    return LoadProblem(n, "the verl row gave no trace")
+
+
+# ---- the catalogue's hook ---------------------------------------------------------------------------
+
+
+class ImporterRows:
+    """:class:`backend.trace.catalog.ForeignRows` of the importers: how a trace set indexes and
+    opens rows of other tools' formats (verl rollout dumps, per-record formats, span files)."""
+
+    def context(self, path: str, tokenizer: str, bundle: Any) -> ImportContext:
+        return ImportContext(tokenizer=tokenizer, path=path, _bundle=bundle)
+
+    def dump_summary(self, raw: bytes, path: str, line: int) -> dict[str, Any] | None:
+        return verl_summary(raw, path, line)
+
+    def is_span_record(self, d: Any) -> bool:
+        return is_span_record(d)
+
+    def span_rows(self) -> SpanGroups:
+        return SpanGroups()
+
+    def record_summaries(self, rec: Any, n: int, path: str, ctx: Any) -> list[dict[str, Any]] | LoadProblem | None:
+        return summaries_of_record(rec, n, path, ctx)
+
+    def open_line(self, raw: bytes, n: int, row_id: str, path: str, context: Callable[[], Any]) -> Trace | LoadProblem | None:
+        """A verl row by the verl importer; else a span trace from the lines its row covers, or
+        the conversation of its record."""
+        rec = verl_record(raw)
+        if rec is not None:
+            return open_verl_row(rec, n, path, context())
+        where = {"file": os.path.basename(path), "line": n}
+        try:
+            d = json.loads(raw.split(b"\n", 1)[0].removeprefix(b"\xef\xbb\xbf"))
+        except (ValueError, RecursionError):
+            return None
+        if is_span_record(d):
+            return open_span_row(raw, n, row_id, context(), where)
+        return open_record_row(d, n, row_id, context(), where)
+
+    def open_row(self, row: dict[str, Any], n: int, row_id: str, path: str, context: Callable[[], Any]) -> Trace | LoadProblem:
+        return open_record_row(row, n, row_id, context(), {"file": os.path.basename(path), "row": n})
+
+
+def register() -> None:
+    """Give the catalogue (:func:`backend.trace.catalog.register_foreign_rows`) these readers;
+    :mod:`backend.importers` calls it when imported."""
+    register_foreign_rows(ImporterRows())
+
+
+__all__ = ["ImporterRows", "SpanGroups", "is_span_record", "open_record_row", "open_span_row", "open_verl_row", "register",
+           "summaries_of_record", "summary_of_conversation", "verl_id", "verl_record", "verl_summary"]

@@ -1,18 +1,17 @@
 """The one trace type and its files.
 
 - :mod:`backend.trace.model`: :class:`Trace` and its parts, and the checks a record passes.
-- :mod:`backend.trace.io`: reading and writing trace files (JSONL, JSON, Parquet) and
-  the lazy :class:`TraceIndex`; :mod:`backend.trace.limits`: what a file may cost.
+- :mod:`backend.trace.io`: reading and writing trace files (JSONL, JSON, Parquet);
+  :mod:`backend.trace.index`: the lazy :class:`TraceIndex` over them (one row per trace, each
+  opened by its bytes); :mod:`backend.trace.limits`: what a file may cost.
 
 Everything is re-exported here, so ``from backend.trace import Trace`` is the usual import.
 """
 
+from backend.trace.index import INDEX_COLUMNS, IndexedFile, TraceIndex  # noqa: F401
 from backend.trace.io import (  # noqa: F401
-    INDEX_COLUMNS,
     PARQUET_KIND,
-    IndexedFile,
     Source,
-    TraceIndex,
     append_jsonl,
     is_trace_parquet,
     iter_jsonl_records,

@@ -1,8 +1,8 @@
 """Trace sets: one index over a folder or glob of trace files that need not fit in memory.
 
-:class:`TraceSet` is a :class:`~backend.trace.io.TraceIndex` over every JSONL / Parquet file a
+:class:`TraceSet` is a :class:`~backend.trace.index.TraceIndex` over every JSONL / Parquet file a
 spec names (a folder, searched recursively, a glob, or one file): one row per trace with its
-summary (:data:`~backend.trace.io.SUMMARY_COLUMNS`) and where it is (file, line or row, byte
+summary (:data:`~backend.trace.index.SUMMARY_COLUMNS`) and where it is (file, line or row, byte
 offset and length), built in one streaming pass; :meth:`TraceSet.open` reads only that trace's
 bytes. Nothing else of a trace is kept.
 
@@ -19,7 +19,7 @@ bytes. Nothing else of a trace is kept.
   other reader does; so does a follower once the file has not changed for :data:`SETTLE_S`).
 * **Scan.** JSONL lines are read with :func:`~backend.trace.io.read_lines` (bounded by the line
   limit, over-long and bad lines reported with their numbers) and summarised by the light parse
-  (:func:`~backend.trace.io.summary_of_line`: the token-id lists are cut out and counted, the
+  (:func:`~backend.trace.index.summary_of_line`: the token-id lists are cut out and counted, the
   rest parsed by orjson where installed). Parquet files (our layout) are read one row group at a
   time, only the columns the summary needs (pyarrow), the token lists' lengths from their Arrow
   offsets without building a Python list.
@@ -28,6 +28,12 @@ bytes. Nothing else of a trace is kept.
   :func:`~backend.trace.limits.max_index_rows` and :func:`~backend.trace.limits.max_index_files`
   instead of the per-file trace limit and file size limit (which bound traces *held* in memory;
   a set holds none).
+* **Other tools' files.** Rows of other tools' formats (a verl rollout dump, Anthropic or
+  LangChain records, OTel span lines, TRL Parquet rows ...) are summarised and opened through
+  :class:`ForeignRows`, which :mod:`backend.importers` registers (:func:`register_foreign_rows`)
+  when it is imported: the trace layer never imports the importers. Without it, our own trace
+  files are indexed as they always are, and a record of another format is listed as a problem
+  saying that other tools' files need :mod:`backend.importers` (:data:`NO_FOREIGN_ROWS`).
 
 Paths come from the operator (``--traces``, ``ALI_TRACES``, the local-mode folder field), never
 from a visitor (see :mod:`backend.trust`).
@@ -42,26 +48,30 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from backend.trace.io import (
+from backend.trace.index import (
     INDEX_COLUMNS,
-    PARQUET,
     SUMMARY_COLUMNS,
     IndexedFile,
     TraceIndex,
+    step_of_path,
+    summary_of_line,
+    summary_of_parquet_row,
+    summary_of_trace,
+)
+from backend.trace.io import (
+    PARQUET,
     check_layout,
+    iter_records,
     no_gc,
     open_parquet,
     parquet_row_at,
     parse_line,
-    preview_text,
     read_lines,
-    step_of_path,
-    summary_of_line,
-    summary_of_parquet_row,
+    sniff,
     trace_of,
     trace_of_row,
 )
@@ -260,27 +270,91 @@ class _Bounded(io.RawIOBase):
         return b
 
 
-def _verl_importer() -> Any:
-    from backend.importers import get_importer
-
-    return get_importer("verl")
+# ---- other tools' rows: a hook the importers give the catalogue ---------------------------------------
 
 
-def _verl_record(raw: bytes) -> dict[str, Any] | None:
-    """The record of a line that is not our trace but a verl output (the verl importer's sniff)."""
-    try:
-        d = json.loads(raw.removeprefix(b"\xef\xbb\xbf"))
-    except (ValueError, RecursionError):
-        return None
-    return d if _verl_importer().sniff(d) else None
+class SpanRows(Protocol):
+    """Span lines of one file (OTel), grouped by trace id while the file is indexed: one row per
+    trace, made when the file has been read to its end."""
+
+    traces: dict[str, Any]
+
+    def add(self, d: dict[str, Any], line: int, offset: int, length: int) -> LoadProblem | None:
+        """Count a span line's spans into their traces; the problem of a bad span line, or None."""
+        ...
+
+    def rows(self) -> list[tuple[dict[str, Any], int, int, int]]:
+        """``(summary, first line, offset, length)`` per trace (the bytes from its first span's
+        line to its last)."""
+        ...
 
 
-def _verl_id(d: dict[str, Any], path: str, line: int) -> str:
-    """A verl row's id: its ``uid`` (or id / request_id), else stable from the file and line."""
-    uid = d.get("uid", d.get("id", d.get("request_id")))
-    if isinstance(uid, str | int) and not isinstance(uid, bool) and str(uid) != "":
-        return str(uid)
-    return f"verl-{hashlib.sha256(f'{os.path.abspath(path)}:{line}'.encode()).hexdigest()[:12]}"
+class ForeignRows(Protocol):
+    """What a set needs to index and open rows of other tools' formats (see the module's
+    docstring). :mod:`backend.importers` registers its implementation
+    (``backend.importers.index.ImporterRows``) with :func:`register_foreign_rows` when imported.
+    ``ctx`` is :meth:`context`'s object; ``context`` a function giving it (made only when needed:
+    it may load the set's tokenizer)."""
+
+    def context(self, path: str, tokenizer: str, bundle: Any) -> Any:
+        """The import context rows of ``path`` are converted with: the set's tokenizer (``bundle``
+        when the app gave one, else the profile named ``tokenizer``)."""
+        ...
+
+    def dump_summary(self, raw: bytes, path: str, line: int) -> dict[str, Any] | None:
+        """A light summary (:data:`SUMMARY_COLUMNS`) of a line of a rollout dump that is indexed
+        without converting it (verl's: text rows, token counts unknown), or None."""
+        ...
+
+    def is_span_record(self, d: Any) -> bool:
+        """Whether a parsed line is span data (its trace's row is made by :class:`SpanRows`)."""
+        ...
+
+    def span_rows(self) -> SpanRows:
+        """A new accumulator for the span lines of one file."""
+        ...
+
+    def record_summaries(self, rec: Any, n: int, path: str, ctx: Any) -> list[dict[str, Any]] | LoadProblem | None:
+        """The rows of a record (a JSONL line, a Parquet row) of another tool's per-record format,
+        the problem that refuses it, or None when it is of no format the importers know."""
+        ...
+
+    def open_line(self, raw: bytes, n: int, row_id: str, path: str, context: Callable[[], Any]) -> Trace | LoadProblem | None:
+        """The trace of a JSONL row our reader refused (``raw``: its bytes; a span trace's run from
+        its first line to its last), or None when ``raw`` is not JSON (the reader's reason stands)."""
+        ...
+
+    def open_row(self, row: dict[str, Any], n: int, row_id: str, path: str, context: Callable[[], Any]) -> Trace | LoadProblem:
+        """The trace of a Parquet row of another tool's format."""
+        ...
+
+
+# what a set lists for a record of another format when no ForeignRows is registered
+NO_FOREIGN_ROWS = ("other tools' files need backend.importers, which is not loaded "
+                   "(importing it registers their readers with backend.trace.catalog)")
+_foreign: ForeignRows | None = None
+
+
+def register_foreign_rows(rows: ForeignRows | None) -> None:
+    """Give the catalogue the readers of other tools' rows (None: take them away). Sets opened
+    after this index and open such rows; a cache entry records whether they were there when it
+    was written, and is not used by a process where that differs."""
+    global _foreign
+    _foreign = rows
+
+
+def foreign_rows() -> ForeignRows | None:
+    """The registered readers of other tools' rows, or None."""
+    return _foreign
+
+
+def _unregistered(n: int, raw: bytes, refused: LoadProblem) -> LoadProblem:
+    """A line our reader refused while no :class:`ForeignRows` is registered: a JSON object that
+    is not one of our records (no ``format_version``) says what would read it."""
+    d = parse_line(n, raw)
+    if isinstance(d, dict) and "format_version" not in d:
+        return LoadProblem(n, f"{refused.reason}; {NO_FOREIGN_ROWS}")
+    return refused
 
 
 _GROUPED = object()  # a span line: its trace's row is made when the file is read to its end
@@ -288,52 +362,18 @@ _GROUPED = object()  # a span line: its trace's row is made when the file is rea
 _SPAN_MARK = re.compile(rb'^\s*(?:\xef\xbb\xbf)?\{\s*"(?:resourceSpans|resource_spans|resourceLogs|resource_logs)"|"context"\s*:\s*\{\s*"trace_id"')
 
 
-def _span_groups() -> Any:
-    from backend.importers.index import SpanGroups
-
-    return SpanGroups()
-
-
-def _foreign_summaries(raw: bytes, path: str, line: int, offset: int, length: int, groups: Any, ctx: Any = None) -> Any:
-    """Rows of a line of another tool's format (:mod:`backend.importers.index`): a list of
-    summaries, :data:`_GROUPED` for a span line (added to ``groups``), a problem, or None."""
-    from backend.importers.index import is_span_record, summaries_of_record
-
+def _foreign_summaries(hook: ForeignRows, raw: bytes, path: str, line: int, offset: int, length: int, groups: SpanRows,
+                       ctx: Any) -> Any:
+    """Rows of a line of another tool's format: a list of summaries, :data:`_GROUPED` for a span
+    line (added to ``groups``), a problem, or None."""
     try:
         d = _orjson.loads(raw.removeprefix(b"\xef\xbb\xbf")) if _orjson is not None else json.loads(raw.removeprefix(b"\xef\xbb\xbf"))
     except (ValueError, RecursionError):
         return None
-    if is_span_record(d):
+    if hook.is_span_record(d):
         bad = groups.add(d, line, offset, length)
         return bad if bad is not None else _GROUPED
-    return summaries_of_record(d, line, path, ctx) or None
-
-
-def _verl_summary(raw: bytes, path: str, line: int) -> dict[str, Any] | None:
-    """A light summary of a verl rollout-dump row (``input``/``output`` text, ``score``, ``step``)
-    or agent-loop output (``prompt_ids``/``response_ids``), without a tokenizer: token counts are
-    unknown (null) for text rows, counted for id rows; turns and termination are not known."""
-    d = _verl_record(raw)
-    if d is None:
-        return None
-    ids = isinstance(d.get("prompt_ids"), list) and isinstance(d.get("response_ids"), list)
-    p, r = (len(d["prompt_ids"]), len(d["response_ids"])) if ids else (None, None)
-    if p is not None and too_many_tokens(p + r):
-        return None  # refused as the importer refuses it
-    uid = _verl_id(d, path, line)
-    step = d.get("step", d.get("global_step"))
-    score = d.get("score")
-    inp = d.get("input")
-    tr = d.get("termination_reason")
-    return {
-        "id": str(uid), "source": "verl", "turns": None, "tokens": None if p is None else p + r,
-        "prompt_tokens": p, "response_tokens": r, "termination_reason": tr if isinstance(tr, str) else "",
-        "errors": 0, "messages": 0, "tools": 0, "duration_s": None,
-        "score": float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None,
-        "preview": preview_text(inp) if isinstance(inp, str) else "",
-        "training_step": step if isinstance(step, int) and not isinstance(step, bool) else None,
-        "tool_errors": 0, "parse_errors": 0,
-    }
+    return hook.record_summaries(d, line, path, ctx) or None
 
 
 class _Rows:
@@ -379,7 +419,7 @@ class TraceSet(TraceIndex):
                  tokenizer: str = "qwen3", import_bundle: Any = None) -> None:
         super().__init__()
         self.spec = spec
-        # verl rollout-dump rows are converted when opened with this tokenizer: ``import_bundle``
+        # other tools' rows (a verl rollout dump ...) are converted when opened with this tokenizer: ``import_bundle``
         # (a function giving the bundle: the app's operator-chosen one) or the profile ``tokenizer``
         self.tokenizer = tokenizer
         self.import_bundle = import_bundle
@@ -523,7 +563,8 @@ class TraceSet(TraceIndex):
         if st.grouped and st.done:  # a span file grew: its traces' rows are built from the whole file again
             st.rows, st.problems, st.done, st.lines, st.open_line, st.pending = [], ProblemList(), 0, 0, False, 0
         rows = _Rows(st.rows, st.path)
-        groups = _span_groups()
+        hook = _foreign
+        groups = hook.span_rows() if hook is not None else None
         room = self._room()
         start = st.done
         with open(st.path, "rb") as fh:
@@ -542,8 +583,8 @@ class TraceSet(TraceIndex):
                 ln = st.lines + lineno
                 if not src.last_nl and off + n >= size - start and not take_partial:
                     break  # a line still being written: indexed once complete
-                if not isinstance(raw, LoadProblem) and _SPAN_MARK.search(raw, 0, 256):  # span lines: parsed once
-                    item = _foreign_summaries(raw, st.path, ln, start + off, n, groups, self._context(st.path))
+                if hook is not None and not isinstance(raw, LoadProblem) and _SPAN_MARK.search(raw, 0, 256):  # span lines: parsed once
+                    item = _foreign_summaries(hook, raw, st.path, ln, start + off, n, groups, self._context(st.path))  # type: ignore[arg-type]
                     if item is _GROUPED:
                         st.grouped = True
                         continue
@@ -553,11 +594,15 @@ class TraceSet(TraceIndex):
                     item = raw if isinstance(raw, LoadProblem) else summary_of_line(ln, raw)
                 items: list[dict[str, Any]] = []
                 if isinstance(item, LoadProblem) and not isinstance(raw, LoadProblem):
-                    item = (_verl_summary(raw, st.path, ln) or _foreign_summaries(raw, st.path, ln, start + off, n, groups, self._context(st.path))
-                            or item)
-                    if item is _GROUPED:
-                        st.grouped = True
-                        continue
+                    if hook is None:  # our reader's reason, and what would read another tool's record
+                        item = _unregistered(ln, raw, item)
+                    else:
+                        item = (hook.dump_summary(raw, st.path, ln)
+                                or _foreign_summaries(hook, raw, st.path, ln, start + off, n, groups, self._context(st.path))  # type: ignore[arg-type]
+                                or item)
+                        if item is _GROUPED:
+                            st.grouped = True
+                            continue
                 if isinstance(item, list):
                     items = item
                 elif not isinstance(item, LoadProblem):
@@ -598,8 +643,10 @@ class TraceSet(TraceIndex):
         pf = open_parquet(st.path)
         try:
             check_layout(pf, st.path)
-        except TraceFileError:
-            if self._scan_foreign_parquet(st):  # another tool's rows (TRL completions ...)
+        except TraceFileError as e:
+            if _foreign is None:
+                raise TraceFileError(f"{e}; {NO_FOREIGN_ROWS}") from None
+            if self._scan_foreign_parquet(st, _foreign):  # another tool's rows (TRL completions ...)
                 return
             raise
         names = set(pf.schema_arrow.names)
@@ -644,8 +691,6 @@ class TraceSet(TraceIndex):
                     if isinstance(item, LoadProblem):
                         st.problems.append(item)
                         continue
-                    from backend.trace.io import summary_of_trace
-
                     s = summary_of_trace(item)
                 if rows.n >= room:
                     self.capped = f"at most {max_index_rows():,} traces are indexed (ALI_MAX_INDEX_ROWS)"
@@ -657,19 +702,16 @@ class TraceSet(TraceIndex):
         rows.flush()
         self.stats["scanned_bytes"] += os.path.getsize(st.path)
 
-    def _scan_foreign_parquet(self, st: FileState) -> bool:
+    def _scan_foreign_parquet(self, st: FileState, hook: ForeignRows) -> bool:
         """Index a Parquet file of another tool's rows, one conversation per row (read with the
         bounded reader of uploads); False when its first row is of no known format."""
-        from backend.importers.index import summaries_of_record
-        from backend.trace.io import iter_records, sniff
-
         rows = _Rows(st.rows, st.path)
         room = self._room()
         for n, _, rec in iter_records(sniff(st.path)):
             if isinstance(rec, LoadProblem):
                 st.problems.append(rec)
                 continue
-            got = summaries_of_record(rec, n, st.path, self._context(st.path))
+            got = hook.record_summaries(rec, n, st.path, self._context(st.path))
             if got is None:
                 if n == 1:
                     return False
@@ -702,6 +744,8 @@ class TraceSet(TraceIndex):
             meta = json.loads((t.schema.metadata or {})[b"ali_index"])
             if meta.get("version") != SCHEMA_VERSION or meta.get("path") != path or t.schema.remove_metadata() != _arrow_schema():
                 return None
+            if bool(meta.get("foreign", True)) != (_foreign is not None):  # indexed with(out) other tools' readers
+                return None
             st = FileState(path, meta["kind"], meta["size"], meta["mtime_ns"], meta["done"], meta["lines"], meta["open_line"],
                            meta["fingerprint"], meta.get("pending", 0), [t.replace_schema_metadata(None)] if t.num_rows else [])
             for line, reason in meta["problems"]:
@@ -723,7 +767,7 @@ class TraceSet(TraceIndex):
         meta = {"version": SCHEMA_VERSION, "path": st.path, "kind": st.kind, "size": st.size, "mtime_ns": st.mtime_ns,
                 "done": st.done, "lines": st.lines, "open_line": st.open_line, "fingerprint": st.fingerprint,
                 "pending": st.pending, "problems": [[p.line, p.reason] for p in st.problems],
-                "unlisted": st.problems.unlisted, "error": st.error, "grouped": st.grouped}
+                "unlisted": st.problems.unlisted, "error": st.error, "grouped": st.grouped, "foreign": _foreign is not None}
         t = pa.concat_tables(st.rows) if st.rows else _arrow_schema().empty_table()
         t = t.replace_schema_metadata({b"ali_index": json.dumps(meta).encode()})
         try:
@@ -866,58 +910,35 @@ class TraceSet(TraceIndex):
         i = self.row_of(key)
         fk, n, off, length = (int(a[i]) for a in self._loc)
         f = self.files[fk]
+        path: str = f.path  # type: ignore[assignment]
+        hook = _foreign
         if f.kind == PARQUET:
-            row = parquet_row_at(f.path, n)  # type: ignore[arg-type]
+            row = parquet_row_at(path, n)
             item = trace_of_row(n, row)
             if isinstance(item, LoadProblem) and "format_version" not in row:
-                from backend.importers.index import open_record_row
-
-                return open_record_row(row, n, str(self.df["id"].iat[i]), self._context(f.path),  # type: ignore[arg-type]
-                                       {"file": os.path.basename(f.path), "row": n})  # type: ignore[arg-type]
+                if hook is None:
+                    return LoadProblem(n, f"{item.reason}; {NO_FOREIGN_ROWS}")
+                return hook.open_row(row, n, str(self.df["id"].iat[i]), path, lambda: self._context(path))
             return item
-        with open(f.path, "rb") as fh:  # type: ignore[arg-type]
+        with open(path, "rb") as fh:
             fh.seek(off)
             raw = fh.read(length)
-        first = raw.split(b"\n", 1)[0]
-        item = trace_of(n, parse_line(n, first.removeprefix(b"\xef\xbb\xbf")))
+        first = raw.split(b"\n", 1)[0].removeprefix(b"\xef\xbb\xbf")
+        item = trace_of(n, parse_line(n, first))
         if not isinstance(item, LoadProblem):
             return item
-        rec = _verl_record(raw)
-        if rec is not None:
-            return self._import_verl(n, rec, f.path)  # type: ignore[arg-type]
-        return self._import_foreign(n, raw, f.path, str(self.df["id"].iat[i]), item)  # type: ignore[arg-type]
+        if hook is None:
+            return _unregistered(n, first, item)
+        got = hook.open_line(raw, n, str(self.df["id"].iat[i]), path, lambda: self._context(path))
+        return item if got is None else got
 
     def _context(self, path: str) -> Any:
-        from backend.importers import ImportContext
-
+        """The import context of the set's rows of other tools' formats (made once: the app's
+        tokenizer bundle, or the profile ``tokenizer``)."""
         if self._import_ctx is None:
             bundle = self.import_bundle() if self.import_bundle is not None else None
-            self._import_ctx = ImportContext(tokenizer=getattr(bundle, "name", None) or self.tokenizer, path=path, _bundle=bundle)
+            self._import_ctx = _foreign.context(path, getattr(bundle, "name", None) or self.tokenizer, bundle)  # type: ignore[union-attr]
         return self._import_ctx
-
-    def _import_foreign(self, n: int, raw: bytes, path: str, row_id: str, refused: LoadProblem) -> Trace | LoadProblem:
-        """A row of another tool's format, converted with the set's tokenizer: a span trace from
-        the lines its row covers, else the conversation of its record."""
-        from backend.importers.index import is_span_record, open_record_row, open_span_row
-
-        where = {"file": os.path.basename(path), "line": n}
-        try:
-            d = json.loads(raw.split(b"\n", 1)[0].removeprefix(b"\xef\xbb\xbf"))
-        except (ValueError, RecursionError):
-            return refused
-        if is_span_record(d):
-            return open_span_row(raw, n, row_id, self._context(path), where)
-        return open_record_row(d, n, row_id, self._context(path), where)
-
-    def _import_verl(self, n: int, rec: dict[str, Any], path: str) -> Trace | LoadProblem:
-        """A verl row converted by the verl importer with the set's tokenizer."""
-        from backend.importers import convert_record
-
-        for item, _ in convert_record(n, rec, "verl", self._context(path), where={"file": os.path.basename(path), "line": n}):
-            if isinstance(item, Trace):
-                item.id = _verl_id(rec, path, n)  # the id the index lists it by
-            return item
-        return LoadProblem(n, "the verl row gave no trace")
 
     def open(self, key: int | str) -> Trace:
         item = self.read(key)
@@ -951,7 +972,7 @@ class SetRegistry:
         import threading
 
         self.max_sets, self.min_interval = max_sets, min_interval
-        self.import_bundle: Any = None  # the tokenizer bundle verl rows are opened with (TraceSet)
+        self.import_bundle: Any = None  # the tokenizer bundle other tools' rows are opened with (TraceSet)
         self._lock = threading.Lock()
         self._sets: dict[str, dict[str, Any]] = {}
 

@@ -1,6 +1,6 @@
 """The limits that bound what a trace file may cost, and the problems a file's records report.
 
-Kept apart from :mod:`backend.trace.io` so that :mod:`backend.parquet_limits` (which
+Kept apart from :mod:`backend.trace.io` so that :mod:`backend.trace.parquet_guard` (which
 :mod:`backend.trace.io` reads Parquet through) can use them without an import cycle. Everything
 here is re-exported by :mod:`backend.trace.io` and :mod:`backend.trace`.
 """
@@ -20,7 +20,8 @@ DEFAULT_MAX_LINE_BYTES = int(os.environ.get("ALI_MAX_TRACE_LINE_BYTES", 64 << 20
 
 # Byte limits do not bound a Parquet file: its list columns are compressed, and a 16 KB file can
 # hold a list of 5·10⁷ token ids (2.7 GB of peak memory once read). These two count values
-# instead (backend/parquet_limits.py checks them before decoding); both are read from the
+# instead (backend/trace/parquet_guard.py checks them from the footer and in its capped worker,
+# before any row reaches this process); both are read from the
 # environment at each call (max_trace_tokens / max_file_values), as are the text limits below.
 #
 # ALI_MAX_TRACE_TOKENS: token ids in one trace (prompt_ids + response_ids). 4,000,000 is four times
@@ -36,8 +37,8 @@ DEFAULT_MAX_TRACE_TOKENS = 4_000_000
 DEFAULT_MAX_FILE_VALUES = 8_000_000
 # The bytes of string and binary columns (our layout's JSON columns) are bounded the same way: a
 # 300 MB JSON string compresses to a 14 KB Parquet file, and a dictionary page holding one large
-# value that every row refers to is decoded into one copy per row. parquet_limits bounds the
-# decoded bytes of each column chunk from its page headers (and its dictionary page) first.
+# value that every row refers to is decoded into one copy per row. parquet_guard counts the text
+# its rows decode to (strings read as dictionaries, in its capped worker) before sending them.
 #
 # ALI_MAX_TRACE_TEXT_BYTES: the text of one trace (all its string columns together). The default
 # is the JSONL line limit (ALI_MAX_TRACE_LINE_BYTES, 64 MiB): a trace too long for one line of a
