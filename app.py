@@ -251,6 +251,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     configure_logging()
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    from backend.models import use_space_storage
+
+    data = use_space_storage()  # before huggingface_hub is imported: it reads HF_HOME then
+    if data is not None:
+        log.info(f"persistent storage: caches under {data}")
     import ui
 
     ctx = build_context(args)
