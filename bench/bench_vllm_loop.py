@@ -46,7 +46,7 @@ main thread, vLLM's output handling on the engine's thread) and in vLLM's engine
 the engine for them. And the mean number of requests in vLLM while it ran (sampled every 0.1 s):
 fewer requests in flight means smaller batches, so more engine steps for the same tokens.
 
-    .venv/bin/python bench/bench_vllm_loop.py [--loops 32] [--max-tokens 48] [--reps 6] [--json out.json]
+    .venv/bin/python bench/bench_vllm_loop.py [--loops 32] [--max-tokens 48] [--reps 6] [--kv-gib 4] [--json out.json]
 """
 
 from __future__ import annotations
@@ -433,8 +433,8 @@ if __name__ == "__main__":  # vLLM's CPU engine core is spawned: keep this guard
     ap.add_argument("--solo", type=int, default=8, help="differing turns re-run alone (batch of one), at most")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--kv-gib", type=int, default=None,
-                    help="VLLM_CPU_KVCACHE_SPACE (GiB; the product sets 1 when unset): with too little KV cache for "
-                    "the loops in flight, vLLM preempts and recomputes requests, differently in each phase")
+                    help="VLLM_CPU_KVCACHE_SPACE (GiB; the product sets 1 when unset: 46,592 tokens in bf16, less "
+                    "than 128 loops' conversations; 4 holds them all)")
     ap.add_argument("--json", default=None, help="also write the result here")
     parsed = ap.parse_args()
     if parsed.kv_gib is not None:
