@@ -36,7 +36,7 @@ from typing import Any
 
 from backend.importers.common import Conversation, RecordError, fill_tool_message_names, normalize_tools
 from backend.importers.openai_chat import normalize_messages
-from backend.importers.otel import Dialect, add_timing, continues, register_dialect
+from backend.importers.otel import Dialect, add_timing, continues, json_value, register_dialect
 from backend.importers.otlp import Span
 from backend.trace import ParseError
 from backend.trace.model import TerminationReason
@@ -50,15 +50,6 @@ _FINISH = {"length": TerminationReason.RESPONSE_LENGTH, "content_filter": Termin
 def _type(s: Span) -> str:
     t = s.attributes.get(TYPE)
     return t.lower() if isinstance(t, str) else ""
-
-
-def _json(v: Any) -> Any:
-    if isinstance(v, str):
-        try:
-            return json.loads(v)
-        except (json.JSONDecodeError, RecursionError, ValueError):
-            return v
-    return v
 
 
 def _is_message(m: Any) -> bool:
@@ -94,7 +85,7 @@ class _Reader:
         if v == MASKED:
             self.losses.append(f"{s.where} {key}: masked by the SDK's mask function, not in the file")
             return None
-        return _json(v)
+        return json_value(v)
 
     # ---- one generation ---------------------------------------------------------------------
 
@@ -175,7 +166,7 @@ class _Reader:
     # ---- tool observations ------------------------------------------------------------------
 
     def tool_args(self, s: Span) -> Any:
-        return _call_args(_json(s.attributes.get(INPUT)))
+        return _call_args(json_value(s.attributes.get(INPUT)))
 
     def tool_span_for(self, call: dict[str, Any], after: int | None) -> Span | None:
         fn = call.get("function", {})
@@ -276,12 +267,12 @@ class LangfuseDialect(Dialect):
             meta["model"] = model
         usage: dict[str, int] = {}
         for s in ch["spans"]:
-            for k, v in _usage(_json(s.attributes.get("langfuse.observation.usage_details"))).items():
+            for k, v in _usage(json_value(s.attributes.get("langfuse.observation.usage_details"))).items():
                 usage[k] = usage.get(k, 0) + v
         if usage:
             meta["usage"] = usage
         meta["llm_calls"] = len(ch["spans"])
-        params = _json(a.get("langfuse.observation.model.parameters"))
+        params = json_value(a.get("langfuse.observation.model.parameters"))
         if isinstance(params, dict) and params:
             meta["model_parameters"] = params
         add_timing(meta, ch["spans"], tool_spans, several=several, t0=t0)
@@ -297,7 +288,7 @@ class LangfuseDialect(Dialect):
             meta["level"] = level
             if isinstance(a.get("langfuse.observation.status_message"), str):
                 meta["status_message"] = a["langfuse.observation.status_message"]
-        out = _json(a.get(OUTPUT))
+        out = json_value(a.get(OUTPUT))
         finish = out.get("finish_reason") if isinstance(out, dict) else None
         if isinstance(finish, str) and finish:
             meta["finish_reason"] = finish

@@ -44,7 +44,7 @@ from typing import Any
 
 from backend.importers.common import Conversation, RecordError, fill_tool_message_names, normalize_tools
 from backend.importers.openai_chat import normalize_messages
-from backend.importers.otel import Dialect, add_timing, continues, register_dialect
+from backend.importers.otel import Dialect, add_timing, continues, json_value, register_dialect
 from backend.importers.otlp import Span
 from backend.trace import ParseError
 from backend.trace.messages import decode_arguments
@@ -83,15 +83,6 @@ def _indexed(attrs: dict[str, Any], prefix: str) -> dict[int, dict[str, Any]]:
 
 # a smolagents "Calling tools:" repr longer than this is kept as text (ast's memory is many times the text's)
 _MAX_REPR_CHARS = 256 * 1024
-
-
-def _json(v: Any) -> Any:
-    if isinstance(v, str):
-        try:
-            return json.loads(v)
-        except (json.JSONDecodeError, RecursionError, ValueError):
-            return v
-    return v
 
 
 def _text(v: Any) -> str:
@@ -213,7 +204,7 @@ class _Reader:
         return out, errors, roles
 
     def tool_args(self, s: Span) -> Any:
-        v = _json(s.attributes.get("input.value"))
+        v = json_value(s.attributes.get("input.value"))
         if isinstance(v, dict) and "kwargs" in v and "args" in v:  # smolagents' Tool.__call__ arguments
             kw, pos = v.get("kwargs"), v.get("args")
             if isinstance(kw, dict) and not pos:
@@ -281,7 +272,7 @@ class _Reader:
             fn = c.get("function") if isinstance(c.get("function"), dict) else {}
             if not isinstance(fn.get("name"), str):
                 return {"role": "assistant", "content": text}
-            call = {"type": "function", "function": {"name": fn["name"], "arguments": fn.get("arguments") if isinstance(fn.get("arguments"), dict) else _json(fn.get("arguments")) or {}}}
+            call = {"type": "function", "function": {"name": fn["name"], "arguments": fn.get("arguments") if isinstance(fn.get("arguments"), dict) else json_value(fn.get("arguments")) or {}}}
             if isinstance(c.get("id"), str):
                 call["id"] = c["id"]
             calls.append(call)
@@ -290,7 +281,7 @@ class _Reader:
     def request_messages(self, span: Span) -> tuple[list[dict[str, Any]], dict[int, list[ParseError]], list[str]]:
         """An LLM span without ``llm.input_messages``: the messages of the request in
         ``input.value`` (an OpenAI chat request as JSON), else none (a loss)."""
-        req = _json(span.attributes.get("input.value"))
+        req = json_value(span.attributes.get("input.value"))
         raw = req.get("messages") if isinstance(req, dict) else None
         if isinstance(raw, list) and raw:
             try:
@@ -347,9 +338,9 @@ class _Reader:
 def _tools_of(span: Span, losses: list[str]) -> list[dict[str, Any]]:
     out = []
     for i, f in _indexed(span.attributes, "llm.tools.").items():
-        schema = _json(f.get("tool.json_schema"))
+        schema = json_value(f.get("tool.json_schema"))
         if schema is None:
-            schema = {"name": f.get("tool.name"), "description": f.get("tool.description"), "parameters": _json(f.get("tool.parameters"))}
+            schema = {"name": f.get("tool.name"), "description": f.get("tool.description"), "parameters": json_value(f.get("tool.parameters"))}
             schema = {k: v for k, v in schema.items() if v is not None}
         try:
             out.extend(normalize_tools([schema], f"{span.where} llm.tools.{i}"))
@@ -456,7 +447,7 @@ class OpenInferenceDialect(Dialect):
         if usage:
             meta["usage"] = usage
         meta["llm_calls"] = len(ch["spans"])
-        params = _json(a.get("llm.invocation_parameters"))
+        params = json_value(a.get("llm.invocation_parameters"))
         if isinstance(params, dict) and params:
             meta["invocation_parameters"] = params
         add_timing(meta, ch["spans"], tool_spans, several=several, t0=t0)

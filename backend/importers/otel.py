@@ -19,6 +19,7 @@ step spans) serve grouping and timing.
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -69,6 +70,16 @@ def dialects() -> list[Dialect]:
         if name in _DIALECTS:
             out.append(_DIALECTS[name])
     return out
+
+
+def json_value(v: Any) -> Any:
+    """An attribute that may hold JSON text, decoded; anything else (or text that is not JSON) as it is."""
+    if isinstance(v, str):
+        try:
+            return json.loads(v)
+        except (json.JSONDecodeError, RecursionError, ValueError):
+            return v
+    return v
 
 
 def add_timing(meta: dict[str, Any], chat_spans: list[Span], tool_spans: list[Span], *, several: bool, t0: int | None) -> None:
@@ -213,4 +224,4 @@ class OTelImporter(Importer):
                 yield n, conv
 
 
-__all__ = ["DIALECT_MODULES", "Dialect", "OTelImporter", "add_timing", "continues", "conversations_of_trace", "dialects", "register_dialect", "same_turn"]
+__all__ = ["DIALECT_MODULES", "Dialect", "OTelImporter", "add_timing", "continues", "json_value", "conversations_of_trace", "dialects", "register_dialect", "same_turn"]
