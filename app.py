@@ -94,6 +94,8 @@ OPTIONS: list[tuple[tuple[str, ...], str, str, Any, str, dict[str, Any]]] = [
      "folder or glob of JSONL / Parquet trace files (a training run's rollouts): indexed (cached on disk), listed by the "
      "Trace files tab and followed while they are written", {}),
     (("--sample-dir",), "ALI_SAMPLE_DIR", "str", None, "folder of *.jsonl traces to load at start (default: sample_traces/)", {}),
+    (("--mcp",), "ALI_MCP", "flag", None,
+     "also serve render / parse / check as an MCP server (streamable HTTP) at /mcp on the same port", {"action": "store_true"}),
 ]
 PUBLIC_RUN_TIMEOUT_S = 300.0
 
