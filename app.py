@@ -157,8 +157,12 @@ def trust_policy(args: argparse.Namespace, environ: dict[str, str] | None = None
 
 
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The engine options the operator set (flags or ``ALI_*`` variables); what is left unset is
+    picked for the hardware (:func:`backend.hardware.plan`)."""
     if args.backend == "vllm-server":
         return {"routing": args.routing} if args.routing else {}
+    if args.backend == "transformers":
+        return {"dtype": args.dtype} if args.dtype else {}
     if args.backend not in (None, "vllm"):
         return {}
     opts = {
@@ -188,13 +192,20 @@ def build_context(args: argparse.Namespace):
             raise SystemExit(f"--script: {e}") from None
     options = None
     if not args.no_model and args.backend != "scripted":
-        from backend.generators.factory import default_backend
+        from backend import hardware
 
-        backend = args.backend or default_backend()
-        if backend == "vllm-server" and not args.server_url:
+        if args.backend == "vllm-server" and not args.server_url:
             raise SystemExit("--backend vllm-server needs --server-url URL")
-        options = ModelOptions(backend=backend, model=args.model, server_urls=list(args.server_url), tokenizer=args.tokenizer,
-                               template=args.template, engine_opts=engine_options(args))
+        hw = hardware.detect()
+        plan = hardware.plan(hw, args.backend, engine_options(args))
+        log.info("hardware: %s", hw.describe())
+        for line in plan.reasons:
+            log.info("hardware: %s", line)
+        for line in plan.warnings:
+            log.warning("hardware: WARNING: %s", line)
+        options = ModelOptions(backend=plan.backend, model=args.model, server_urls=list(args.server_url), tokenizer=args.tokenizer,
+                               template=args.template, engine_opts=plan.engine_opts, hardware=hw.describe(),
+                               scorer_device=plan.scorer_device)
     samples, problems = load_samples(Path(args.sample_dir) if args.sample_dir else SAMPLE_DIR)
     for p in problems:
         log.warning("sample traces: %s", p)
@@ -252,6 +263,10 @@ def configure_logging() -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     configure_logging()
+    from backend import hardware
+
+    if hardware.zerogpu():
+        import spaces  # noqa: F401 - before anything touches torch / CUDA (ZeroGPU patches torch on import)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     from backend.models import use_space_storage
 
@@ -266,6 +281,9 @@ def main(argv: list[str] | None = None) -> None:
     # SIGTERM / SIGINT: cancel runs, stop the server, close the model and the template worker,
     # kill what is left, remove temp files, exit (bounded: ALI_SHUTDOWN_TIMEOUT_S)
     lifecycle.install_app(ctx.model.close)
+    if ctx.model.options is not None and ctx.model.options.engine_opts.get("zerogpu"):
+        log.info("ZeroGPU: loading the model before the server starts")
+        ctx.model.preload()
     ctx.warm_up()  # load the samples' tokenizers in the background: the first page view is fast
     if ctx.traces:  # index the trace set in the background (from the cache when the files are unchanged)
         import threading

@@ -62,12 +62,19 @@ class ModelOptions:
     tokenizer: str | None = None
     template: str | None = None
     engine_opts: dict[str, Any] = field(default_factory=dict)
+    hardware: str | None = None  # backend.hardware.Hardware.describe(): what the backend was picked for
+    scorer_device: str = "cpu"  # the logprob lens's forward pass (backend.hardware.Plan.scorer_device)
 
     def describe(self) -> str:
         what = self.model or ("the server's model" if self.backend == "vllm-server" else "SmolLM2-135M-Instruct (embedded)")
         s = f"{self.backend} · {what}"
         if self.server_urls:
             s += " · " + ", ".join(self.server_urls)
+        shown = [f"{k} {v}" for k, v in self.engine_opts.items() if k in ("device", "dtype") and v is not None]
+        if self.engine_opts.get("zerogpu"):
+            shown.insert(0, "ZeroGPU")
+        if shown:
+            s += " · " + ", ".join(shown)
         return s
 
 
@@ -130,6 +137,28 @@ class ModelService:
             self.load_seconds = time.time() - t0
             self._state = "ready"
             return self.generator, self.bundle
+
+    def preload(self) -> None:
+        """Build and load the model now, before the server starts (ZeroGPU moves the weights that
+        are on the GPU when the app starts to each lent GPU slice). A failure is kept and shown
+        as the model's status; the app still opens."""
+        if self.options is None or self.generator is not None:
+            return
+        t0 = time.time()
+        try:
+            bundle, generator = self._build()
+            load = getattr(generator, "load", None)
+            if callable(load):
+                load()
+        except Exception as e:  # noqa: BLE001 - shown to the user, kept for the log
+            self.error = short_error(e)
+            self._state = "failed"
+            log.exception("could not load the model (%s)", self.options.describe())
+            return
+        self.bundle, self.generator = bundle, generator
+        self.error = None
+        self.load_seconds = time.time() - t0
+        self._state = "ready"
 
     def _build(self) -> tuple[Any, Any]:
         from backend.generators.factory import create_generator
@@ -397,6 +426,9 @@ class Session:
     # an upload of our own traces is not held: its rows (ui.trace_files.FileRows: the kept
     # file's index, each row's end state in words and search text) and the traces opened from it
     file_rows: Any = None
+    # the Trace files table's filters as last listed ((reason, source, search); None: none yet, all
+    # rows): what "Export filtered" exports when it is given no rows (the API's default table)
+    file_filters: Any = None
     # the trace set the Trace files tab lists instead of the file (None: the file): the operator's
     # (--traces), or in local mode a folder typed in the tab; the app's SetRegistry, shared
     set_spec: str | None = None

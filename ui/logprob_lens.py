@@ -34,6 +34,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from backend import zerogpu
 from backend.errors import UserError
 from backend.logprobs import DEFAULT_CAP, Comparison, compare, has_logprob_pairs, rollout_temperature
 from backend.trace import Trace
@@ -134,29 +135,29 @@ def check_scorable(trace: Trace) -> None:
 
 
 class _Scorers:
-    """Loaded scorers by (model, dtype): at most two kept (a model in float32 and bfloat16)."""
+    """Loaded scorers by (model, dtype, device): at most two kept (a model in float32 and bfloat16)."""
 
     def __init__(self, max_entries: int = 2) -> None:
-        self._items: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
         self._lock = threading.Lock()
         self.max_entries = max_entries
 
-    def get(self, model: str, dtype: str) -> Any:
+    def get(self, model: str, dtype: str, device: str = "cpu") -> Any:
         from backend.logprobs import TransformersScorer
 
-        key = (model, dtype)
+        key = (model, dtype, device)
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
-        scorer = TransformersScorer(model, dtype)
+        scorer = TransformersScorer(model, dtype, device=device)
         with self._lock:
             self._items[key] = scorer
             while len(self._items) > self.max_entries:
                 self._items.popitem(last=False)
         return scorer
 
-    def keys(self) -> list[tuple[str, str]]:
+    def keys(self) -> list[tuple[str, str, str]]:
         with self._lock:
             return list(self._items)
 
@@ -165,11 +166,40 @@ SCORERS = _Scorers()
 _BUSY = threading.Lock()  # one scoring at a time in the app
 
 
+def scorer_device(ctx: Any) -> str:
+    """Where the lens's forward pass runs: the GPU the app's model was planned for (a vLLM
+    engine's card, a transformers model's, a ZeroGPU slice), else the CPU."""
+    options = getattr(getattr(ctx, "model", None), "options", None)
+    return getattr(options, "scorer_device", None) or "cpu"
+
+
+def _score_task(model: str, dtype: str, device: str, trace: Trace, lease_s: float | None) -> tuple[str, Any]:
+    """Load (once per process) and run the scorer: ``("ok", scored trace)`` or ``("error",
+    message)``, data either way (on ZeroGPU this runs in the process forked for the call, and an
+    exception would arrive as its class name only)."""
+    from backend.logprobs import ScoreError, score_trace
+
+    try:
+        scorer = SCORERS.get(model, dtype, device)
+        vocab = getattr(getattr(scorer.model, "config", None), "vocab_size", None)
+        top = max(trace.input_ids)
+        if isinstance(vocab, int) and top >= vocab:
+            return "error", f"token id {top} is outside the model's vocabulary ({vocab}): the trace's ids are not this model's"
+        return "ok", score_trace(trace, scorer)
+    except (ScoreError, UserError) as e:
+        return "error", str(e)
+
+
+def _score_lease(model: str, dtype: str, device: str, trace: Trace, lease_s: float | None) -> float:
+    return lease_s or zerogpu.scoring_duration_s(len(trace.input_ids))
+
+
+_score_on_gpu = zerogpu.gpu_task(_score_task, duration=_score_lease)
+
+
 def score_sync(ctx: Any, trace: Trace, dtype: str) -> Trace:
     """Score ``trace`` with its model (checks first; see :func:`scoring_model`). Blocking: run it
-    in a worker thread."""
-    from backend.logprobs import score_trace
-
+    in a worker thread (with the request's context: ZeroGPU reads the visitor from it)."""
     if dtype not in DTYPE_CHOICES:
         raise LensError(f"dtype: choose one of {', '.join(DTYPE_CHOICES)}")
     check_scorable(trace)
@@ -177,12 +207,17 @@ def score_sync(ctx: Any, trace: Trace, dtype: str) -> Trace:
     if not _BUSY.acquire(blocking=False):
         raise LensError("another trace is being scored on this server; try again when it is done")
     try:
-        scorer = SCORERS.get(model, dtype)
-        vocab = getattr(getattr(scorer.model, "config", None), "vocab_size", None)
-        top = max(trace.input_ids)
-        if isinstance(vocab, int) and top >= vocab:
-            raise LensError(f"token id {top} is outside the model's vocabulary ({vocab}): the trace's ids are not this model's")
-        return score_trace(trace, scorer)
+        lease = zerogpu.scoring_duration_s(len(trace.input_ids)) if zerogpu.enabled() else None
+        try:
+            tag, value = _score_on_gpu(model, dtype, scorer_device(ctx), trace, lease)
+        except Exception as e:
+            msg = zerogpu.gpu_error(e)
+            if msg is None:
+                raise
+            raise LensError(msg) from None
+        if tag == "error":
+            raise LensError(value)
+        return value
     finally:
         _BUSY.release()
 

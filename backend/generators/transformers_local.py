@@ -1,5 +1,11 @@
 """Local transformers generation: ``model.generate`` in a worker thread, ids streamed back.
 
+The generation is one generator function of plain data (:func:`_stream_task`: a registry key,
+the prompt ids, the sampling parameters, the constraint) that yields the new ids as they come and
+then the result, so that on a ZeroGPU Space it can run inside ``@spaces.GPU`` in the process
+forked for the call (:mod:`backend.zerogpu`), and anywhere else in a thread of this one: the same
+code either way.
+
 One generation runs at a time per loaded model (a lock), so seeds are reproducible and a small
 machine is not oversubscribed. Cancelling the calling task sets a flag that a stopping criterion
 checks at every step; the worker stops after the current step and ``CancelledError`` is re-raised.
@@ -10,10 +16,16 @@ token mask when ``xgrammar`` is installed (it comes with vLLM).
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import itertools
+import queue
 import threading
 import time
+import weakref
+from collections.abc import Iterator
 from typing import Any
 
+from backend import zerogpu
 from backend.generators.base import Generation, GenerationError, Generator, Request, SamplingParams, first_line
 
 
@@ -44,12 +56,11 @@ def _resolve_dtype(dtype: Any, device: str) -> Any:
     return dtype
 
 
-class _Relay:
-    """A transformers streamer that forwards new ids (not text) to the caller's loop."""
+class _IdStreamer:
+    """A transformers streamer that queues the new ids (not text) of each step."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> None:
-        self.loop = loop
-        self.queue = queue
+    def __init__(self, out: queue.SimpleQueue) -> None:
+        self.out = out
         self._prompt_seen = False
 
     def put(self, value: Any) -> None:
@@ -58,10 +69,7 @@ class _Relay:
             return
         ids = [int(x) for x in value.reshape(-1).tolist()]
         if ids:
-            try:
-                self.loop.call_soon_threadsafe(self.queue.put_nowait, ids)
-            except RuntimeError:
-                pass
+            self.out.put(("ids", ids))
 
     def end(self) -> None:
         pass
@@ -123,7 +131,8 @@ class TransformersGenerator(Generator):
     label = "transformers"
     raw_logprobs_see_constraint = False  # output_logits are taken before the processors (a copy is masked)
 
-    def __init__(self, model_or_path: str, *, device: str = "auto", dtype: Any = "auto", logprobs_mode: str = "raw_logprobs") -> None:
+    def __init__(self, model_or_path: str, *, device: str = "auto", dtype: Any = "auto", logprobs_mode: str = "raw_logprobs",
+                 zerogpu: bool = False) -> None:
         if logprobs_mode not in LOGPROBS_MODES:
             raise ValueError(f"logprobs_mode must be one of {', '.join(LOGPROBS_MODES)}, got {logprobs_mode!r}")
         # raw_logprobs: log-softmax of the model's logits (generate's output_logits), before
@@ -140,6 +149,10 @@ class TransformersGenerator(Generator):
         self._load_lock = threading.Lock()
         self._gen_lock = threading.Lock()
         self._grammar_compiler: Any = None
+        # on ZeroGPU every generation runs inside @spaces.GPU (backend.zerogpu), leased for its size
+        self.zerogpu = bool(zerogpu)
+        self._key = next(_KEYS)
+        _LIVE[self._key] = self
 
     # ---- loading ------------------------------------------------------------------------------
 
@@ -180,6 +193,8 @@ class TransformersGenerator(Generator):
 
     def describe(self) -> dict[str, Any]:
         d: dict[str, Any] = {"backend": self.name, "model": self.model_name}
+        if self.zerogpu:
+            d["zerogpu"] = True
         if self.model is not None:
             d["device"] = self.device
             d["dtype"] = str(self.model.dtype).replace("torch.", "")
@@ -192,6 +207,7 @@ class TransformersGenerator(Generator):
         return d
 
     async def close(self) -> None:
+        _LIVE.pop(self._key, None)
         self.model = None
         self.tokenizer = None
         self._grammar_compiler = None
@@ -230,14 +246,9 @@ class TransformersGenerator(Generator):
 
     # ---- generation ---------------------------------------------------------------------------
 
-    def _run(
-        self,
-        prompt_ids: list[int],
-        params: SamplingParams,
-        request: Request,
-        relay: _Relay,
-        cancel: threading.Event,
-    ) -> dict[str, Any]:
+    def _generate_blocking(self, prompt_ids: list[int], params: SamplingParams, kind: str | None,
+                           structured: tuple[str, Any] | None, streamer: _IdStreamer, cancel: threading.Event,
+                           max_time: float | None) -> dict[str, Any]:
         import torch
         from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
@@ -245,6 +256,8 @@ class TransformersGenerator(Generator):
             if cancel.is_set():
                 return {"ids": [], "cancelled": True}
             model, tok = self.model, self.tokenizer
+            if model is None:
+                raise GenerationError("the model was closed")
             eos = self.eos_token_ids()
             greedy = params.temperature is None or params.temperature <= 0
             pad = tok.pad_token_id if tok.pad_token_id is not None else (eos[0] if eos else 0)
@@ -263,9 +276,10 @@ class TransformersGenerator(Generator):
                 output_scores=params.logprobs is not None and self.logprobs_mode == "processed_logprobs",
                 return_dict_in_generate=True,
                 stop_strings=list(params.stop) or None,
+                max_time=max_time,  # ZeroGPU: end the turn before the GPU lease does
             )
             processors = LogitsProcessorList()
-            lp = self._logits_processor(request.constraint and request.constraint.kind, request.structured)
+            lp = self._logits_processor(kind, structured)
             if lp is not None:
                 processors.append(lp)
             if params.seed is not None:
@@ -282,7 +296,7 @@ class TransformersGenerator(Generator):
                     generation_config=cfg,
                     logits_processor=processors,
                     stopping_criteria=StoppingCriteriaList([_Stop(cancel)]),
-                    streamer=relay,
+                    streamer=streamer,
                     **kwargs,
                 )
             elapsed = time.perf_counter() - t0
@@ -293,19 +307,94 @@ class TransformersGenerator(Generator):
                 logprobs = []
                 for step, tid in zip(per_token, ids, strict=False):
                     logprobs.append(float(torch.log_softmax(step[0].float(), dim=-1)[tid]))
-            return {"ids": ids, "logprobs": logprobs, "elapsed_s": elapsed, "eos": eos, "cancelled": cancel.is_set()}
+            timed_out = max_time is not None and elapsed >= max_time and not (ids and ids[-1] in eos)
+            return {"ids": ids, "logprobs": logprobs, "elapsed_s": elapsed, "eos": eos, "cancelled": cancel.is_set(),
+                    "time_limit_s": max_time if timed_out else None}
+
+    def stream(self, prompt_ids: list[int], params: SamplingParams, kind: str | None, structured: tuple[str, Any] | None,
+               max_time: float | None = None) -> Iterator[tuple[str, Any]]:
+        """Generate, yielding ``("ids", [new ids])`` per step, then ``("done", result)`` or
+        ``("error", message)`` (data, not an exception: on ZeroGPU it crosses a process
+        boundary, where an exception would arrive as its class name only). Closing the iterator
+        stops the generation after the current step."""
+        out: queue.SimpleQueue = queue.SimpleQueue()
+        cancel = threading.Event()
+        result: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                result.update(self._generate_blocking(prompt_ids, params, kind, structured, _IdStreamer(out), cancel, max_time))
+            except GenerationError as e:
+                result["error"] = str(e)
+            except Exception as e:  # noqa: BLE001 - reported to the caller as data (see above)
+                result["error"] = f"transformers generation failed: {type(e).__name__}: {first_line(e)}"
+            finally:
+                out.put(None)
+
+        worker = threading.Thread(target=work, name="ali-transformers-generate", daemon=True)
+        worker.start()
+        try:
+            while (item := out.get()) is not None:
+                yield item
+        finally:
+            cancel.set()  # a no-op when the generation ended; else it stops after this step
+            worker.join()
+        yield ("error", result["error"]) if "error" in result else ("done", result)
+
+    def _consume(self, prompt_ids: list[int], params: SamplingParams, request: Request, relay: Any,
+                 cancel: threading.Event) -> dict[str, Any]:
+        """Run :func:`_gpu_stream` (on the lent GPU on ZeroGPU, here otherwise), forwarding the
+        new ids to ``relay``; ``cancel`` closes it after the current step."""
+        kind = request.constraint and request.constraint.kind
+        lease = deadline = None
+        if self.zerogpu:
+            lease = zerogpu.duration_s(params.max_tokens, len(prompt_ids))
+            deadline = zerogpu.lease_deadline(lease)
+        got: list[int] = []
+        it = _gpu_stream(self._key, list(prompt_ids), params, kind, request.structured, deadline, lease)
+        try:
+            for tag, value in it:
+                if tag == "ids":
+                    got.extend(value)
+                    relay(value)
+                elif tag == "error":
+                    raise GenerationError(value)
+                else:
+                    if self.zerogpu and value.get("elapsed_s"):
+                        zerogpu.SPEED.record(len(value["ids"]), value["elapsed_s"])
+                    return value
+                if cancel.is_set():
+                    break
+        except GenerationError:
+            raise
+        except Exception as e:
+            msg = zerogpu.gpu_error(e)
+            if msg is None:
+                raise
+            raise GenerationError(msg) from None
+        finally:
+            it.close()
+        return {"ids": got, "cancelled": True}
 
     async def _generate(self, request: Request) -> Generation:
         params = request.params
         await self.start()
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+        q: asyncio.Queue[Any] = asyncio.Queue()
         cancel = threading.Event()
-        relay = _Relay(loop, queue)
-        fut = loop.run_in_executor(None, self._run, list(request.prompt_ids), params, request, relay, cancel)
+
+        def relay(ids: list[int]) -> None:
+            try:
+                loop.call_soon_threadsafe(q.put_nowait, ids)
+            except RuntimeError:  # the loop is closed
+                pass
+
+        # the caller's context goes with the call: ZeroGPU reads the gradio request from it
+        ctx = contextvars.copy_context()
+        fut = loop.run_in_executor(None, ctx.run, self._consume, list(request.prompt_ids), params, request, relay, cancel)
         try:
             while True:
-                getter = asyncio.ensure_future(queue.get())
+                getter = asyncio.ensure_future(q.get())
                 done, _ = await asyncio.wait({getter, fut}, return_when=asyncio.FIRST_COMPLETED)
                 if getter in done:
                     request.emit(getter.result())
@@ -314,8 +403,8 @@ class TransformersGenerator(Generator):
                 break
             res = fut.result()  # raises the worker's exception
             # deltas queued before the worker finished
-            while not queue.empty():
-                request.emit(queue.get_nowait())
+            while not q.empty():
+                request.emit(q.get_nowait())
         except BaseException:
             cancel.set()
             if not fut.done():
@@ -329,8 +418,37 @@ class TransformersGenerator(Generator):
             finish = "abort"
         elif ids and not params.ignore_eos and ids[-1] in res.get("eos", []):
             finish = "stop"
-        elif params.max_tokens is not None and len(ids) >= params.max_tokens:
+        elif (params.max_tokens is not None and len(ids) >= params.max_tokens) or res.get("time_limit_s"):
             finish = "length"
         else:
             finish = "stop"  # a stop string
-        return Generation(ids, finish, res.get("logprobs"), {"elapsed_s": res.get("elapsed_s")})
+        info: dict[str, Any] = {"elapsed_s": res.get("elapsed_s")}
+        if res.get("time_limit_s"):
+            info["time_limit_s"] = res["time_limit_s"]  # ZeroGPU: stopped before the GPU lease ended
+        return Generation(ids, finish, res.get("logprobs"), info)
+
+
+# ---- the GPU task ---------------------------------------------------------------------------------
+
+_LIVE: weakref.WeakValueDictionary[int, TransformersGenerator] = weakref.WeakValueDictionary()  # by key: a process forked for a ZeroGPU call finds its model here
+_KEYS = itertools.count(1)
+
+
+def _stream_task(key: int, prompt_ids: list[int], params: SamplingParams, kind: str | None,
+                 structured: tuple[str, Any] | None, deadline: float | None, lease_s: float | None) -> Iterator[tuple[str, Any]]:
+    """One generation by the model registered under ``key`` (see :meth:`TransformersGenerator.stream`),
+    ended by ``deadline`` (wall clock; the GPU lease's end less a margin) when one is given."""
+    gen = _LIVE.get(key)
+    if gen is None or gen.model is None:
+        yield ("error", "the model is not loaded in this process (it was closed, or loaded after the GPU worker started)")
+        return
+    yield from gen.stream(prompt_ids, params, kind, structured, zerogpu.time_left(deadline))
+
+
+def _lease(key: int, prompt_ids: list[int], params: SamplingParams, kind: str | None, structured: Any,
+           deadline: float | None, lease_s: float | None) -> float:
+    """ZeroGPU's ``duration`` for :func:`_stream_task` (sized by the caller: the last argument)."""
+    return lease_s or zerogpu.duration_s(params.max_tokens, len(prompt_ids))
+
+
+_gpu_stream = zerogpu.gpu_task(_stream_task, duration=_lease)

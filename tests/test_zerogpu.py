@@ -1,0 +1,220 @@
+"""ZeroGPU (backend.zerogpu): the transformers generation and the lens's scoring inside
+``@spaces.GPU``. There is no ZeroGPU here, so the device is faked at its edge: a stand-in for the
+``spaces`` package that does what ZeroGPU does to a call and nothing more — pickles the
+arguments, runs the function in a process forked for the call, streams what it yields back, and
+refuses a call whose lease exceeds the visitor's quota with the error ZeroGPU raises. The model,
+the tokenizer, the generation and the scorer are real (the tiny random Llama, on the CPU). The
+real ``spaces`` package is checked for the one thing it must do off ZeroGPU: nothing."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import types
+
+import gradio as gr
+import pytest
+
+from backend import zerogpu
+from backend.generators import transformers_local as tl
+from backend.generators.base import Constraint, GenerationError, SamplingParams
+from backend.generators.transformers_local import TransformersGenerator
+
+
+class FakeZeroGPU:
+    """The ZeroGPU edge: ``spaces.GPU(duration=…)`` for generator and plain functions."""
+
+    def __init__(self, quota_s: float | None = None) -> None:
+        self.quota_s = quota_s
+        self.leases: list[float] = []
+
+    def GPU(self, task=None, *, duration=None, size=None):  # noqa: N802 - the package's name
+        if task is None:
+            return lambda fn: self.GPU(fn, duration=duration, size=size)
+        import inspect
+
+        fake = self
+
+        def schedule(args, kwargs) -> None:
+            lease = duration(*args, **kwargs) if callable(duration) else duration
+            fake.leases.append(lease)
+            if fake.quota_s is not None and lease > fake.quota_s:
+                raise gr.Error(f"You have exceeded your free ZeroGPU quota ({lease:g}s requested vs. {fake.quota_s:g}s left). "
+                               "Try again in 0:12:00.", title="ZeroGPU quota exceeded", print_exception=False)
+            pickle.dumps((args, kwargs))  # ZeroGPU sends them to the forked worker
+
+        def child(q, args, kwargs, gen):
+            try:
+                if gen:
+                    for item in task(*args, **kwargs):
+                        q.put(("item", pickle.dumps(item)))
+                else:
+                    q.put(("item", pickle.dumps(task(*args, **kwargs))))
+            except Exception as e:  # ZeroGPU sends the class name only
+                q.put(("exc", type(e).__name__))
+            q.put(("end", None))
+
+        def run(args, kwargs, gen):
+            schedule(args, kwargs)
+            ctx = multiprocessing.get_context("fork")
+            q = ctx.Queue()
+            p = ctx.Process(target=child, args=(q, args, kwargs, gen), daemon=True)
+            p.start()
+            try:
+                while True:
+                    kind, value = q.get(timeout=120)
+                    if kind == "end":
+                        return
+                    if kind == "exc":
+                        raise gr.Error(value, title="ZeroGPU worker error")
+                    yield pickle.loads(value)
+            finally:
+                p.join(timeout=30)
+                if p.is_alive():
+                    p.kill()
+
+        if inspect.isgeneratorfunction(task):
+            def handler(*args, **kwargs):
+                yield from run(args, kwargs, True)
+        else:
+            def handler(*args, **kwargs):
+                return next(run(args, kwargs, False))
+        return handler
+
+
+@pytest.fixture
+def fake_zerogpu(monkeypatch):
+    fake = FakeZeroGPU()
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    monkeypatch.setitem(__import__("sys").modules, "spaces", types.SimpleNamespace(GPU=fake.GPU))
+    fake.wrap = lambda: monkeypatch.setattr(tl, "_gpu_stream", zerogpu.gpu_task(tl._stream_task, duration=tl._lease))
+    return fake
+
+
+@pytest.fixture(scope="module")
+def tiny_gen(tiny_model_dir):
+    return TransformersGenerator(tiny_model_dir).load()
+
+
+def test_off_zerogpu_nothing_is_wrapped(monkeypatch):
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+
+    def f():
+        return 1
+
+    assert zerogpu.gpu_task(f, duration=lambda: 5) is f
+    assert tl._gpu_stream is tl._stream_task  # imported off ZeroGPU: the plain function
+
+
+def test_the_real_spaces_package_is_a_no_op_off_zerogpu(monkeypatch):
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    import spaces
+
+    def f(x):
+        return x + 1
+
+    assert spaces.GPU(duration=30)(f) is f and spaces.GPU(f) is f
+
+
+def test_lease_is_sized_to_the_request(monkeypatch):
+    monkeypatch.delenv("ALI_ZEROGPU_MAX_DURATION_S", raising=False)
+    short = zerogpu.duration_s(32, 100, tokens_per_s=40)
+    longer = zerogpu.duration_s(1024, 100, tokens_per_s=40)
+    assert zerogpu.MIN_DURATION_S <= short < longer <= zerogpu.MAX_DURATION_S
+    # 1024 tokens at half of 40 tok/s = 51 s of decoding, plus start-up
+    assert longer >= 1024 / 20
+    assert zerogpu.duration_s(100_000, 0, tokens_per_s=40) == zerogpu.MAX_DURATION_S
+    monkeypatch.setenv("ALI_ZEROGPU_MAX_DURATION_S", "45")
+    assert zerogpu.duration_s(100_000, 0) == 45
+    import time
+
+    assert 0 < zerogpu.lease_deadline(45) - time.time() < 45
+    assert zerogpu.time_left(None) is None and zerogpu.time_left(time.time() - 5) == 0.5
+    assert zerogpu.scoring_duration_s(4000) >= zerogpu.MIN_DURATION_S
+
+
+def test_measured_speed_shortens_later_leases():
+    speed = zerogpu._Speed()
+    assert speed.get() == zerogpu.FALLBACK_TOKENS_PER_S
+    speed.record(400, 2.0)  # 200 tok/s
+    assert speed.get() == pytest.approx(200)
+    assert zerogpu.duration_s(512, 0, tokens_per_s=speed.get()) < zerogpu.duration_s(512, 0)
+
+
+async def test_generation_in_a_forked_gpu_process_matches_in_process(tiny_gen, fake_zerogpu):
+    prompt = [1, 5, 9, 42, 7]
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True, logprobs=0)
+    tiny_gen.zerogpu = False
+    here = await tiny_gen.generate(prompt, params)  # in this process, unwrapped
+    fake_zerogpu.wrap()
+    tiny_gen.zerogpu = True
+    try:
+        streamed: list[list[int]] = []
+        there = await tiny_gen.generate(prompt, params, on_tokens=streamed.append)
+    finally:
+        tiny_gen.zerogpu = False
+    assert there.token_ids == here.token_ids and len(there.token_ids) == 12
+    assert there.logprobs == pytest.approx(here.logprobs, abs=1e-5)
+    assert there.finish_reason == here.finish_reason == "length"
+    assert sum(streamed, []) == there.token_ids and len(streamed) > 1  # streamed across the process boundary
+    assert fake_zerogpu.leases == [zerogpu.duration_s(12, len(prompt))]
+
+
+async def test_an_error_inside_the_gpu_process_keeps_its_message(tiny_gen, fake_zerogpu):
+    fake_zerogpu.wrap()
+    tiny_gen.zerogpu = True
+    try:
+        with pytest.raises(GenerationError, match="invalid regex constraint"):
+            await tiny_gen.generate([1, 2, 3], SamplingParams(max_tokens=4), constraint=Constraint("regex", "(unclosed"))
+    finally:
+        tiny_gen.zerogpu = False
+
+
+async def test_spent_quota_is_a_clear_message(tiny_gen, fake_zerogpu):
+    fake_zerogpu.quota_s = 12
+    fake_zerogpu.wrap()
+    tiny_gen.zerogpu = True
+    try:
+        with pytest.raises(GenerationError) as e:
+            await tiny_gen.generate([1, 2, 3], SamplingParams(max_tokens=2000))
+    finally:
+        tiny_gen.zerogpu = False
+    msg = str(e.value)
+    assert msg.startswith("ZeroGPU quota exceeded: You have exceeded your free ZeroGPU quota")
+    assert "smaller Max tokens" in msg and "Trace files" in msg
+    assert zerogpu.gpu_error(gr.Error("some other failure")) is None and zerogpu.gpu_error(ValueError("x")) is None
+
+
+@pytest.mark.slow
+def test_lens_scoring_in_a_forked_gpu_process(monkeypatch, smollm2_model_dir):
+    """The lens's scorer is loaded inside the GPU process (it may start after the app did) and
+    its numbers equal the in-process ones."""
+    import asyncio
+
+    from backend.config import LoopConfig
+    from backend.engine import AgentLoop
+    from backend.logprobs import TransformersScorer, score_trace
+    from backend.tokenizers import load_tokenizer
+    from ui import logprob_lens as L
+    from ui.context import AppContext, ModelOptions, ModelService
+
+    gen = TransformersGenerator(smollm2_model_dir).load()
+    cfg = LoopConfig(sampling={"temperature": 1.0, "seed": 3, "max_tokens": 12, "logprobs": 0}, max_assistant_turns=1)
+    trace = asyncio.run(AgentLoop(gen, load_tokenizer("smollm2"), config=cfg).run([{"role": "user", "content": "Hi!"}]))
+    ctx = AppContext(model=ModelService(ModelOptions(backend="transformers")))
+
+    fake = FakeZeroGPU()
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    monkeypatch.setitem(__import__("sys").modules, "spaces", types.SimpleNamespace(GPU=fake.GPU))
+    monkeypatch.setattr(L, "_score_on_gpu", zerogpu.gpu_task(L._score_task, duration=L._score_lease))
+    monkeypatch.setattr(L, "SCORERS", L._Scorers())  # nothing loaded in this process beforehand
+    scored = L.score_sync(ctx, trace, "float32")
+    assert L.SCORERS.keys() == []  # loaded in the GPU process, not here
+    expected = score_trace(trace, TransformersScorer(smollm2_model_dir, "float32"))
+    got = [s.info.trainer_logprobs for s in scored.steps]
+    want = [s.info.trainer_logprobs for s in expected.steps]
+    assert any(got) and got == want
+    assert fake.leases == [zerogpu.scoring_duration_s(len(trace.input_ids))]
+    fake.quota_s = 1
+    with pytest.raises(L.LensError, match="ZeroGPU quota exceeded"):
+        L.score_sync(ctx, trace, "float32")
