@@ -30,7 +30,7 @@ from typing import Any
 from backend import models
 from backend.bpe import load_folder_tokenizer
 from backend.errors import TokenizerLoadError, UserError  # noqa: F401 - re-exported
-from backend.parsers import DEFAULT_FORMAT, guess_parser
+from backend.parsers import DEFAULT_FORMAT, guess_format, guess_parser
 from backend.trace import TokenizerInfo
 from backend.trl_templates import read_trl_template, training_variant, trl_template_names  # noqa: F401 - re-exported
 
@@ -347,6 +347,70 @@ def load_tokenizer(name: str = "qwen3", template: str | None = None) -> Tokenize
     if template is not None:
         bundle = bundle.with_template(template)
     return bundle
+
+
+# A model the operator names (ALI_MODEL: a hub id or a folder) → its family's offline profile,
+# by name. First match wins (Qwen3.5 before Qwen3).
+FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"qwen3[._][5-9]", "qwen3.5"),  # not Qwen3-8B
+    (r"qwen3", "qwen3"),
+    (r"qwen2[._-]?5", "qwen2.5"),
+    (r"llama[-_ ]?3", "llama3"),
+    (r"gpt-oss", "gpt-oss-harmony"),
+    (r"deepseek[-_ ]?(v3|r1)", "deepseek-v3"),
+    (r"mistral|ministral|devstral|magistral", "mistral"),
+    (r"smollm2", "smollm2"),
+)
+# families rendered by their reference encoder, not by a Jinja template
+_RENDERER_FAMILIES = ("gpt-oss-harmony", "mistral")
+_PROBE = "Hello, world! <tool_call>{\"name\": \"f\"}</tool_call> 123 éà 日本"
+
+
+def family_profile(model: str | None) -> str | None:
+    """The offline profile of ``model``'s family, from its name (the hub id, or a folder's last
+    two path parts), or None."""
+    if not model:
+        return None
+    name = "/".join(model.rstrip("/").replace("\\", "/").split("/")[-2:]).lower()
+    for pattern, profile in FAMILY_PATTERNS:
+        if re.search(pattern, name):
+            return profile
+    return None
+
+
+def same_vocabulary(a: Any, b: Any) -> bool:
+    """Whether two tokenizers share a vocabulary: the same size and the same ids for a probe
+    text with punctuation, markup, accents and CJK."""
+    try:
+        return len(a) == len(b) and a.encode(_PROBE, add_special_tokens=False) == b.encode(_PROBE, add_special_tokens=False)
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot encode the probe is not the same
+        return False
+
+
+def load_model_tokenizer(model: str, template: str | None = None) -> tuple[TokenizerBundle, str]:
+    """The bundle for a model the operator named (no ``--tokenizer``), and how it was chosen.
+
+    The model's own tokenizer is loaded first (its vocabulary is the truth). When the name says a
+    family rendered by a reference encoder (gpt-oss: openai-harmony; Mistral: mistral-common)
+    and that profile's vocabulary is the model's (checked), the profile renders; otherwise the
+    model's own template does, with the family's tool-call format when the template shows none
+    and the family's end-of-turn tokens."""
+    own = load_tokenizer(model, template=template)
+    family = family_profile(model)
+    if family is None:
+        return own, f"{model}: its own tokenizer and template (no known family in the name); format {own.parser}"
+    prof = PROFILES[family]
+    if family in _RENDERER_FAMILIES and template is None:
+        ref = load_tokenizer(family)
+        if same_vocabulary(own.tokenizer, ref.tokenizer):
+            return ref, f"{model}: family {prof.family}, rendered by profile {family} ({ref.template_name}; its vocabulary is the model's)"
+        return own, (f"{model}: named like {prof.family} but its vocabulary is not profile {family}'s: its own template; "
+                     f"format {own.parser}")
+    parser = own.parser if guess_format(own.chat_template) is not None else prof.parser
+    bundle = TokenizerBundle(own.tokenizer, own.name, own.template_name, own.chat_template, parser,
+                             dict(own.chat_template_kwargs), untrusted_template=own.untrusted_template,
+                             stop_tokens=tuple(dict.fromkeys(own.stop_tokens + prof.stop_tokens)), vocabulary=own.vocabulary)
+    return bundle, f"{model}: its own tokenizer and template; family {prof.family} (format {parser})"
 
 
 def available_tokenizers() -> list[str]:

@@ -87,6 +87,7 @@ class ModelService:
         self.options = options
         self._lock: asyncio.Lock | None = None
         self._state = "not started" if options else "disabled"
+        self.profile_note: str | None = None  # how the operator's model's tokenizer / renderer was chosen
         self.generator: Any = None
         self.bundle: Any = None
         self.error: str | None = None
@@ -102,7 +103,8 @@ class ModelService:
         if self.error:
             return f"failed to load: {self.error}"
         if self.generator is not None and self.load_seconds is not None:
-            return f"ready ({self.options.describe()}, loaded in {self.load_seconds:.1f} s)"
+            note = f"; {self.profile_note}" if self.profile_note else ""
+            return f"ready ({self.options.describe()}, loaded in {self.load_seconds:.1f} s{note})"
         if self.generator is not None:  # built, the engine still starting
             return f"starting ({self.options.describe()})"
         return f"{self._state} ({self.options.describe()}); it starts on the first playground run"
@@ -162,12 +164,15 @@ class ModelService:
 
     def _build(self) -> tuple[Any, Any]:
         from backend.generators.factory import create_generator
-        from backend.tokenizers import load_tokenizer
+        from backend.tokenizers import load_model_tokenizer, load_tokenizer
 
         o = self.options
         assert o is not None
-        tok_name = o.tokenizer or o.model or "smollm2"
-        bundle = load_tokenizer(tok_name, template=o.template)
+        if o.model and not o.tokenizer:  # the operator's model (ALI_MODEL): its profile by family
+            bundle, self.profile_note = load_model_tokenizer(o.model, template=o.template)
+            log.info("model tokenizer: %s", self.profile_note)
+        else:
+            bundle = load_tokenizer(o.tokenizer or o.model or "smollm2", template=o.template)
         gen = create_generator(o.backend, model=o.model, server_urls=o.server_urls, tokenizer=bundle, **o.engine_opts)
         return bundle, gen
 
