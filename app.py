@@ -301,7 +301,12 @@ def main(argv: list[str] | None = None) -> None:
     if not t.public and (args.share or not is_loopback(args.host)):
         log.warning("WARNING: local mode on %s: anyone who can reach this server can make it read files and load hub ids; "
                     "use --public", "a public link" if args.share else args.host)
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **ui.launch_kwargs(ctx))
+    kw = ui.launch_kwargs(ctx)
+    if args.mcp:  # render / parse / check as an MCP server (streamable HTTP) at /mcp on this port
+        from backend import mcp_server
+
+        kw.update(mcp_server.launch_kwargs(ctx, host=args.host, app_kwargs=kw.get("app_kwargs")))
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **kw)
     lifecycle.wait_for_shutdown()  # launch() returns once the server is stopped
 
 

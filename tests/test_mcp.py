@@ -1,0 +1,396 @@
+"""The MCP server (backend/mcp_server.py): the real app (app.py's context, ui.build_app) launched on a
+free loopback port in public mode with the MCP endpoint mounted the way app.py mounts it, driven by the
+real MCP client (``mcp.client.streamable_http.streamable_http_client`` + ``ClientSession``).
+
+Expected values come from outside the code under test: token ids from transformers'
+``apply_chat_template`` with the template file read from trl's package, and the prompt ids recorded in a
+sample trace; tool calls written by hand; findings that the sample trace is named for, and the CLI's
+``check --json``. One test starts ``app.py --mcp`` itself in a subprocess.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "sample_traces"
+WEATHER = json.loads((SAMPLES / "01_weather.jsonl").read_text(encoding="utf-8").splitlines()[0])
+MALFORMED_LINE = (SAMPLES / "03_malformed_tool_call.jsonl").read_text(encoding="utf-8").splitlines()[0]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    """The app (``--backend scripted --public``: no model) on a free port, with the MCP endpoint
+    mounted through ``mcp_server.launch_kwargs`` as app.py does for ``--mcp``."""
+    import app as app_module
+    import ui
+    from backend import mcp_server
+
+    args = app_module.parse_args(["--backend", "scripted", "--public", "--host", "127.0.0.1"])
+    ctx = app_module.build_context(args)
+    assert ctx.trust.public
+    demo = ui.build_app(ctx)
+    kw = ui.launch_kwargs(ctx)
+    kw.update(mcp_server.launch_kwargs(ctx, host=args.host))
+    port = _free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **kw)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        demo.close()
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(base: str):
+    async with streamable_http_client(base + "/mcp") as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+
+
+async def call(base: str, tool: str, args: dict):
+    async with mcp_session(base) as s:
+        return await s.call_tool(tool, args)
+
+
+def error_text(res) -> str:
+    assert res.is_error, res.structured_content
+    return " ".join(c.text for c in res.content)
+
+
+def qwen3_reference(messages, tools, add_generation_prompt=True):
+    """transformers' own rendering with the Qwen3 vocabulary and the template file from trl's package."""
+    import trl
+
+    from backend.tokenizers import load_tokenizer
+
+    template = (Path(trl.__file__).parent / "chat_templates" / "qwen3_instruct_2507.jinja").read_text(encoding="utf-8")
+    tok = load_tokenizer("qwen3").tokenizer
+    kw = dict(tools=tools, add_generation_prompt=add_generation_prompt, chat_template=template)
+    return tok.apply_chat_template(messages, tokenize=False, **kw), list(tok.apply_chat_template(messages, tokenize=True, return_dict=False, **kw)), tok
+
+
+# ---- the tools -----------------------------------------------------------------------------------
+
+
+async def test_lists_render_parse_check_as_read_only_tools(app_url):
+    async with mcp_session(app_url) as s:
+        tools = {t.name: t for t in (await s.list_tools()).tools}
+    assert set(tools) == {"render", "parse", "check"}
+    assert tools["render"].input_schema["required"] == ["messages"]
+    assert tools["parse"].input_schema["required"] == ["text"]
+    assert "required" not in tools["check"].input_schema  # a trace or messages, neither one alone required
+    for t in tools.values():
+        assert t.annotations.read_only_hint is True and t.annotations.destructive_hint is False
+        assert t.output_schema and t.output_schema["type"] == "object"
+    assert {"token_ids", "num_tokens", "tokenizer", "truncated"} <= set(tools["render"].output_schema["properties"])
+
+
+async def test_render_qwen3_gives_the_ids_of_apply_chat_template(app_url):
+    msgs = WEATHER["messages"]
+    res = await call(app_url, "render", {"messages": msgs, "tools": WEATHER["tools"], "profile": "qwen3"})
+    assert not res.is_error, res.content
+    out = res.structured_content
+    text, ids, tok = qwen3_reference(msgs, WEATHER["tools"])
+    assert out["text"] == text
+    assert out["token_ids"] == ids and out["num_tokens"] == len(ids) and not out["truncated"]
+    assert out["tokens"] == tok.convert_ids_to_tokens(ids)
+    assert out["tokenizer"]["name"] == "qwen3" and out["tokenizer"]["vocab_size"] == 151669
+    assert out["tokenizer"]["template"] == "qwen3_instruct_2507" and out["tokenizer"]["parser"] == "hermes"
+    assert out["tokenizer"]["template_warnings"] == []
+
+
+async def test_render_of_the_first_turn_is_the_prompt_the_sample_trace_recorded(app_url):
+    res = await call(app_url, "render", {"messages": WEATHER["messages"][:1], "tools": WEATHER["tools"]})
+    out = res.structured_content
+    assert out["token_ids"] == WEATHER["prompt_ids"] and out["num_tokens"] == 178
+    # bounded: the first max_ids ids, the full count
+    res = await call(app_url, "render", {"messages": WEATHER["messages"][:1], "tools": WEATHER["tools"], "max_ids": 10})
+    out = res.structured_content
+    assert out["token_ids"] == WEATHER["prompt_ids"][:10] and len(out["tokens"]) == 10
+    assert out["num_tokens"] == 178 and out["truncated"] is True
+
+
+FAMILY_FIRST_TOKENS = {  # how each family's prompt opens (its own special tokens, not pieces of them)
+    "qwen3": ["<|im_start|>", "system"], "qwen3-thinking": ["<|im_start|>", "system"], "qwen2.5": ["<|im_start|>", "system"],
+    "qwen3.5": ["<|im_start|>", "system"], "smollm2": ["<|im_start|>", "system"],
+    "llama3": ["<|begin_of_text|>", "<|start_header_id|>", "system", "<|end_header_id|>"],
+    "gpt-oss": ["<|start|>", "system", "<|message|>"], "gpt-oss-harmony": ["<|start|>", "system", "<|message|>"],
+    "deepseek-v3": ["<｜begin▁of▁sentence｜>"], "mistral": ["<s>", "[AVAILABLE_TOOLS]"],
+}
+
+
+async def test_every_offline_profile_renders_with_its_own_special_tokens(app_url):
+    from backend.tokenizers import PROFILES
+
+    assert set(FAMILY_FIRST_TOKENS) == set(PROFILES)
+    async with mcp_session(app_url) as s:
+        for profile, first in FAMILY_FIRST_TOKENS.items():
+            res = await s.call_tool("render", {"messages": WEATHER["messages"][:1], "tools": WEATHER["tools"], "profile": profile,
+                                               "max_ids": len(first)})
+            assert not res.is_error, (profile, res.content)
+            out = res.structured_content
+            assert out["tokens"] == first, profile
+            assert out["tokenizer"]["name"] == profile and out["tokenizer"]["template_warnings"] == []
+            assert out["num_tokens"] > len(first)
+            # trl's deepseekv3 templates write the tools only into a system message, and this conversation has none
+            assert ("get_current_temperature" in out["text"]) is (profile != "deepseek-v3"), profile
+
+
+async def test_render_with_a_trl_template_name_and_with_inline_jinja(app_url):
+    msgs = [{"role": "user", "content": "Hello there"}]
+    res = await call(app_url, "render", {"messages": msgs, "template": "qwen2_5", "add_generation_prompt": False})
+    out = res.structured_content
+    assert out["tokenizer"]["template"] == "qwen2_5"
+    assert out["text"].startswith("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud.")  # Qwen2.5's default system prompt
+    # inline Jinja renders in the guarded worker; the ids are the vocabulary's encoding of the text
+    res = await call(app_url, "render", {"messages": msgs, "template": "{{ messages[0].content | upper }}<|im_end|>"})
+    out = res.structured_content
+    _, _, tok = qwen3_reference(msgs, None)
+    assert out["text"] == "HELLO THERE<|im_end|>"
+    assert out["token_ids"] == tok.encode("HELLO THERE<|im_end|>", add_special_tokens=False)
+    assert out["token_ids"][-1] == 151645 and out["tokenizer"]["template"] == "custom"
+
+
+async def test_parse_hermes_tool_calls_and_a_malformed_one(app_url):
+    good = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    text = f"Let me check.\n<tool_call>\n{good}\n</tool_call>\n<tool_call>\n{{\"name\": \"get_weather\", \"arguments\": {{\"city\": }}\n</tool_call>"
+    res = await call(app_url, "parse", {"text": text, "profile": "qwen3"})
+    out = res.structured_content
+    assert out["parser"] == "hermes" and out["content"] == "Let me check."
+    assert [(c["name"], c["arguments"]) for c in out["tool_calls"]] == [("get_weather", {"city": "Paris"})]
+    start, end = out["tool_calls"][0]["span"]
+    assert text[start:end] == f"<tool_call>\n{good}\n</tool_call>"
+    assert len(out["errors"]) == 1 and out["errors"][0]["severity"] == "error"
+    s, e = out["errors"][0]["span"]
+    assert text[s:e].startswith("<tool_call>") and '"city": }' in text[s:e]
+
+
+async def test_parse_uses_the_profiles_own_format(app_url):
+    xml = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+    res = await call(app_url, "parse", {"text": xml, "profile": "qwen3.5"})
+    out = res.structured_content
+    assert out["parser"] == "qwen3_xml"
+    assert [(c["name"], c["arguments"]) for c in out["tool_calls"]] == [("get_weather", {"city": "Paris"})]
+    res = await call(app_url, "parse", {"text": xml, "format": "hermes"})  # the wrong parser finds no call
+    assert res.structured_content["tool_calls"] == []
+
+
+async def test_check_a_trace_with_a_malformed_call_as_the_cli_does(app_url, tmp_path):
+    res = await call(app_url, "check", {"trace": MALFORMED_LINE})
+    out = res.structured_content
+    assert out["id"] == "sample-malformed-call"
+    errors = [f for f in out["findings"] if f["severity"] == "error"]
+    assert [(f["code"], f["location"]["step"]) for f in errors] == [("malformed_tool_call", 1)]
+    assert out["counts"]["error"] == 1 and out["tokenizer"]["name"] == "qwen3"
+    # the same record as a JSON object
+    again = (await call(app_url, "check", {"trace": json.loads(MALFORMED_LINE)})).structured_content
+    assert again["findings"] == out["findings"]
+    # what `python -m backend check --json` says about the same file
+    cli = subprocess.run([sys.executable, "-m", "backend", "check", str(SAMPLES / "03_malformed_tool_call.jsonl"), "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=_offline_env())
+    assert cli.returncode == 0, cli.stderr
+    ref = json.loads(cli.stdout)["traces"][0]
+    assert out["findings"] == ref["findings"] and out["counts"] == ref["counts"]
+
+
+async def test_check_token_level_checks_follow_the_profile(app_url):
+    rec = json.loads(MALFORMED_LINE)
+    rec["tokenizer"]["name"] = "some-org/private-model"  # a name from a file: never loaded
+    out = (await call(app_url, "check", {"trace": rec})).structured_content
+    assert out["tokenizer"] is None
+    skipped = [f for f in out["findings"] if f["code"] == "check_skipped"]
+    assert len(skipped) == 1 and "'some-org/private-model'" in skipped[0]["message"] and "pass profile" in skipped[0]["message"]
+    assert not {"retokenization_drift", "mask_mismatch"} & {f["code"] for f in out["findings"]}
+    named = (await call(app_url, "check", {"trace": rec, "profile": "qwen3"})).structured_content
+    assert named["tokenizer"]["name"] == "qwen3"
+    assert {"retokenization_drift", "mask_mismatch"} <= {f["code"] for f in named["findings"]}
+    structural = (await call(app_url, "check", {"trace": MALFORMED_LINE, "token_checks": False})).structured_content
+    assert structural["tokenizer"] is None
+    assert [f["code"] for f in structural["findings"]] == ["malformed_tool_call", "empty_response"]
+
+
+async def test_check_messages_finds_an_orphan_tool_message(app_url):
+    msgs = [{"role": "user", "content": "Weather in Paris?"},
+            {"role": "tool", "content": "22", "tool_call_id": "call_9"},
+            {"role": "assistant", "content": "It is 22 degrees."}]
+    res = await call(app_url, "check", {"messages": msgs})
+    out = res.structured_content
+    codes = {(f["code"], f["severity"], f["location"]["message"]) for f in out["findings"]}
+    assert ("orphan_tool_message", "error", 1) in codes
+    assert out["counts"]["error"] >= 1
+    # a well-formed exchange has no error
+    fine = [msgs[0], {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_9", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+        {"role": "tool", "content": "22", "tool_call_id": "call_9"}, msgs[2]]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    res = await call(app_url, "check", {"messages": fine, "tools": tools})
+    assert res.structured_content["counts"]["error"] == 0, res.structured_content["findings"]
+
+
+# ---- bad input: a tool error with a clear message, and the server goes on answering ------------------
+
+
+def _bad_cases():
+    from backend.trust import MAX_FIELD_CHARS
+
+    hi = [{"role": "user", "content": "hi"}]
+    return [
+        ("broken-jinja", "render", {"messages": hi, "template": "{% for m in messages %}{{ m.content }"},
+         ["TemplateSyntaxError", "line 1"]),
+        ("endless-template", "render",
+         {"messages": hi, "template": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"},
+         ["did not finish rendering within"]),
+        ("unknown-profile", "render", {"messages": hi, "profile": "no-such-profile"}, ["offline profiles", "qwen3"]),
+        ("hub-id", "render", {"messages": hi, "profile": "Qwen/Qwen3-4B-Instruct-2507"}, ["hub ids and paths are not loaded"]),
+        ("path-profile", "render", {"messages": hi, "profile": str(ROOT)}, ["hub ids and paths are not loaded"]),
+        ("path-template", "render", {"messages": hi, "template": "/etc/passwd"}, ["does not read files"]),
+        ("path-in-check", "check", {"messages": hi, "profile": "/tmp"}, ["hub ids and paths are not loaded"]),
+        ("oversize-text", "parse", {"text": "x" * (MAX_FIELD_CHARS + 1)}, [f"at most {MAX_FIELD_CHARS:,}"]),
+        ("oversize-messages", "render", {"messages": [{"role": "user", "content": "y" * MAX_FIELD_CHARS}]},
+         ["messages is", f"at most {MAX_FIELD_CHARS:,}"]),
+        ("max-ids", "render", {"messages": hi, "max_ids": 10**9}, ["max_ids must be between 0 and 131072"]),
+        ("unknown-format", "parse", {"text": "hi", "format": "vllm:hermes"}, ["unknown tool-call format", "hermes, "]),
+        ("not-a-trace", "check", {"trace": {"messages": hi}}, ["not a trace"]),
+        ("bad-trace-json", "check", {"trace": "{not json"}, ["trace: invalid JSON"]),
+        ("trace-and-messages", "check", {"trace": MALFORMED_LINE, "messages": hi}, ["either trace", "or messages"]),
+        ("wrong-type", "render", {"messages": "hello"}, ["messages"]),
+        ("bad-role", "check", {"messages": [{"role": "robot", "content": "beep"}]}, ["messages", "'robot'"]),
+    ]
+
+
+@pytest.mark.parametrize("case", _bad_cases(), ids=lambda c: c[0])
+async def test_bad_input_is_a_tool_error_and_the_server_still_answers(app_url, case):
+    _, tool, args, needles = case
+    async with mcp_session(app_url) as s:
+        res = await s.call_tool(tool, args)
+        text = error_text(res)
+        for needle in needles:
+            assert needle in text, text
+        assert "Traceback" not in text and str(ROOT) not in text
+        ok = await s.call_tool("parse", {"text": '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'})
+        assert not ok.is_error and ok.structured_content["tool_calls"][0]["name"] == "f"
+
+
+async def test_a_body_over_the_limit_is_refused_before_it_is_read(app_url):
+    from backend.mcp_server import max_request_bytes
+
+    body = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "parse", "arguments": {"text": "' + \
+        b"z" * max_request_bytes() + b'"}}}'
+    async with httpx.AsyncClient(timeout=60) as c:
+        r = await c.post(app_url + "/mcp", content=body, headers={"content-type": "application/json",
+                                                                   "accept": "application/json, text/event-stream"})
+    assert r.status_code == 413
+    res = await call(app_url, "parse", {"text": "plain answer"})
+    assert res.structured_content["content"] == "plain answer"
+
+
+async def test_the_app_is_still_served_beside_the_endpoint(app_url):
+    async with httpx.AsyncClient(timeout=30) as c:
+        page = await c.get(app_url + "/")
+        info = await c.get(app_url + "/gradio_api/info")
+        landing = await c.get(app_url + "/mcp", headers={"accept": "text/html"})
+    assert page.status_code == 200 and "Agent Loop Inspector" in page.text
+    assert info.status_code == 200 and "/template_lab_render" in info.json()["named_endpoints"]
+    assert landing.status_code == 200 and "MCP server" in landing.text
+
+
+# ---- the trust boundary in local mode, and mount() on a running app ---------------------------------
+
+
+def test_local_mode_tools_still_take_no_paths_or_hub_ids(tmp_path):
+    from backend.mcp_server import do_parse, do_render
+    from backend.trust import LOCAL, VisitorInputError
+    from ui.context import AppContext
+
+    ctx = AppContext(trust=LOCAL)
+    assert not ctx.trust.public
+    tpl = tmp_path / "t.jinja"
+    tpl.write_text("{{ messages[0].content }}", encoding="utf-8")
+    with pytest.raises(VisitorInputError, match="hub ids and paths are not loaded"):
+        do_render(ctx, [{"role": "user", "content": "hi"}], profile=str(tmp_path))
+    with pytest.raises(VisitorInputError, match="does not read files"):
+        do_render(ctx, [{"role": "user", "content": "hi"}], template=str(tpl))
+    with pytest.raises(VisitorInputError, match="hub ids and paths"):
+        do_parse(ctx, "hi", profile="Qwen/Qwen3-4B")
+    assert do_render(ctx, [{"role": "user", "content": "hi"}], template="{{ messages[0].content }}").text == "hi"
+
+
+def test_mount_on_a_running_app_and_dns_rebinding_guard_in_local_mode():
+    """mount() on a launched Blocks (its server app) of a local-mode app on loopback: a request
+    naming another Host is refused; one naming 127.0.0.1 is served."""
+    import gradio as gr
+
+    from backend import mcp_server
+    from backend.trust import LOCAL
+    from ui.context import AppContext
+
+    ctx = AppContext(trust=LOCAL)
+    with gr.Blocks() as demo:
+        gr.Markdown("x")
+    port = _free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        assert mcp_server.mount(demo, ctx, host="127.0.0.1") == "/mcp"
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+        headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+        url = f"http://127.0.0.1:{port}/mcp"
+        with httpx.Client(timeout=30) as c:
+            evil = c.post(url, json=init, headers={**headers, "host": "attacker.example"})
+            good = c.post(url, json=init, headers=headers)
+        assert evil.status_code == 421
+        assert good.status_code == 200 and good.json()["result"]["serverInfo"]["name"] == "agent-loop-inspector"
+    finally:
+        demo.close()
+
+
+# ---- app.py --mcp ----------------------------------------------------------------------------------
+
+
+def _offline_env() -> dict[str, str]:
+    import os
+
+    return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+
+
+async def test_app_py_serves_mcp_with_the_flag(tmp_path):
+    from test_browser import running_app
+
+    with running_app(["--backend", "scripted", "--mcp"], tmp_path / "app.log") as url:
+        base = url.rstrip("/")
+        async with mcp_session(base) as s:
+            names = {t.name for t in (await s.list_tools()).tools}
+            res = await s.call_tool("parse", {"text": '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'})
+            bad = await s.call_tool("render", {"messages": [{"role": "user", "content": "hi"}], "template": "{{ broken"})
+        assert names == {"render", "parse", "check"}
+        assert res.structured_content["tool_calls"][0]["arguments"] == {"a": 1}
+        assert "TemplateSyntaxError" in error_text(bad)
+    assert "MCP server" in (tmp_path / "app.log").read_text()
+
+
+async def test_app_py_without_the_flag_has_no_endpoint(tmp_path):
+    from test_browser import running_app
+
+    with running_app(["--backend", "scripted"], tmp_path / "app.log") as url:
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(url + "mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                             headers={"accept": "application/json, text/event-stream"})
+        assert r.status_code in (404, 405)
