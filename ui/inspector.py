@@ -529,7 +529,7 @@ def _wire_lens(ctx: AppContext, session: gr.State, ui: InspectorUI) -> None:
     outputs = [session, *ui.trace_outputs(), *lens.outputs()]
     status_at = outputs.index(lens.status)
 
-    async def on_score(sess: Session, dtype: str | None, step: int | None, decode: str | None):
+    async def on_score(sess: Session, dtype: str | None = "float32", step: int | None = None, decode: str | None = "auto"):
         label = sess.current
         trace = sess.get(label)
 
@@ -631,11 +631,13 @@ def build(ctx: AppContext, session: gr.State) -> InspectorUI:
     ui = InspectorUI(trace_dd, decode_dd, summary, steps_df, step_dd, chat, step_header, step_text, step_tokens,
                      step_calls, step_results, tokens, plot_tokens, plot_timeline, diagnostics, download, lens)
 
-    def on_trace(sess: Session, label: str | None, decode: str | None):
+    # the API's defaults are the page's (the dropdowns are filled per session, so a label or step
+    # left out means what the page shows: the session's current trace, its default step)
+    def on_trace(sess: Session, label: str | None = None, decode: str | None = "auto"):
         return [sess, *show_trace(ctx, sess, label, decode)]
 
-    def on_step(sess: Session, step: int | None, decode: str | None):
-        return show_step(ctx, sess, step, decode)
+    def on_step(sess: Session, step: int | None = None, decode: str | None = "auto"):
+        return show_step(ctx, sess, step if step is not None else default_step(sess.get(sess.current)), decode)
 
     def select(sess: Session, step: int | None, decode: str | None):
         if step is None:

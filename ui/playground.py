@@ -24,7 +24,16 @@ from typing import Any
 import gradio as gr
 
 from backend import lifecycle
-from backend.config import DEFAULTS, FIELDS, THEN_AUTO, ConfigError, LoopConfig, default_tool_choice, tool_choice_policy
+from backend.config import (
+    DEFAULTS,
+    FIELDS,
+    THEN_AUTO,
+    ConfigError,
+    LoopConfig,
+    default_tool_choice,
+    env_defaults,
+    tool_choice_policy,
+)
 from backend.labels import OK_CODES, termination_label
 from backend.trace import Trace
 from ui.chat import message_to_chat, pending_message, trace_to_chat
@@ -53,14 +62,17 @@ WEATHER_SCRIPT = [
     '<tool_call>\n{"name": "get_current_temperature", "arguments": {"city": "Seattle, WA, USA"}}\n</tool_call>',
     "The current temperature in Seattle, WA, USA is 72°F.",
 ]
-EXAMPLE_CODE_TOOLS = '''def get_current_temperature(city: str):
-    """Get current temperature at a location.
+# The example Python tool (--enable-code-tools): a name of its own, so that it and the schema tools
+# above can be defined together (a name defined twice is refused): the default run works as is
+EXAMPLE_CODE_TOOLS = '''def fahrenheit_to_celsius(fahrenheit: float):
+    """Convert a temperature from degrees Fahrenheit to degrees Celsius.
 
     Args:
-        city: The location, as "City, State, Country".
+        fahrenheit: The temperature in degrees Fahrenheit.
     """
-    return {"temperature": 72, "city": city}
-'''
+    return {"celsius": round((fahrenheit - 32) * 5 / 9, 1)}'''  # no final newline: the code box drops it
+# The user message box's initial text (/playground_run's default message)
+DEFAULT_MESSAGE = "What's the weather in Seattle?"
 # tool_choice presets (backend.config); any tool name, or a comma-separated list (one per assistant
 # turn, the last repeats), is accepted too. The embedded model's default ("required, then auto")
 # forces a call on the first turn only.
@@ -122,6 +134,7 @@ class PlaygroundUI:
     settings_json: gr.JSON  # /playground_run's one settings object (the API's input; hidden)
     run_api: gr.Button  # hidden: carries /playground_run
     tool_choice_note: gr.HTML | None = None  # says when a tool_choice forces a call on every turn
+    defaults: Any = None  # default_settings(ctx): the widgets' initial values, /playground_run's defaults
 
     @property
     def tool_choice(self) -> gr.Dropdown:
@@ -132,13 +145,17 @@ class PlaygroundUI:
         return [self.loop[n] if n in self.loop else getattr(self, n) for n in setting_names(self.code_tools is not None)]
 
 
-# The Playground's own settings (before the LoopConfig ones): name, default
+# The Playground's own settings (before the LoopConfig ones): name, default. These defaults, with
+# the LoopConfig fields' below, are what a visitor of an app with no model gets: the widgets'
+# initial values (build) and what /playground_run uses for a field its settings object leaves out
+# both come from default_settings(ctx), which starts from them. Nothing else spells a default.
 _OWN_SETTINGS: list[tuple[str, Any]] = [
-    ("backend", "scripted"), ("script", ""), ("token_delay", 0.0), ("tokenizer", "qwen3"), ("template", ""), ("system", ""),
-    ("tools", "[]"), ("temperature", 0.7), ("top_p", 1.0), ("max_tokens", 512), ("seed", None),
-    ("logprobs", False),
+    ("backend", "scripted"), ("script", json.dumps(WEATHER_SCRIPT, ensure_ascii=False, indent=2)), ("token_delay", 0.02),
+    ("tokenizer", "qwen3"), ("template", ""), ("system", ""), ("tools", json.dumps(WEATHER_TOOLS, indent=2)),
+    ("temperature", 0.7), ("top_p", 1.0), ("max_tokens", 512), ("seed", None), ("logprobs", False),
 ]
 _TEXT_SETTINGS = ("script", "system", "tools", "code_tools", "template")  # size-checked like the message
+_JSON_TEXT_SETTINGS = ("script", "tools")  # JSON text in a box; the API takes the JSON value itself too
 
 # One run's settings: the Playground's own, then one per LoopConfig widget (named and defaulted as
 # the field is, in the widget's terms: 0 for "no limit", JSON text for an object), then code_tools.
@@ -156,28 +173,105 @@ def setting_names(code_tools: bool = True) -> list[str]:
     return [f.name for f in dataclasses.fields(RunSettings) if code_tools or f.name != "code_tools"]
 
 
-def settings_from_dict(d: Any) -> Any:
-    """A /playground_run settings object (a JSON object of RunSettings fields; the ones left out
-    keep their defaults) as :class:`RunSettings`; unknown keys are refused."""
+def env_loop_settings(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The loop settings the operator gave by ``ALI_*`` variables (:func:`backend.config.env_defaults`,
+    e.g. ``ALI_VLLM_LOGPROBS_MODE``), in the widgets' terms; a value the field refuses is logged
+    and left out (the field keeps its default)."""
+    out: dict[str, Any] = {}
+    try:
+        given = env_defaults(environ)
+    except ConfigError as e:
+        log.warning("ignored an ALI_* loop setting: %s", e)
+        return out
+    for name, v in given.items():
+        if name not in LOOP_WIDGETS:
+            continue
+        k = FIELDS[name]
+        try:
+            k.check(name, v)
+        except ConfigError as e:
+            log.warning("ignored %s: %s", k.env, e)
+            continue
+        out[name] = k.widget_value(v)
+    return out
+
+
+def default_settings(ctx: AppContext, environ: dict[str, str] | None = None) -> Any:
+    """The run a visitor gets by pressing Send without touching a widget, as :class:`RunSettings`:
+    the widgets' initial values (:func:`build`) and /playground_run's defaults (any field its
+    settings object leaves out), for this app: its model backend unless a --script was given, its
+    --script, its tokenizer, the embedded model's tool_choice, the operator's ``ALI_*`` loop
+    settings, and the example Python tool when code tools are enabled."""
+    app = {
+        "backend": ctx.default_backend_choice,
+        "tokenizer": ctx.default_tokenizer,
+        "tool_choice": ctx.default_tool_choice,
+        "code_tools": EXAMPLE_CODE_TOOLS if ctx.enable_code_tools else "",
+    }
+    if ctx.default_script:
+        app["script"] = json.dumps(ctx.default_script, ensure_ascii=False, indent=2)
+    return dataclasses.replace(RunSettings(), **{**app, **env_loop_settings(environ)})
+
+
+def settings_dict(s: Any, code_tools: bool = True) -> dict[str, Any]:
+    """A :class:`RunSettings` as /playground_run's settings object (without code_tools when the
+    app has no code tools)."""
+    return {n: getattr(s, n) for n in setting_names(code_tools)}
+
+
+def settings_from_dict(d: Any, defaults: Any = None) -> Any:
+    """A /playground_run settings object (a JSON object of RunSettings fields, or its JSON text)
+    as :class:`RunSettings`: the fields it leaves out or sets to null (all of them for ``{}`` or null) keep
+    ``defaults`` (:func:`default_settings`: the app's, as the widgets show them; without it the
+    dataclass's); unknown keys are refused. ``script`` and ``tools`` may be JSON values (a list)
+    instead of JSON text, ``apply_chat_template_kwargs`` an object, ``tool_choice`` a list."""
+    if d is None:
+        d = {}
+    if isinstance(d, str):
+        try:
+            d = json.loads(d) if d.strip() else {}
+        except json.JSONDecodeError as e:
+            raise UserError(f"settings: invalid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
     if not isinstance(d, dict):
-        raise UserError("settings: a JSON object of run settings")
+        raise UserError("settings: a JSON object of run settings (null or {} for the defaults)")
     known = setting_names()
     unknown = sorted(str(k) for k in d if k not in known)
     if unknown:
         raise UserError(f"settings: unknown key(s) {', '.join(unknown)[:200]}; known: {', '.join(known)}")
-    return RunSettings(**d)
+    given = {k: _setting_value(k, v) for k, v in d.items() if v is not None}  # null: the default
+    return dataclasses.replace(defaults if defaults is not None else RunSettings(), **given)
+
+
+def _setting_value(name: str, v: Any) -> Any:
+    """One field of a settings object in the widgets' terms, or a UserError naming the field."""
+    k = FIELDS.get(name)
+    if name in _JSON_TEXT_SETTINGS and isinstance(v, (list, dict)):
+        return json.dumps(v, ensure_ascii=False)
+    if k is not None and k.kind == "object" and isinstance(v, dict):
+        return json.dumps(v, ensure_ascii=False)
+    if name == "tool_choice" and isinstance(v, list) and v and all(isinstance(x, str) for x in v):
+        return ", ".join(v)
+    text = name in (*_TEXT_SETTINGS, "backend", "tokenizer") or (k is not None and k.widget in ("text", "dropdown", "radio"))
+    if text and v is not None and not isinstance(v, str):
+        raise UserError(f"settings: {name} must be text, not {type(v).__name__}")
+    if name == "logprobs" and v not in (None, True, False):
+        raise UserError("settings: logprobs must be true or false")
+    if not text and name != "logprobs" and (isinstance(v, (bool, list, dict))):
+        raise UserError(f"settings: {name} must be a number or null, not {json.dumps(v)[:40]}")
+    return v
 
 
 def check_settings(ctx: AppContext, s: Any) -> Any:
     """Every number and text of a run as this server accepts it (:mod:`backend.trust`): the
-    API bypasses the widgets, so the ranges the widgets offer are enforced here."""
+    API bypasses the widgets, so the ranges the widgets offer are enforced here (an empty number
+    takes the app's default)."""
     from backend.trust import check_text
 
     t = ctx.trust
     texts = [*_TEXT_SETTINGS, *(n for n in LOOP_WIDGETS if FIELDS[n].widget in ("text", "dropdown"))]
     for name in texts:
         check_text(getattr(s, name), name.replace("_", " "))
-    defaults = RunSettings()
+    defaults = default_settings(ctx)
     return dataclasses.replace(s, **{n: t.number(n, getattr(s, n), getattr(defaults, n))
                                      for n in setting_names() if n in t.ranges})
 
@@ -508,13 +602,15 @@ def _bounds(r: Any) -> dict[str, Any]:
     return {"minimum": 0 if r.zero_means_none else r.lo, "maximum": r.hi}
 
 
-def loop_widget(ctx: AppContext, name: str) -> Any:
+def loop_widget(ctx: AppContext, name: str, defaults: Any = None) -> Any:
     """The widget of a LoopConfig field, from its Knob (backend.config.FIELDS): a number box with
-    this server's range, a dropdown or radio of its choices, a text box for a JSON object."""
+    this server's range, a dropdown or radio of its choices, a text box for a JSON object; its
+    value from ``defaults`` (:func:`default_settings`)."""
     from backend.parsers import available_parsers
 
     k = FIELDS[name]
-    value = getattr(RunSettings(), name)
+    d = defaults if defaults is not None else default_settings(ctx)
+    value = getattr(d, name)
     common = dict(label=k.label, elem_id=k.elem_id or f"pg-{name.replace('_', '-')}")
     if k.widget == "number":
         r = ctx.trust.ranges.get(name)
@@ -523,7 +619,7 @@ def loop_widget(ctx: AppContext, name: str) -> Any:
     if k.kind == "parser":
         return gr.Dropdown(["auto", *available_parsers()], value=value, **common)
     if k.kind == "tool_choice":
-        return gr.Dropdown(tool_choice_choices(_tool_names(json.dumps(WEATHER_TOOLS)) or []), value=ctx.default_tool_choice,
+        return gr.Dropdown(tool_choice_choices(_tool_names(d.tools) or []), value=value,
                            allow_custom_value=True, **common,
                            info="enforced by constrained decoding. 'X, then auto': X on the first turn, then the model decides; "
                                 "required (tool calls) or a tool's name alone: on EVERY turn, so the run ends only on a limit; "
@@ -540,50 +636,52 @@ def build(ctx: AppContext) -> PlaygroundUI:
     from ui.template_lab import tokenizer_choices
 
     R = ctx.trust.ranges
+    d = default_settings(ctx)  # every widget's initial value, and /playground_run's defaults
     loop: dict[str, Any] = {}
 
     def loop_widgets(group: str) -> None:
         for name in LOOP_WIDGETS:
             if FIELDS[name].group == group:
-                loop[name] = loop_widget(ctx, name)
+                loop[name] = loop_widget(ctx, name, d)
     backends = ["scripted"] + ([ctx.model.options.backend] if ctx.model.available else [])
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=320):
-            backend = gr.Radio(backends, value=ctx.default_backend_choice, label="Backend", elem_id="pg-backend",
+            backend = gr.Radio(backends, value=d.backend, label="Backend", elem_id="pg-backend",
                                info="scripted replays the script below (no model needed)")
             model_status = gr.HTML(_status("info", "model: " + ctx.model.status()), elem_id="pg-model-status")
             # open while the scripted backend is chosen: a model backend does not read the script
-            with gr.Accordion("Script (scripted backend)", open=ctx.default_backend_choice == "scripted",
+            with gr.Accordion("Script (scripted backend)", open=d.backend == "scripted",
                               elem_id="pg-script-box") as script_box:
-                script = gr.Code(json.dumps(ctx.default_script or WEATHER_SCRIPT, ensure_ascii=False, indent=2), language="json",
+                script = gr.Code(d.script, language="json",
                                  label="model outputs, one per assistant turn (JSON list)", lines=6, max_lines=20, elem_id="pg-script")
-                token_delay = gr.Slider(R["token_delay"].lo, R["token_delay"].hi, value=0.02, step=0.01, label="delay per token (s)", elem_id="pg-delay")
+                token_delay = gr.Slider(R["token_delay"].lo, R["token_delay"].hi, value=d.token_delay, step=0.01, label="delay per token (s)", elem_id="pg-delay")
             with gr.Accordion("Tokenizer, template, parser", open=False):
                 public = ctx.trust.public
-                tokenizer = gr.Dropdown(tokenizer_choices(ctx), value=ctx.default_tokenizer, allow_custom_value=not public,
+                tokenizer = gr.Dropdown(tokenizer_choices(ctx), value=d.tokenizer, allow_custom_value=not public,
                                         label="tokenizer (scripted backend; a model uses its own)", elem_id="pg-tokenizer",
                                         info="profiles by family: " + families_line())
-                template = gr.Textbox(label="template override (trl name" + ("" if public else ", file") +
+                template = gr.Textbox(d.template, label="template override (trl name" + ("" if public else ", file") +
                                       " or Jinja text; empty = default)", lines=1, elem_id="pg-template")
                 loop_widgets("format")
             backend.input(lambda b: gr.Accordion(open=b == "scripted"), backend, script_box, queue=False,
                           api_visibility="private")
-            system = gr.Textbox(label="System prompt", lines=2, elem_id="pg-system")
+            system = gr.Textbox(d.system, label="System prompt", lines=2, elem_id="pg-system")
             with gr.Accordion("Tools", open=True):
-                tools = gr.Code(json.dumps(WEATHER_TOOLS, indent=2), language="json", lines=10, max_lines=30,
+                tools = gr.Code(d.tools, language="json", lines=10, max_lines=30,
                                 label='tool schemas (JSON list); "mock": the result, else a marked placeholder', elem_id="pg-tools")
                 loop_widgets("tools")
-                choice_note = gr.HTML(tool_choice_note_html(ctx.default_tool_choice, True), elem_id="pg-tool-choice-note")
+                choice_note = gr.HTML(tool_choice_note_html(d.tool_choice, bool(_tool_names(d.tools)) or bool(d.code_tools.strip())),
+                                      elem_id="pg-tool-choice-note")
                 code_tools = None
                 if ctx.enable_code_tools:
-                    code_tools = gr.Code(EXAMPLE_CODE_TOOLS, language="python", lines=10, max_lines=40, elem_id="pg-code-tools",
+                    code_tools = gr.Code(d.code_tools, language="python", lines=10, max_lines=40, elem_id="pg-code-tools",
                                          label="Python tools (documented functions; run in a sandboxed subprocess)")
             with gr.Accordion("Sampling", open=False):
-                temperature = gr.Slider(R["temperature"].lo, R["temperature"].hi, value=0.7, step=0.05, label="temperature", elem_id="pg-temperature")
-                top_p = gr.Slider(R["top_p"].lo, R["top_p"].hi, value=1.0, step=0.05, label="top_p", elem_id="pg-top-p")
-                max_tokens = gr.Number(512, precision=0, **_bounds(R["max_tokens"]), label="max_tokens per turn", elem_id="pg-max-tokens")
-                seed = gr.Number(None, precision=0, **_bounds(R["seed"]), label="seed (empty: random)", elem_id="pg-seed")
-                logprobs = gr.Checkbox(False, label="record logprobs (for the Inspector's logprob lens)", elem_id="pg-logprobs")
+                temperature = gr.Slider(R["temperature"].lo, R["temperature"].hi, value=d.temperature, step=0.05, label="temperature", elem_id="pg-temperature")
+                top_p = gr.Slider(R["top_p"].lo, R["top_p"].hi, value=d.top_p, step=0.05, label="top_p", elem_id="pg-top-p")
+                max_tokens = gr.Number(d.max_tokens, precision=0, **_bounds(R["max_tokens"]), label="max_tokens per turn", elem_id="pg-max-tokens")
+                seed = gr.Number(d.seed, precision=0, **_bounds(R["seed"]), label="seed (empty: random)", elem_id="pg-seed")
+                logprobs = gr.Checkbox(d.logprobs, label="record logprobs (for the Inspector's logprob lens)", elem_id="pg-logprobs")
             with gr.Accordion("Loop limits (LoopConfig)", open=False):
                 loop_widgets("limits")
         with gr.Column(scale=3):
@@ -591,7 +689,7 @@ def build(ctx: AppContext) -> PlaygroundUI:
                               group_consecutive_messages=False, buttons=["copy"],
                               placeholder="Send a message to start a run. With the scripted backend the model's turns come from the script.")
             with gr.Row():
-                message = gr.Textbox(value="What's the weather in Seattle?", label="User message", lines=1, scale=5, elem_id="pg-message")
+                message = gr.Textbox(value=DEFAULT_MESSAGE, label="User message", lines=1, scale=5, elem_id="pg-message")
                 send = gr.Button("Send", variant="primary", scale=1, elem_id="pg-send")
             with gr.Row():
                 stop = gr.Button("Stop", variant="stop", elem_id="pg-stop")
@@ -599,25 +697,28 @@ def build(ctx: AppContext) -> PlaygroundUI:
                 save = gr.DownloadButton("Save trace (JSONL)", interactive=False, elem_id="pg-save")
             status = gr.HTML(elem_id="pg-status")
             # /playground_run: the message and ONE settings object (a JSON object of RunSettings
-            # fields); the Send button and Enter call the same handler with the widgets' values
-            settings_json = gr.JSON(visible=False, label="settings")
+            # fields); the Send button and Enter call the same handler with the widgets' values.
+            # Its value, which the API documents as the default, is the widgets' initial values
+            settings_json = gr.JSON(settings_dict(d, ctx.enable_code_tools), visible=False, label="settings")
             run_api = gr.Button(visible=False, elem_id="pg-run-api")
     return PlaygroundUI(backend, model_status, script, token_delay, tokenizer, template, system, tools, code_tools,
                         temperature, top_p, max_tokens, seed, logprobs, loop, chat, message, send, stop, reset, save, status,
-                        settings_json, run_api, choice_note)
+                        settings_json, run_api, choice_note, d)
 
 
 def wire(ctx: AppContext, ui: PlaygroundUI, session: gr.State, after_run) -> None:
     """Events. ``after_run`` is ``(fn, inputs, outputs)`` refreshing the Inspector with the run."""
     names = setting_names(ui.code_tools is not None)
+    defaults = ui.defaults if ui.defaults is not None else default_settings(ctx)
 
-    async def on_send(sess: Session, text: str, settings: dict[str, Any] | None):
-        """/playground_run: one user message, with ONE settings object (RunSettings fields)."""
+    async def on_send(sess: Session, text: str, settings: dict[str, Any] | None = None):
+        """/playground_run: one user message, with ONE settings object (RunSettings fields; those
+        left out keep the app's defaults: what the widgets show before anyone touches them)."""
         try:
-            d = dict(settings or {}) if isinstance(settings, dict) else settings
+            d = dict(settings) if isinstance(settings, dict) else settings
             if isinstance(d, dict) and ui.code_tools is None:
                 d.pop("code_tools", None)  # the app runs no code tools: ignored, as the widget is absent
-            s = settings_from_dict(d)
+            s = settings_from_dict(d, defaults)
         except UserError as e:
             yield sess, gr.update(), _status("err", str(e)), gr.update(), gr.update(), _model_status(ctx)
             return
@@ -684,14 +785,17 @@ def wire(ctx: AppContext, ui: PlaygroundUI, session: gr.State, after_run) -> Non
     # API names, kept stable (gradio_client scripts and tests/adversarial/test_load_isolation.py
     # call them; each client is its own session, so a call only ever sees that session's state):
     #   /playground_run   (message, settings: a JSON object of RunSettings fields, any left out
-    #                      keep their defaults) -> chat, status, message box, trace file, model status
+    #                      keep the app's defaults, default_settings) -> chat, status, message box,
+    #                      trace file, model status (docs/api.md)
     #   /playground_stop  () -> status          /playground_reset () -> chat, status, trace file
     # The Send button and Enter run the same turn from the widgets (private events).
     ui.run_api.click(on_send, [session, ui.message, ui.settings_json], outs, api_name="playground_run",
                      **ev_args).then(fn, inputs, outputs)
     run_inputs = [session, ui.message, *ui.settings()]
-    ui.send.click(on_send_widgets, run_inputs, outs, api_visibility="private", **ev_args).then(fn, inputs, outputs)
-    ui.message.submit(on_send_widgets, run_inputs, outs, api_visibility="private", **ev_args).then(fn, inputs, outputs)
+    ui.send.click(on_send_widgets, run_inputs, outs, api_visibility="private", **ev_args).then(
+        fn, inputs, outputs, api_visibility="private")
+    ui.message.submit(on_send_widgets, run_inputs, outs, api_visibility="private", **ev_args).then(
+        fn, inputs, outputs, api_visibility="private")
     ui.stop.click(on_stop, [session], [ui.status], queue=False, api_name="playground_stop")
     if ui.tool_choice_note is not None:
         # the dropdown offers the tools' names and "<name>, then auto"; the note says when a choice

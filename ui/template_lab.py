@@ -214,7 +214,8 @@ def _side(ctx: AppContext, label: str, tok: str, tpl: str, prefix: str) -> Side:
                         label=f"{label}: tokenizer" + ("" if public else " (profile, hub id or path)"), elem_id=f"{prefix}-tok",
                         info="by family: " + families_line())
         p = gr.Dropdown(_template_choices(), value=tpl, label=f"{label}: template", elem_id=f"{prefix}-tpl")
-    c = gr.Code(language="jinja2", label=f"{label}: custom template (used when template = custom): Jinja text"
+    # an initial value (empty), so the API documents the box as optional, as it is on the page
+    c = gr.Code("", language="jinja2", label=f"{label}: custom template (used when template = custom): Jinja text"
                 + ("" if public else " or a file path"), lines=4, max_lines=16,
                 elem_id=f"{prefix}-custom")
     s = gr.HTML(elem_id=f"{prefix}-summary")

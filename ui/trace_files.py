@@ -426,11 +426,17 @@ def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AU
 
 
 def export_filtered(session: Session, df: pd.DataFrame | None, fmt: str) -> str:
+    """The table's rows (their ``#``) as one file. No rows given (the API's default table, or a
+    table the filters emptied): the rows the session's table lists now (its last filters)."""
     from backend.export import export_traces
 
-    if df is None or len(df) == 0:
+    at = [int(i) for i in df["#"] if str(i).strip() != ""] if isinstance(df, pd.DataFrame) and "#" in df.columns else []
+    if not at:  # an emptied table may hold one blank row
+        listed = table_outputs(session, *(session.file_filters or ()))[2]
+        at = [int(i) for i in listed["#"]]
+    if not at:
         raise gr.Error("nothing to export: the filtered table is empty")
-    traces = (file_trace(session, int(i)) for i in df["#"])  # one at a time: a file not held stays so
+    traces = (file_trace(session, i) for i in at)  # one at a time: a file not held stays so
     d = session.temp_dir("export")  # the session's newest only; removed when it ends, or at shutdown
     ext = "parquet" if fmt == "parquet" else "otlp.jsonl" if fmt == "otel" else "jsonl"
     base = os.path.splitext(session.file_name or "traces")[0] or "traces"
@@ -507,6 +513,7 @@ def table_outputs(session: Session, reason: str | None = ALL, source: str | None
         by_code = dict(zip(codes, full["termination"]))
         reason = by_code.get(reason, ALL)
     source = source if source in sources else ALL
+    session.file_filters = (reason, source, query)  # what Export exports when given no rows
     df = filter_frame(full, session.file_traces, session.traces, reason, source, query, rows)
     if rows is not None:  # from the index: the traces are not held
         cols = rows.index.cols
@@ -585,7 +592,9 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
         if getattr(ctx.trace_sets, "import_bundle", False) is None:  # verl rollout-dump rows open with
             ctx.trace_sets.import_bundle = lambda: _import_bundle(ctx, None)  # the upload's default tokenizer
         wire_set(ctx, ui, su, session, on_filter, initial_status)
-    ui.table.select(on_select, [session, ui.table], open_outputs)
+    # a row click carries the browser's selection (gr.SelectData), which an API call cannot send:
+    # not an API endpoint (/inspector_open opens a trace by its label)
+    ui.table.select(on_select, [session, ui.table], open_outputs, api_visibility="private")
     if ui.count is not None:
         # whatever filled the table (page load, upload, filters, search) also sets the count, so
         # no handler's outputs (and no API output list) change for it
@@ -595,8 +604,10 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
         run_charts.wire(ui.run, session, [ui.table])
     # ----
 
-    def on_export(sess: Session, df: pd.DataFrame | None, fmt: str):
-        path = export_set(sess, fmt) if in_set_mode(sess) and df is not None and "file" in df.columns else export_filtered(sess, df, fmt)
+    def on_export(sess: Session, df: pd.DataFrame | None = None, fmt: str = "jsonl"):
+        # the table's rows; none (the API's default table): what the session's table lists now
+        no_rows = df is None or df.empty
+        path = export_set(sess, fmt) if in_set_mode(sess) and (no_rows or "file" in df.columns) else export_filtered(sess, df, fmt)
         return gr.update(value=path, visible=True)
 
     ui.export_btn.click(on_export, [session, ui.table, ui.export_fmt], [ui.export_file])
