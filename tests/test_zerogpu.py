@@ -218,3 +218,20 @@ def test_lens_scoring_in_a_forked_gpu_process(monkeypatch, smollm2_model_dir):
     fake.quota_s = 1
     with pytest.raises(L.LensError, match="ZeroGPU quota exceeded"):
         L.score_sync(ctx, trace, "float32")
+
+
+def test_preload_loads_the_model_before_the_server_starts(tiny_model_dir, tmp_path):
+    """On ZeroGPU the app loads the model before launch (the weights on the GPU at start are the
+    ones moved to each lent slice); a failure is kept as the model's status, the app opens."""
+    import asyncio
+
+    from ui.context import ModelOptions, ModelService
+
+    svc = ModelService(ModelOptions(backend="transformers", model=tiny_model_dir, tokenizer="smollm2"))
+    svc.preload()
+    assert svc.generator is not None and svc.generator.model is not None and svc.status().startswith("ready")
+    gen, _ = asyncio.run(svc.get())
+    assert gen is svc.generator  # the first run uses it, nothing loads again
+    bad = ModelService(ModelOptions(backend="transformers", model=str(tmp_path / "missing"), tokenizer="smollm2"))
+    bad.preload()
+    assert bad.generator is None and bad.status().startswith("failed to load")
