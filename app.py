@@ -290,6 +290,11 @@ def main(argv: list[str] | None = None) -> None:
 
         threading.Thread(target=ctx.trace_sets.get, args=(ctx.traces,), name="ali-trace-set", daemon=True).start()
     demo = ui.build_app(ctx)
+    import gc
+
+    # gradio leaves throwaway event loops behind; finalize them here, not later from the `spaces`
+    # reloader's thread on a Space (where each logs an "Invalid file descriptor" traceback)
+    gc.collect()
     lifecycle.register_server_stop(demo.close)
     t = ctx.trust
     log.info("Agent Loop Inspector: %s mode (%s); %s%s", t.mode.value, t.why,
