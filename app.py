@@ -58,7 +58,8 @@ def _from_env(env: str, kind: str, fallback: Any, environ: dict[str, str]) -> An
 # flags): (flags, env, kind, default, help, extra argparse kwargs). The flag wins over the variable.
 OPTIONS: list[tuple[tuple[str, ...], str, str, Any, str, dict[str, Any]]] = [
     (("--backend",), "ALI_BACKEND", "str", None,
-     "model backend (default: vllm when installed, else transformers); scripted replays --script", {"choices": BACKENDS}),
+     "model backend (default: picked for the hardware: vLLM on a GPU with its CUDA build, transformers on ZeroGPU, "
+     "else vllm when installed, else transformers); scripted replays --script", {"choices": BACKENDS}),
     (("--model",), "ALI_MODEL", "str", None, "hub id or local path (default: the embedded SmolLM2-135M-Instruct)", {}),
     (("--server-url",), "ALI_SERVER_URL", "list", None, "vllm-server base URL (repeatable; the variable: comma-separated)",
      {"action": "append"}),
@@ -197,7 +198,10 @@ def build_context(args: argparse.Namespace):
         if args.backend == "vllm-server" and not args.server_url:
             raise SystemExit("--backend vllm-server needs --server-url URL")
         hw = hardware.detect()
-        plan = hardware.plan(hw, args.backend, engine_options(args))
+        try:
+            plan = hardware.plan(hw, args.backend, engine_options(args))
+        except ValueError as e:  # ALI_BACKEND naming no backend (the flag's choices are checked by argparse)
+            raise SystemExit(f"ALI_BACKEND: {e}") from None
         log.info("hardware: %s", hw.describe())
         for line in plan.reasons:
             log.info("hardware: %s", line)

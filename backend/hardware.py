@@ -167,6 +167,12 @@ def plan(hw: Hardware, backend: str | None, engine_opts: dict[str, Any] | None =
     did not set, for ``hw``. vLLM on a CUDA GPU when its CUDA build is installed; transformers on
     the GPU otherwise (and always on ZeroGPU, which lends a GPU per call: no resident engine);
     on a CPU what :func:`backend.generators.factory.default_backend` picks."""
+    if backend in (None, "", "auto"):
+        backend = None
+    else:
+        from backend.generators.factory import normalize_backend
+
+        backend = normalize_backend(backend)  # "hf" → transformers; ValueError for an unknown name
     p = _choose(hw, backend, engine_opts)
     if hw.torch_cuda and (hw.kind == "zerogpu" or (hw.kind == "cuda" and p.engine_opts.get("device") != "cpu")):
         p.scorer_device = "cuda"

@@ -126,3 +126,18 @@ def test_the_app_builds_its_model_options_from_the_plan(monkeypatch, caplog):
     # the operator's variable wins
     ctx = app.build_context(app.parse_args([], environ={"ALI_MAX_MODEL_LEN": "4096", "ALI_BACKEND": "vllm"}))
     assert ctx.model.options.engine_opts["max_model_len"] == 4096
+
+
+def test_backend_names_are_normalized_before_planning():
+    p = hw.plan(machine("a10g-small"), "hf")  # an alias the factory accepts
+    assert p.backend == "transformers" and p.engine_opts.get("device") == "cuda"
+    assert hw.plan(machine("a10g-small"), "auto").backend == "vllm"
+    with pytest.raises(ValueError, match="unknown backend"):
+        hw.plan(machine("a10g-small"), "tensorrt")
+
+
+def test_an_unknown_backend_variable_stops_the_app_with_its_name():
+    import app
+
+    with pytest.raises(SystemExit, match="ALI_BACKEND: unknown backend 'tensorrt'"):
+        app.build_context(app.parse_args([], environ={"ALI_BACKEND": "tensorrt"}))
