@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> None:
                     "use --public", "a public link" if args.share else args.host)
     kw = ui.launch_kwargs(ctx)
     if args.mcp:  # render / parse / check as an MCP server (streamable HTTP) at /mcp on this port
-        from backend import mcp_server
+        from ui import mcp_server
 
         kw.update(mcp_server.launch_kwargs(ctx, host=args.host, app_kwargs=kw.get("app_kwargs")))
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **kw)

@@ -21,7 +21,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-TRUE = ("1", "t", "true", "yes", "on")
+from backend.zerogpu import enabled as zerogpu  # noqa: F401 - re-exported: the machine's one ZeroGPU test
 
 # vLLM's KV cache must hold max_model_len tokens; a 16 GiB card with a 4-8B model cannot hold
 # the 32-128k contexts recent models declare, and vLLM then refuses to start. Context lengths by
@@ -122,12 +122,6 @@ def parse_nvidia_smi(text: str | None) -> tuple[GPU, ...]:
                 cap = (int(major), int(minor))
         gpus.append(GPU(parts[0], mem, cap))
     return tuple(gpus)
-
-
-def zerogpu(environ: dict[str, str] | None = None) -> bool:
-    """Whether this is a ZeroGPU Space (the variable the ``spaces`` package reads)."""
-    env = os.environ if environ is None else environ
-    return (env.get("SPACES_ZERO_GPU") or "").strip().lower() in TRUE
 
 
 def detect(environ: dict[str, str] | None = None, *, smi: str | None = None, torch_version: str | None = None,

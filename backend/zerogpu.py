@@ -26,8 +26,6 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from backend.hardware import zerogpu
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 MAX_DURATION_S = 120.0  # the longest lease asked for (ZeroGPU refuses longer ones for most visitors)
@@ -38,8 +36,13 @@ PREFILL_TOKENS_PER_S = 4000.0
 MARGIN_S = 3.0  # the generation stops this long before the lease ends
 
 
-def enabled() -> bool:
-    return zerogpu()
+TRUE = ("1", "t", "true", "yes", "on")
+
+
+def enabled(environ: dict[str, str] | None = None) -> bool:
+    """Whether this is a ZeroGPU Space (``SPACES_ZERO_GPU``, the variable the ``spaces`` package reads)."""
+    env = os.environ if environ is None else environ
+    return (env.get("SPACES_ZERO_GPU") or "").strip().lower() in TRUE
 
 
 def max_duration_s() -> float:

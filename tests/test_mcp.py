@@ -1,4 +1,4 @@
-"""The MCP server (backend/mcp_server.py): the real app (app.py's context, ui.build_app) launched on a
+"""The MCP server (ui/mcp_server.py): the real app (app.py's context, ui.build_app) launched on a
 free loopback port in public mode with the MCP endpoint mounted the way app.py mounts it, driven by the
 real MCP client (``mcp.client.streamable_http.streamable_http_client`` + ``ClientSession``).
 
@@ -40,7 +40,7 @@ def app_url():
     mounted through ``mcp_server.launch_kwargs`` as app.py does for ``--mcp``."""
     import app as app_module
     import ui
-    from backend import mcp_server
+    from ui import mcp_server
 
     args = app_module.parse_args(["--backend", "scripted", "--public", "--host", "127.0.0.1"])
     ctx = app_module.build_context(args)
@@ -290,7 +290,7 @@ async def test_bad_input_is_a_tool_error_and_the_server_still_answers(app_url, c
 
 
 async def test_a_body_over_the_limit_is_refused_before_it_is_read(app_url):
-    from backend.mcp_server import max_request_bytes
+    from ui.mcp_server import max_request_bytes
 
     body = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "parse", "arguments": {"text": "' + \
         b"z" * max_request_bytes() + b'"}}}'
@@ -316,9 +316,9 @@ async def test_the_app_is_still_served_beside_the_endpoint(app_url):
 
 
 def test_local_mode_tools_still_take_no_paths_or_hub_ids(tmp_path):
-    from backend.mcp_server import do_parse, do_render
     from backend.trust import LOCAL, VisitorInputError
     from ui.context import AppContext
+    from ui.mcp_server import do_parse, do_render
 
     ctx = AppContext(trust=LOCAL)
     assert not ctx.trust.public
@@ -338,8 +338,8 @@ def test_mount_on_a_running_app_and_dns_rebinding_guard_in_local_mode():
     naming another Host is refused; one naming 127.0.0.1 is served."""
     import gradio as gr
 
-    from backend import mcp_server
     from backend.trust import LOCAL
+    from ui import mcp_server
     from ui.context import AppContext
 
     ctx = AppContext(trust=LOCAL)

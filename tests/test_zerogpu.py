@@ -187,8 +187,8 @@ async def test_spent_quota_is_a_clear_message(tiny_gen, fake_zerogpu):
 
 @pytest.mark.slow
 def test_lens_scoring_in_a_forked_gpu_process(monkeypatch, smollm2_model_dir):
-    """The lens's scorer is loaded inside the GPU process (it may start after the app did) and
-    its numbers equal the in-process ones."""
+    """The lens's scoring in the GPU process: the scorer loaded in the app's process before the
+    call (the forked process inherits it, as ZeroGPU's worker does), numbers equal to in-process."""
     import asyncio
 
     from backend.config import LoopConfig
@@ -207,9 +207,9 @@ def test_lens_scoring_in_a_forked_gpu_process(monkeypatch, smollm2_model_dir):
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     monkeypatch.setitem(__import__("sys").modules, "spaces", types.SimpleNamespace(GPU=fake.GPU))
     monkeypatch.setattr(L, "_score_on_gpu", zerogpu.gpu_task(L._score_task, duration=L._score_lease))
-    monkeypatch.setattr(L, "SCORERS", L._Scorers())  # nothing loaded in this process beforehand
+    monkeypatch.setattr(L, "SCORERS", L._Scorers())
     scored = L.score_sync(ctx, trace, "float32")
-    assert L.SCORERS.keys() == []  # loaded in the GPU process, not here
+    assert L.SCORERS.keys() == [(smollm2_model_dir, "float32", "cpu")]
     expected = score_trace(trace, TransformersScorer(smollm2_model_dir, "float32"))
     got = [s.info.trainer_logprobs for s in scored.steps]
     want = [s.info.trainer_logprobs for s in expected.steps]

@@ -207,9 +207,18 @@ def score_sync(ctx: Any, trace: Trace, dtype: str) -> Trace:
     if not _BUSY.acquire(blocking=False):
         raise LensError("another trace is being scored on this server; try again when it is done")
     try:
+        from backend.logprobs import ScoreError
+
+        device = scorer_device(ctx)
+        try:
+            # loaded here first: a GPU process forked after this finds it (on ZeroGPU the weights
+            # go to the lent slice with the call); one forked before loads its own
+            SCORERS.get(model, dtype, device)
+        except ScoreError as e:
+            raise LensError(str(e)) from None
         lease = zerogpu.scoring_duration_s(len(trace.input_ids)) if zerogpu.enabled() else None
         try:
-            tag, value = _score_on_gpu(model, dtype, scorer_device(ctx), trace, lease)
+            tag, value = _score_on_gpu(model, dtype, device, trace, lease)
         except Exception as e:
             msg = zerogpu.gpu_error(e)
             if msg is None:
