@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import threading
 import types
 
 import gradio as gr
@@ -19,6 +20,8 @@ from backend import zerogpu
 from backend.generators import transformers_local as tl
 from backend.generators.base import Constraint, GenerationError, SamplingParams
 from backend.generators.transformers_local import TransformersGenerator
+
+FORK_TIMEOUT_S = 120  # a GPU task that never answers fails the test instead of hanging it
 
 
 class FakeZeroGPU:
@@ -44,15 +47,22 @@ class FakeZeroGPU:
             pickle.dumps((args, kwargs))  # ZeroGPU sends them to the forked worker
 
         def child(q, args, kwargs, gen):
-            try:
-                if gen:
-                    for item in task(*args, **kwargs):
-                        q.put(("item", pickle.dumps(item)))
-                else:
-                    q.put(("item", pickle.dumps(task(*args, **kwargs))))
-            except Exception as e:  # ZeroGPU sends the class name only
-                q.put(("exc", type(e).__name__))
-            q.put(("end", None))
+            def work():
+                try:
+                    if gen:
+                        for item in task(*args, **kwargs):
+                            q.put(("item", pickle.dumps(item)))
+                    else:
+                        q.put(("item", pickle.dumps(task(*args, **kwargs))))
+                except Exception as e:  # ZeroGPU sends the class name only
+                    q.put(("exc", type(e).__name__))
+                q.put(("end", None))
+
+            # as ZeroGPU's worker does: the task runs in a fresh thread of the forked process (the
+            # forking thread's OpenMP team does not survive a fork: torch there would hang)
+            t = threading.Thread(target=work)
+            t.start()
+            t.join()
 
         def run(args, kwargs, gen):
             schedule(args, kwargs)
@@ -62,7 +72,7 @@ class FakeZeroGPU:
             p.start()
             try:
                 while True:
-                    kind, value = q.get(timeout=120)
+                    kind, value = q.get(timeout=FORK_TIMEOUT_S)
                     if kind == "end":
                         return
                     if kind == "exc":
@@ -208,9 +218,11 @@ def test_lens_scoring_in_a_forked_gpu_process(monkeypatch, smollm2_model_dir):
     monkeypatch.setitem(__import__("sys").modules, "spaces", types.SimpleNamespace(GPU=fake.GPU))
     monkeypatch.setattr(L, "_score_on_gpu", zerogpu.gpu_task(L._score_task, duration=L._score_lease))
     monkeypatch.setattr(L, "SCORERS", L._Scorers())
+    # this thread runs torch before the fork (as a long-lived app or test process has): the GPU
+    # process must still work (ZeroGPU runs the task in a fresh thread of the forked process)
+    expected = score_trace(trace, TransformersScorer(smollm2_model_dir, "float32"))
     scored = L.score_sync(ctx, trace, "float32")
     assert L.SCORERS.keys() == [(smollm2_model_dir, "float32", "cpu")]
-    expected = score_trace(trace, TransformersScorer(smollm2_model_dir, "float32"))
     got = [s.info.trainer_logprobs for s in scored.steps]
     want = [s.info.trainer_logprobs for s in expected.steps]
     assert any(got) and got == want
