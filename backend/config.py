@@ -25,7 +25,9 @@ from backend.tool_choice import ToolChoiceError, default_policy, normalize_polic
 
 TRUNCATE_SIDES = ("left", "right", "middle")
 TOOL_ERROR_POLICIES = ("feed_back", "terminate")
-VLLM_LOGPROBS_MODES = ("raw", "processed")  # a vLLM server's --logprobs-mode: raw_logprobs / processed_logprobs
+VLLM_LOGPROBS_MODES = ("raw", "processed")
+# how a tool turn's ids are appended (backend.families): verl >= 0.9's continuous tokens, or verl < 0.9
+TOOL_TURNS = ("continuous", "legacy")  # a vLLM server's --logprobs-mode: raw_logprobs / processed_logprobs
 
 
 class ConfigError(UserError):
@@ -213,6 +215,11 @@ class LoopConfig:
                               help="tool-call format; auto: the tokenizer profile's default", elem_id="pg-parser")
     sampling: dict[str, Any] = knob(factory=dict, label="sampling", kind="object", widget="", extra=_check_sampling,
                                     help="SamplingParams fields (JSON object), e.g. {\"temperature\": 0}")
+    tool_turns: str = knob("continuous", label="tool_turns", kind="choice", widget="radio", group="format",
+                           choices=TOOL_TURNS, env="ALI_TOOL_TURNS", elem_id="pg-tool-turns",
+                           help="how a tool turn's tokens are appended: continuous (verl >= 0.9: the generated ids, the "
+                                "family's boundary edit such as Qwen's \\n after <|im_end|>, then the new messages' ids) or "
+                                "legacy (verl < 0.9: the tool turn rendered alone, no boundary edit)")
     tool_timeout_s: float = knob(30.0, label="tool_timeout_s", kind="float", positive=True, help="seconds a tool call may take",
                                  elem_id="pg-tool-timeout", visitor_min=0.1, visitor_max=60.0)
     on_tool_error: str = knob("feed_back", label="on_tool_error", kind="choice", widget="radio", choices=TOOL_ERROR_POLICIES,

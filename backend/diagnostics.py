@@ -23,12 +23,16 @@ Codes (severity):
   stopped on its token budget (finish_reason ``length``).
 * ``empty_response`` (warning) — a generated turn with no tokens, or only the end-of-turn token,
   or an assistant message with no content, reasoning or calls.
-* ``retokenization_drift`` (warning; info when expected) — the loop's token ids differ from a
-  full re-render of the final messages with the same template: first divergence, both token
-  runs decoded around it, and what differs. When the only difference is the whitespace the
-  template writes after the end-of-turn token (the ``\\n`` after ``<|im_end|>``), which a loop
-  that stops generating at EOS never has (every verl-style loop: verl, SkyRL, TRL), the finding
-  is one explained info (``details["expected"]``); anything else is a warning.
+* ``dropped_turn_separator`` (warning) — at a turn boundary inside the sequence, the loop's ids
+  lack the whitespace the template writes after the end-of-turn token (Qwen's ``\\n`` after
+  ``<|im_end|>``): verl < 0.9's tool turns (``tool_turns: legacy``); one finding per boundary, at
+  its position. The separator after the *last* turn is not a finding: no generation has it.
+* ``retokenization_drift`` (warning) — the rest of the difference between the loop's ids and a
+  full re-render of the final messages with the same template, named by cause
+  (``details["causes"]``, :data:`DRIFT_CAUSES`): reasoning stripped, arguments re-serialised,
+  tool-call markup written differently, BPE re-tokenisation of generated text, earlier context
+  rendered differently (a template that is not append-only); first divergence, both token runs
+  decoded around it.
 * ``mask_mismatch`` (warning; info when expected) — the loop's mask differs from the assistant mask of trl's
   ``*_training.jinja`` variant (``return_assistant_tokens_mask``), per turn and per position.
 * ``thinking_stripped`` (warning) — reasoning of an assistant turn (``reasoning_content`` /
@@ -496,78 +500,120 @@ def _opcodes(tok: Any, a: list[int], b: list[int]) -> list[tuple[str, int, int, 
     return seqdiff.opcodes(a, b, cut_after=cut.__contains__)
 
 
+# the causes of drift, as check names them (details["causes"] of a retokenization_drift finding)
+DRIFT_CAUSES = {
+    "turn_separator": "a turn separator the loop dropped",
+    "reasoning_stripped": "reasoning the template drops on re-render",
+    "reasoning_added": "reasoning markup the template adds on re-render (an empty think block)",
+    "arguments_reserialized": "tool-call arguments the template writes another way",
+    "tool_call_markup": "tool-call markup the template writes differently",
+    "bpe_retokenization": "generated text the tokenizer splits differently on re-render",
+    "not_append_only": "earlier context the template renders differently once the conversation goes on",
+    "other": "other",
+}
+PR_6921 = "verl < 0.9 builds tool turns this way; fixed in verl PR #6921 (continuous tokens, tool_turns 'continuous')"
+
+
+def _norm_call_text(t: str) -> str:
+    """Text of a tool call with the formatting a template may change taken out (whitespace,
+    quotes, Python's True/False/None), to tell re-serialised arguments from other markup."""
+    t = "".join(t.split()).replace("'", '"')
+    for a, b in (("True", "true"), ("False", "false"), ("None", "null")):
+        t = t.replace(a, b)
+    return t
+
+
+def _drift_cause(trace: Trace, bundle: Any, ix: _Index, loop: list[int], rendered: list[int],
+                 op: tuple[str, int, int, int, int], end_ids: set[int], reasoning: tuple[str, ...]) -> str:
+    tok = bundle.tokenizer
+    tag, i1, i2, j1, j2 = op
+    ltxt, rtxt = _tok_repr(tok, loop[i1:i2]), _tok_repr(tok, rendered[j1:j2])
+    if tag == "insert" and i1 > 0 and loop[i1 - 1] in end_ids and not rtxt.strip():
+        return "trailing_separator" if i1 == len(loop) else "turn_separator"
+    if tag == "replace" and ltxt == rtxt:
+        return "bpe_retokenization"
+    if any(m in ltxt and m not in rtxt for m in reasoning):
+        return "reasoning_stripped"
+    if any(m in rtxt and m not in ltxt for m in reasoning):
+        return "reasoning_added"
+    step = ix.step_at_token(i1)
+    st = trace.steps[step] if step is not None else None
+    if st is not None and st.state == StepState.GENERATING:
+        if st.tool_calls:
+            return "arguments_reserialized" if _norm_call_text(ltxt) == _norm_call_text(rtxt) else "tool_call_markup"
+        return "other"
+    return "not_append_only" if i1 < len(loop) else "other"
+
+
 def _check_drift(trace: Trace, bundle: Any, ix: _Index, rendered: list[int]) -> list[Finding]:
     tok = bundle.tokenizer
     loop = trace.input_ids
     if loop == rendered:
         return []
-    n = min(len(loop), len(rendered))
-    first = next((k for k in range(n) if loop[k] != rendered[k]), n)
     ops = [op for op in _opcodes(tok, loop, rendered) if op[0] != "equal"]
-    loop_only = sum(i2 - i1 for _, i1, i2, _, _ in ops)
-    render_only = sum(j2 - j1 for _, _, _, j1, j2 in ops)
+    end_ids = {i for i in (trace.tokenizer.eos_token_id, tok.eos_token_id) if isinstance(i, int)}
+    end_ids.update(getattr(bundle, "stop_token_ids", ()) or ())
+    reasoning = tuple(m for m in ("<think>", "</think>", "<|channel|>analysis") if m in (bundle.chat_template or "") or m in _tok_repr(tok, loop))
+    causes = [_drift_cause(trace, bundle, ix, loop, rendered, op, end_ids, reasoning) for op in ops]
+    out: list[Finding] = []
+    mode = trace.config.get("tool_turns") if isinstance(trace.config, dict) else None
+    for (tag, i1, i2, j1, j2), cause in zip(ops, causes):
+        if cause != "turn_separator":
+            continue
+        end, sep = _tok_repr(tok, loop[i1 - 1:i1]), _tok_repr(tok, rendered[j1:j2])
+        nxt = _tok_repr(tok, loop[i1:i1 + 1])
+        out.append(Finding(
+            C.DROPPED_TURN_SEPARATOR, "warning",
+            f"dropped turn separator at token {i1}: the template writes '{_show(end + sep)}' between turns, but the loop's ids "
+            f"have '{_show(end)}' followed directly by '{_show(nxt)}', a boundary the template never renders: the model was "
+            f"shown it and a trainer trains on it. {PR_6921}",
+            ix.at_token(i1),
+            {"position": i1, "separator": sep, "separator_ids": rendered[j1:j2], "after": end,
+             "tool_turns": mode or "legacy (written before tool_turns existed)"}))
+    rest = [(op, c) for op, c in zip(ops, causes) if c not in ("turn_separator", "trailing_separator")]
+    if not rest:
+        return out  # only separators: named above; the one after the last turn is what no generation has
+    first = rest[0][0][1]
     w = 6
-    ctx_loop = _tok_repr(tok, loop[max(0, first - w) : first + w])
-    ctx_ren = _tok_repr(tok, rendered[max(0, first - w) : first + w])
-    descs = [_describe_op(tok, tag, loop, rendered, i1, i2, j1, j2) for tag, i1, i2, j1, j2 in ops]
-    eos_ids = {i for i in (trace.tokenizer.eos_token_id, tok.eos_token_id) if isinstance(i, int)}
-    expected = [_after_eos_whitespace(tok, loop, rendered, op, eos_ids) for op in ops]
-    # group identical descriptions ("missing '\n' after '<|im_end|>'" at several places)
+    loop_only = sum(i2 - i1 for (_, i1, i2, _, _), _c in rest)
+    render_only = sum(j2 - j1 for (_, _, _, j1, j2), _c in rest)
+    descs = [_describe_op(tok, tag, loop, rendered, i1, i2, j1, j2) for (tag, i1, i2, j1, j2), _c in rest]
+    by_cause: dict[str, int] = {}
+    for _op, c in rest:
+        by_cause[c] = by_cause.get(c, 0) + 1
     groups: dict[str, list[int]] = {}
-    for (tag, i1, i2, j1, j2), d in zip(ops, descs):
-        key = d.split(" (")[0]
-        groups.setdefault(key, []).append(i1)
+    for ((tag, i1, i2, j1, j2), _c), d in zip(rest, descs):
+        groups.setdefault(d.split(" (")[0], []).append(i1)
     summary = "; ".join(
         f"{k} at {len(v)} place(s) (loop position{'s' if len(v) > 1 else ''} {', '.join(map(str, v[:6]))}{', ...' if len(v) > 6 else ''})"
         for k, v in groups.items()
     )
+    named = ", ".join(f"{n} × {DRIFT_CAUSES[c]}" for c, n in by_cause.items())
     msg = (
         f"the loop's {len(loop)} tokens differ from a re-render of the final messages ({len(rendered)} tokens) with template "
-        f"{bundle.template_name!r}: first divergence at token {first}; {summary}. "
-        f"{loop_only} loop token(s) and {render_only} re-render token(s) differ"
+        f"{bundle.template_name!r}: {named}. First divergence at token {first}; {summary}. "
+        f"{loop_only} loop token(s) and {render_only} re-render token(s) differ: a trainer that re-renders the messages "
+        "trains on other ids than the model was shown"
     )
-    if any("<|im_end|>" in k or (tok.eos_token and tok.eos_token in k) for k in groups):
-        msg += f" (the engine stops at {tok.eos_token!r}; the template writes what follows it)"
-    benign = all(expected)
-    if benign:
-        # the '\n' after <|im_end|>: every loop that stops at EOS has it; said once, explained
-        msg = (
-            f"expected retokenization drift: the loop's {len(loop)} tokens and a re-render of the final messages "
-            f"({len(rendered)} tokens) with template {bundle.template_name!r} differ only by what the template writes after "
-            f"{tok.eos_token!r}: {summary}. The engine stops generating at "
-            f"{tok.eos_token!r}, so the loop never has what follows it; every verl-style loop (verl, SkyRL, TRL) has this. "
-            "Train on the loop's ids (what the model generated); a re-rendered sample has these extra tokens"
-        )
-    elif any(expected):
-        msg += f"; of these, the whitespace after {tok.eos_token!r} ({sum(expected)} place(s)) is expected, the rest is not"
-    real_first = next((op[1] for op, e in zip(ops, expected) if not e), first)
     details = {
-        "expected": benign,
+        "expected": False,
+        "causes": by_cause,
         "first_divergence": first,
         "loop_tokens": len(loop),
         "render_tokens": len(rendered),
         "loop_only_tokens": loop_only,
         "render_only_tokens": render_only,
-        "loop_context": ctx_loop,
-        "render_context": ctx_ren,
-        "loop_ids_at": loop[max(0, first - w) : first + w],
-        "render_ids_at": rendered[max(0, first - w) : first + w],
+        "loop_context": _tok_repr(tok, loop[max(0, first - w): first + w]),
+        "render_context": _tok_repr(tok, rendered[max(0, rest[0][0][3] - w): rest[0][0][3] + w]),
+        "loop_ids_at": loop[max(0, first - w): first + w],
+        "render_ids_at": rendered[max(0, rest[0][0][3] - w): rest[0][0][3] + w],
         "differences": [
-            {"op": tag, "loop": [i1, i2], "render": [j1, j2], "loop_text": _tok_repr(tok, loop[i1:i2]), "render_text": _tok_repr(tok, rendered[j1:j2]), "description": d}
-            for (tag, i1, i2, j1, j2), d in list(zip(ops, descs))[:50]
+            {"op": tag, "cause": c, "loop": [i1, i2], "render": [j1, j2], "loop_text": _tok_repr(tok, loop[i1:i2]),
+             "render_text": _tok_repr(tok, rendered[j1:j2]), "description": d}
+            for ((tag, i1, i2, j1, j2), c), d in list(zip(rest, descs))[:50]
         ],
     }
-    if benign:
-        return [Finding(C.RETOKENIZATION_DRIFT, "info", msg, ix.at_token(first), details)]
-    return [Finding(C.RETOKENIZATION_DRIFT, "warning", msg, ix.at_token(real_first), details)]
-
-
-def _after_eos_whitespace(tok: Any, loop: list[int], rendered: list[int], op: tuple[str, int, int, int, int], eos_ids: set[int]) -> bool:
-    """Whether a difference is only whitespace the template writes right after an end-of-turn
-    token of the loop (the ``\\n`` after ``<|im_end|>``)."""
-    tag, i1, i2, j1, j2 = op
-    return (tag == "insert" and i1 > 0 and loop[i1 - 1] in eos_ids and j2 > j1
-            and not _tok_repr(tok, rendered[j1:j2]).strip())
+    return out + [Finding(C.RETOKENIZATION_DRIFT, "warning", msg, ix.at_token(first), details)]
 
 
 def _check_mask(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
@@ -645,15 +691,23 @@ def _check_mask(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
     # the training template's assistant span runs on over the whitespace it writes after the
     # end-of-turn token; the loop stops at EOS and never has it. Every run has this: said once,
     # explained, as info (a trainer on trl's mask learns that "\n"; verl's loop does not)
-    expected = all(d["loop_token"] is None and not d["token"].strip() and d["render_token"] > 0
-                   and t_ids[d["render_token"] - 1] in eos_ids for d in diffs)
+    def after_eos_separator(d: dict[str, Any]) -> bool:
+        if d["token"].strip():
+            return False
+        if d["loop_token"] is None:  # the loop lacks it (tool_turns legacy, or the last turn)
+            return d["render_token"] > 0 and t_ids[d["render_token"] - 1] in eos_ids
+        # the loop has it as context: the separator continuous tokens insert
+        return d["loop_mask"] == 0 and d["training_mask"] == 1 and d["loop_token"] > 0 and loop[d["loop_token"] - 1] in eos_ids
+
+    expected = all(after_eos_separator(d) for d in diffs)
     details["expected"] = expected
     if expected:
         msg = (f"expected mask difference: trl's {tname!r} marks the '{_show(diffs[0]['token'])}' it writes after "
                f"{tok.eos_token!r} as assistant ({len(diffs)}×): its mask {fmt(t_runs)} (assistant turns {ones(t_runs)}), the "
-               f"loop's {fmt(loop_runs)} (assistant turns {ones(loop_runs)}); "
-               f"the loop stops generating at {tok.eos_token!r} and never has that token, so its mask cannot mark it. "
-               "A trainer on trl's mask also learns it; a verl-style trainer does not")
+               f"loop's {fmt(loop_runs)} (assistant turns {ones(loop_runs)}). "
+               f"The model stops generating at {tok.eos_token!r} and never writes that token: where the loop has it (the "
+               "separator continuous tokens insert) it is context, mask 0, as verl >= 0.9 masks it. "
+               "A trainer on trl's mask learns it; a verl-style trainer does not")
     loc = ix.at_token(first_loop) if first_loop is not None else Location()
     return [Finding(C.MASK_MISMATCH, "info" if expected else "warning", msg, loc, details)]
 
@@ -744,8 +798,8 @@ def _check_template_fit(trace: Trace, ix: _Index) -> list[Finding]:
         out.append(Finding(
             C.VERL_TOOL_TURN, "info",
             f"step {s.index}: the loop tokenized this tool turn as the text the template adds after the conversation; "
-            f"verl's method (render the tool messages alone, strip the empty-conversation prefix) {what}, so a "
-            "verl-style trainer would see other ids here",
+            f"verl < 0.9's method (render the tool messages alone, strip the empty-conversation prefix) {what}, so a "
+            "trainer on verl < 0.9 would see other ids here",
             ix.at_step(s.index), {"verl_error": s.info.verl_error, "verl_tokens": s.info.verl_tokens,
                                   "tokens": s.end - s.start}))
     return out

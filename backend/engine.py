@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.config import ConfigError, LoopConfig  # noqa: F401 - ConfigError: re-exported
+from backend.families import rule_for
 from backend.generators.base import Constraint, Generation, GenerationError, Generator, conversation
 from backend.parsers import get_parser
 from backend.rendering import RenderError, decode, empty_render_prefix, render, render_tool_turn
@@ -32,7 +33,7 @@ from backend.tool_choice import ToolChoiceError, build_constraint, choice_for_tu
 from backend.trace import Step, ToolCall, ToolResult, Trace, new_trace_id
 from backend.trace.builder import TraceBuilder
 from backend.trace.messages import assistant_message, strip_suffix
-from backend.trace.model import LogprobSemantics, StepState, TerminationReason
+from backend.trace.model import LogprobSemantics, StepInfo, StepState, TerminationReason
 
 R = TerminationReason  # recorded in Trace.termination_reason
 S = StepState
@@ -101,6 +102,8 @@ class AgentLoop:
         # suffix for this template (backend.rendering.render_tool_turn)
         self._verl_agrees = False
         self._stop_ids = set(tokenizer.stop_token_ids)
+        # how a tool turn continues the sequence for this tokenizer + template (tool_turns "continuous")
+        self._rule = rule_for(tokenizer) if self.config.tool_turns == "continuous" else None
         policy = self.config.tool_choice_policy
         try:
             validate_policy(policy, [t.get("function", t).get("name") for t in self.tool_schemas])
@@ -413,21 +416,27 @@ class AgentLoop:
             step.info.not_appended = "a tool failed and on_tool_error is 'terminate'"
             return self._end_step(run, step, t0, on_event, S.TERMINATED, R.TOOL_ERROR)
 
-        try:
-            text, ids, info = await self._off_loop(
-                render_tool_turn, self.bundle, new_messages,
-                history=run.messages, tools=self.tool_schemas,
-                chat_template_kwargs=self.config.apply_chat_template_kwargs, system_prefix=self._system_prefix,
-                trust_verl=self._verl_agrees,
-                _size_hint=sum(len(m["content"]) for m in new_messages) + (0 if self._verl_agrees else run.trace.total * 4),
-            )
-        except RenderError as e:
-            step.error = str(e)
-            return self._end_step(run, step, t0, on_event, S.TERMINATED, R.RENDER_ERROR)
-        if info.method == "verl":
-            # verl's method agreed with the conversation's suffix: later turns use it alone, so a
-            # turn's cost does not grow with the conversation
-            self._verl_agrees = True
+        relabel = 0
+        if self.config.tool_turns == "continuous":
+            text, ids, info, relabel = await self._continuous_turn(run, new_messages)
+        else:
+            info = None
+        if info is None or info.continuous_error:
+            try:
+                text, ids, legacy = await self._legacy_turn(run, new_messages)
+            except RenderError as e:
+                step.error = str(e) if info is None else f"{info.continuous_error}; legacy: {e}"
+                return self._end_step(run, step, t0, on_event, S.TERMINATED, R.RENDER_ERROR)
+            if info is not None:  # continuous mode, its render failed: the legacy ids, with the family's junction edit
+                legacy.continuous_error = info.continuous_error
+                edit = self._rule.edit((run.trace.response_ids or run.trace.prompt_ids)[-8:], ids, run.messages, new_messages)
+                if edit:
+                    legacy.rule, relabel = self._rule.name, edit.relabel
+                    legacy.boundary = {"position": run.trace.total - edit.relabel, "inserted": list(edit.inserted),
+                                       "relabeled": edit.relabel, "why": edit.why}
+                    ids = list(edit.inserted) + ids[edit.relabel:]
+                    text = self._decode(ids)
+            info = legacy
         step.info.update(info)
         step.text = text
         if len(run.trace.response_mask) + len(ids) >= self.config.response_length:
@@ -435,11 +444,52 @@ class AgentLoop:
             step.info.not_appended = f"{len(ids)} tool-turn tokens would exceed response_length"
             step.info.would_append_tokens = len(ids)
             return self._end_step(run, step, t0, on_event, S.TERMINATED, R.RESPONSE_LENGTH)
+        if relabel:
+            # the stop token the model wrote opens the next message (GLM): context from here on
+            run.trace.relabel_tail(relabel, 0)
         _, step.end = run.trace.append(ids, 0)
         run.user_turns += 1
         # the tool messages of one turn share its tokens (one rendered block)
         step.messages_added = run.trace.add_messages(new_messages, step.start, step.end)
         return self._end_step(run, step, t0, on_event, S.GENERATING)
+
+    async def _continuous_turn(self, run: _Run, new_messages: list[dict[str, Any]]) -> tuple[str, list[int], StepInfo, int]:
+        """verl >= 0.9's continuous tokens: the new messages' ids from the family's synthetic
+        context, with the family's junction edit (backend.families). Cost: the new messages, not
+        the conversation. On a render failure: ``info.continuous_error`` (the caller falls back to
+        the legacy method)."""
+        info = StepInfo.empty()
+        tail = (run.trace.response_ids or run.trace.prompt_ids)[-8:]  # the junction edit reads the last tokens only
+        try:
+            turn = await self._off_loop(
+                self._rule.turn, tail, run.messages, new_messages, self.tool_schemas or None,
+                self.config.apply_chat_template_kwargs, _size_hint=sum(len(m["content"]) for m in new_messages),
+            )
+        except RenderError as e:
+            info.continuous_error = str(e)
+            return "", [], info, 0
+        info.method = "continuous"
+        info.rule = turn.rule
+        if turn.edit:
+            info.boundary = {"position": run.trace.total - turn.edit.relabel, "inserted": list(turn.edit.inserted),
+                             "relabeled": turn.edit.relabel, "why": turn.edit.why}
+        return turn.text, turn.ids, info, turn.edit.relabel
+
+    async def _legacy_turn(self, run: _Run, new_messages: list[dict[str, Any]]) -> tuple[str, list[int], StepInfo]:
+        """verl < 0.9: the tool turn as the conversation's suffix, or verl's render-alone method
+        where it agrees (backend.rendering.render_tool_turn); no junction edit."""
+        text, ids, info = await self._off_loop(
+            render_tool_turn, self.bundle, new_messages,
+            history=run.messages, tools=self.tool_schemas,
+            chat_template_kwargs=self.config.apply_chat_template_kwargs, system_prefix=self._system_prefix,
+            trust_verl=self._verl_agrees,
+            _size_hint=sum(len(m["content"]) for m in new_messages) + (0 if self._verl_agrees else run.trace.total * 4),
+        )
+        if info.method == "verl":
+            # verl's method agreed with the conversation's suffix: later turns use it alone, so a
+            # turn's cost does not grow with the conversation
+            self._verl_agrees = True
+        return text, ids, info
 
     async def _call_tool(self, call: ToolCall) -> ToolResult:
         if self.tools is None:

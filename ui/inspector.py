@@ -109,6 +109,9 @@ def step_rows(trace: Trace | None) -> pd.DataFrame:
         state = f"{s.state} · {s.constraint.get('tool_choice') or s.constraint.get('kind')}" if s.constraint else str(s.state)
         if s.info.channels:  # Harmony's channels, in order: analysis, commentary→tool, final
             state += " · " + ", ".join(_channel_label(c) for c in s.info.channels)
+        if s.info.boundary:  # continuous tokens: the junction edit this tool turn made
+            b = s.info.boundary
+            state += f" · +{len(b.get('inserted') or [])} inserted" if b.get("inserted") else f" · {b.get('relabeled')} relabelled"
         rows.append({
             "step": s.index,
             # the constraint the backend enforced for a generated turn (tool_choice other than auto)
@@ -217,6 +220,24 @@ def provenance(trace: Trace) -> list[tuple[str, str, str]]:
     return out
 
 
+def tool_turns_label(trace: Trace) -> str:
+    """How the trace's tool turns were appended: the loop setting, with the junction edits made
+    (``continuous · 2 separators inserted``); for a trace written by another tool, or by this one
+    before the setting existed, what its steps say."""
+    mode = trace.config.get("tool_turns") if isinstance(trace.config, dict) else None
+    edits = [s.info.boundary for s in trace.steps if s.info.boundary]
+    if mode is None:
+        if not any(s.state == S.PROCESSING_TOOLS for s in trace.steps):
+            return "not recorded"
+        mode = "legacy (not recorded)" if not (trace.metadata or {}).get("import") else "as the source wrote them"
+    if edits:
+        ins = sum(1 for e in edits if e.get("inserted"))
+        rel = sum(1 for e in edits if e.get("relabeled"))
+        parts = ([f"{ins} separator{'s' if ins != 1 else ''} inserted"] if ins else []) + ([f"{rel} relabelled"] if rel else [])
+        return f"{mode} · {', '.join(parts)}"
+    return str(mode)
+
+
 def summary_html(label: str, trace: Trace | None, note: str = "") -> str:
     if trace is None:
         note_html = f'<div class="ali-note">{html.escape(note)}</div>' if note else ""
@@ -238,6 +259,7 @@ def summary_html(label: str, trace: Trace | None, note: str = "") -> str:
     items += [
         ("tokenizer", tokenizer_name(trace)),
         ("parser", str(parser) if parser not in (None, "") else "not recorded"),
+        ("tool turns", tool_turns_label(trace)),
         ("termination", trace_termination_label(trace)),
         ("turns", str(trace.num_turns)),
         ("prompt tokens", str(len(trace.prompt_ids))),
@@ -343,6 +365,12 @@ def step_detail(trace: Trace | None, step_index: int | None, bundle: Any | None)
         bits.append(f"mask {step.mask}")
     if step.finish_reason:
         bits.append(f"finish {e(step.finish_reason)}")
+    if step.info.method:  # how a tool turn was tokenized (continuous / legacy's suffix, verl, diff)
+        bits.append(f"tokenized {e(step.info.method)}" + (f" ({e(step.info.rule)})" if step.info.rule else ""))
+    if step.info.boundary:
+        b = step.info.boundary
+        what = f"+{len(b.get('inserted') or [])} inserted" if b.get("inserted") else f"{b.get('relabeled')} relabelled"
+        bits.append(f'<span class="ali-boundary" title="{e(str(b.get("why") or ""), quote=True)}">{what} at token {b.get("position")}</span>')
     bits.append(f"{step.duration_s * 1000:.1f} ms")
     errs = []
     if step.error:
@@ -352,6 +380,8 @@ def step_detail(trace: Trace | None, step_index: int | None, bundle: Any | None)
     errs += [f"tool {r.name}: {r.error} — {r.error_detail or ''}" for r in step.tool_results if not r.ok]
     if step.info.not_appended:
         errs.append(f"not appended: {step.info.not_appended}")
+    if step.info.continuous_error:
+        repaired.append(f"continuous tokens failed here, the legacy method was used: {step.info.continuous_error}")
     err_html = "".join(f'<div class="ali-err">{e(x)}</div>' for x in errs)
     err_html += "".join(f'<div class="ali-warn">{e(x)}</div>' for x in repaired)
     ids, mask = step_ids_and_mask(trace, step)
@@ -363,7 +393,8 @@ def step_detail(trace: Trace | None, step_index: int | None, bundle: Any | None)
     toks = (
         token_view.render_tokens(ids, kinds, tok, prefix=STEP_PREFIX, first_index=step.start, step_index=step.index,
                                  logprobs=token_view.step_logprobs(trace, step),
-                                 channels=[(p - step.start, lab) for p, lab in token_view.channel_marks(trace, tok, [step])])
+                                 channels=[(p - step.start, lab) for p, lab in token_view.channel_marks(trace, tok, [step])],
+                                 inserted=[(a - step.start, b - step.start, why) for a, b, why in token_view.inserted_marks(trace, [step])])
         if ids else token_view.empty_view("this step appended no tokens")
     )
     return header, text, toks, _step_json(step), _results_json(step)

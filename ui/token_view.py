@@ -280,6 +280,7 @@ def render_tokens(
     logprobs: tuple[Sequence[float | None], Sequence[float | None]] | None = None,
     window: bool | None = None,
     channels: Sequence[tuple[int, str]] = (),
+    inserted: Sequence[tuple[int, int, str]] = (),
 ) -> str:
     """The whole view: toolbar (counts, whitespace toggle, step jumps), then the tokens.
 
@@ -324,6 +325,13 @@ def render_tokens(
             marks.setdefault(pos, []).append(
                 f'<a class="tv-ch" data-start="{pos}" data-channel="{html.escape(name, quote=True)}" '
                 f'title="Harmony channel {html.escape(label, quote=True)}">{html.escape(label, quote=False)}</a>')
+
+    # continuous tokens: the tokens a tool turn's junction edit inserted (mask 0, not generated)
+    for start, end, why in inserted:
+        if 0 <= start <= len(ids):
+            marks.setdefault(start, []).append(
+                f'<a class="tv-ins" data-start="{int(start)}" data-end="{int(end)}" '
+                f'title="{html.escape(f"inserted at the turn boundary ({end - start} token(s), mask 0): {why}", quote=True)}">+ins</a>')
 
     if windowed:
         body_attrs, out = _windowed_body(ids, kinds, frags, marks, lp, dec)
@@ -512,8 +520,19 @@ def render_trace(
     return render_tokens(
         ids, trace_kinds(trace), tokenizer, steps=trace_steps(trace), prefix=prefix, note=note,
         show_whitespace=show_whitespace, selected_step=selected_step, logprobs=(rollout, trainer) if has_lp else None,
-        channels=channel_marks(trace, tokenizer),
+        channels=channel_marks(trace, tokenizer), inserted=inserted_marks(trace),
     )
+
+
+def inserted_marks(trace: Any, steps: Sequence[Any] | None = None) -> list[tuple[int, int, str]]:
+    """``(start, end, why)`` of the tokens each tool turn's junction edit inserted
+    (``info.boundary``, tool_turns continuous)."""
+    out = []
+    for s in steps if steps is not None else trace.steps:
+        b = getattr(s.info, "boundary", None)
+        if b and b.get("inserted") and isinstance(b.get("position"), int):
+            out.append((b["position"], b["position"] + len(b["inserted"]), str(b.get("why") or "")))
+    return out
 
 
 def step_logprobs(trace: Any, step: Any) -> tuple[list[float | None], list[float | None]] | None:

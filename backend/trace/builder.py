@@ -87,6 +87,14 @@ class TraceBuilder:
         self.response_mask += [bit] * len(ids)
         return start, self.total
 
+    def relabel_tail(self, n: int, bit: int) -> None:
+        """Give the last ``n`` response tokens the mask bit ``bit`` (a generated stop token that the
+        template counts as the next message's opening: context)."""
+        if not 0 <= n <= len(self.response_mask) or bit not in (0, 1):
+            raise TraceBuildError(f"cannot relabel the last {n} of {len(self.response_mask)} response tokens as {bit!r}")
+        if n:
+            self.response_mask[-n:] = [bit] * n
+
     def set_response(self, ids: list[int], mask: list[int]) -> None:
         """Response ids with their mask as given (a source that has both)."""
         if len(mask) != len(ids):

@@ -100,6 +100,7 @@ class FindingCode(StrEnum):
     HIT_RESPONSE_LENGTH = "hit_response_length"
     EMPTY_RESPONSE = "empty_response"
     RETOKENIZATION_DRIFT = "retokenization_drift"
+    DROPPED_TURN_SEPARATOR = "dropped_turn_separator"
     MASK_MISMATCH = "mask_mismatch"
     THINKING_STRIPPED = "thinking_stripped"
     STEP_ERROR = "step_error"
@@ -278,8 +279,13 @@ class StepInfo(_Model):
     dropped_calls: int | None = None
     not_appended: str | None = None
     would_append_tokens: int | None = None
-    # processing_tools: how the tool turn was tokenized (backend.rendering.render_tool_turn)
-    method: str | None = None  # "suffix", "verl" or "diff"
+    # processing_tools: how the tool turn was tokenized: "continuous" (backend.families), or, under
+    # tool_turns "legacy" (and where the continuous render failed), backend.rendering.render_tool_turn's
+    method: str | None = None  # "continuous", "suffix", "verl" or "diff"
+    rule: str | None = None  # continuous: the family's rule (backend.families.RULES)
+    # continuous: the junction edit, {"position": token index, "inserted": [ids], "relabeled": n, "why": ...}
+    boundary: dict[str, Any] | None = None
+    continuous_error: str | None = None  # the continuous render failed on this turn (why); legacy was used
     stripped_prefix_tokens: int | None = None
     prefix_mismatch: bool | None = None  # traces written before the suffix method
     verl_error: str | None = None  # verl's method failed on this turn (why)
