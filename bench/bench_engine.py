@@ -9,9 +9,10 @@ whole conversation so far, tokenized. Both run in this process; ratios are what 
     .venv/bin/python bench/bench_engine.py [--turns 40] [--repeats 15] [--tokenizer PROFILE]
 
 Every offline profile works (``--tokenizer llama3``, ``gpt-oss``, ...): its own format's turns.
-The tool-turn method the engine used is reported (``verl`` where verl's way agrees with the
+``--tool-turns legacy`` times verl < 0.9's method (``verl`` where verl's way agrees with the
 conversation's suffix and is then used alone; ``suffix`` where it does not, which re-renders the
-conversation each tool turn).
+conversation each tool turn); the default, ``continuous``, renders only the new messages after a
+small synthetic context. The method the engine used is reported.
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--tokenizer", default="qwen3")
+    ap.add_argument("--tool-turns", choices=["continuous", "legacy"], default="continuous",
+                    help="the loop's tool_turns: continuous (the default; the new messages rendered in a synthetic "
+                         "context) or legacy (verl < 0.9: verl's render-alone method or the conversation's suffix)")
     ap.add_argument("--tool", choices=["mock", "function"], default="mock",
                     help="mock: a JSON-schema tool with a fixed result (pure engine overhead); "
                          "function: a Python function (adds the tool runner's thread dispatch)")
@@ -108,7 +112,8 @@ def main() -> None:
         }])
     else:
         tools = ToolRegistry.from_functions([get_current_temperature])
-    cfg = LoopConfig(response_length=1_000_000, max_tool_response_length=None, max_parallel_calls=1)
+    cfg = LoopConfig(response_length=1_000_000, max_tool_response_length=None, max_parallel_calls=1,
+                     tool_turns=args.tool_turns)
     messages = [{"role": "system", "content": "You are a weather bot."}, {"role": "user", "content": "Weather in many cities, one by one."}]
 
     per_turn: dict[int, list[float]] = {k: [] for k in range(1, args.turns + 1)}
@@ -145,6 +150,7 @@ def main() -> None:
     res = {
         "tokenizer": args.tokenizer,
         "tool": args.tool,
+        "tool_turns": args.tool_turns,
         "turns": n,
         "repeats": args.repeats,
         "final_tokens": len(last_trace.input_ids),

@@ -39,6 +39,17 @@ else
   echo "$sig" > "$stamp"
 fi
 
+# Test oracles: other projects' code the tests compare against, never imported by the app.
+# verl's Continuous Token builders (tests/verl_oracle.py) go into .venv/oracles with --no-deps
+# --target, never into site-packages: verl's dependencies (ray, its torch pins) are not needed
+# and must not replace ours. Checked on every run, so a removed folder comes back.
+VERL_ORACLE=0.9.1
+if [ ! -f ".venv/oracles/verl-$VERL_ORACLE.dist-info/RECORD" ]; then
+  echo "== installing verl $VERL_ORACLE as a test oracle into .venv/oracles"
+  rm -rf .venv/oracles/verl .venv/oracles/verl-*.dist-info
+  $VPY -m pip install -q --no-deps --no-compile --upgrade --target .venv/oracles "verl==$VERL_ORACLE"
+fi
+
 if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   echo "== installing Debian's chromium for the browser tests"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
