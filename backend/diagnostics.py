@@ -553,7 +553,7 @@ def _check_drift(trace: Trace, bundle: Any, ix: _Index, rendered: list[int]) -> 
     ops = [op for op in _opcodes(tok, loop, rendered) if op[0] != "equal"]
     end_ids = {i for i in (trace.tokenizer.eos_token_id, tok.eos_token_id) if isinstance(i, int)}
     end_ids.update(getattr(bundle, "stop_token_ids", ()) or ())
-    reasoning = tuple(m for m in ("<think>", "</think>", "<|channel|>analysis") if m in (bundle.chat_template or "") or m in _tok_repr(tok, loop))
+    reasoning = tuple(m for m in ("<think>", "</think>", "<|channel|>analysis", "analysis<|message|>") if m in (bundle.chat_template or "") or m in _tok_repr(tok, loop))
     causes = [_drift_cause(trace, bundle, ix, loop, rendered, op, end_ids, reasoning) for op in ops]
     out: list[Finding] = []
     mode = trace.config.get("tool_turns") if isinstance(trace.config, dict) else None

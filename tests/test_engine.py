@@ -93,7 +93,9 @@ def runs(mask: list[int]) -> list[tuple[int, int]]:
 
 
 def test_seed_001_weather_scenario(qwen3):
-    t = run_loop(qwen3, [CALL_SEATTLE, ANSWER], apply_chat_template_kwargs={"enable_thinking": False})
+    """The seed's numbers: verl before 0.9 (tool_turns legacy). The default, continuous tokens,
+    is tests/test_continuous.py (25·29·16)."""
+    t = run_loop(qwen3, [CALL_SEATTLE, ANSWER], apply_chat_template_kwargs={"enable_thinking": False}, tool_turns="legacy")
     assert len(t.prompt_ids) == 178
     assert runs(t.response_mask) == [(1, 25), (0, 28), (1, 16)]
     assert t.termination_reason == "no_tool_calls"
@@ -127,15 +129,19 @@ def test_seed_001_weather_scenario(qwen3):
 
 def test_full_rerender_differs_by_newline_after_im_end(qwen3):
     """The retokenization drift users hit: the loop stops at <|im_end|>, the template writes
-    <|im_end|>\\n. The engine keeps the generated tokens; it must not 'fix' them."""
-    t = run_loop(qwen3, [CALL_SEATTLE, ANSWER])
-    full = render(qwen3, t.messages, t.tools, add_generation_prompt=False, spans=False)
-    assert len(t.input_ids) == 247 and len(full.token_ids) == 249
+    <|im_end|>\\n. The engine keeps the generated tokens; it must not 'fix' them. Legacy tool
+    turns miss the '\\n' at the tool boundary too; continuous tokens insert it there (context)."""
+    legacy = run_loop(qwen3, [CALL_SEATTLE, ANSWER], tool_turns="legacy")
+    full = render(qwen3, legacy.messages, legacy.tools, add_generation_prompt=False, spans=False)
+    assert len(legacy.input_ids) == 247 and len(full.token_ids) == 249
+    cont = run_loop(qwen3, [CALL_SEATTLE, ANSWER])
+    assert len(cont.input_ids) == 248 and full.token_ids[:248] == cont.input_ids
+    assert cont.response_ids[:25] == legacy.response_ids[:25]  # the generated ids, untouched
 
 
 def test_qwen25_tool_turn_strips_default_system_prompt():
     b = load_tokenizer("qwen2.5")
-    t = run_loop(b, [CALL_SEATTLE, ANSWER])
+    t = run_loop(b, [CALL_SEATTLE, ANSWER], tool_turns="legacy")
     tools_step = t.steps[2]
     assert tools_step.info.method == "verl" and tools_step.info.stripped_prefix_tokens == 21
     assert "You are Qwen" not in tools_step.text
@@ -176,13 +182,14 @@ def test_termination_response_length_during_generation(qwen3):
     assert t.steps[1].finish_reason == "length"
 
 
-def test_termination_response_length_on_tool_turn(qwen3):
-    # 25 generated + 28 tool tokens >= 40: verl drops the tool turn and stops
-    t = run_loop(qwen3, [CALL_SEATTLE, ANSWER], response_length=40)
+@pytest.mark.parametrize("mode,tool_tokens", [("legacy", 28), ("continuous", 29)])
+def test_termination_response_length_on_tool_turn(qwen3, mode, tool_tokens):
+    # 25 generated + 28 tool tokens (29 with the inserted separator) >= 40: verl drops the tool turn and stops
+    t = run_loop(qwen3, [CALL_SEATTLE, ANSWER], response_length=40, tool_turns=mode)
     assert t.termination_reason == "response_length"
     assert t.response_mask == [1] * 25
     assert t.steps[2].state == "processing_tools" and t.steps[2].info.not_appended is not None
-    assert t.steps[2].info.would_append_tokens == 28
+    assert t.steps[2].info.would_append_tokens == tool_tokens
 
 
 def test_termination_max_assistant_turns(qwen3):

@@ -136,12 +136,16 @@ def _oracle_text(bundle, messages, *, gen_prompt: bool) -> str:
                                                 add_generation_prompt=gen_prompt, tokenize=False)
 
 
-async def test_seed_scenario_is_token_exact_on_every_family(profile):
+@pytest.mark.parametrize("mode", ["continuous", "legacy"])
+async def test_seed_scenario_is_token_exact_on_every_family(profile, mode):
+    """Both tool_turns: legacy's tool turn is the text transformers renders after the
+    conversation once the tool message follows; continuous tokens add, before it, the whitespace
+    the template writes after the turn's end token (the separator generation stops before)."""
     bundle = load_tokenizer(profile)
     tok = bundle.tokenizer
     script = script_for(profile, bundle)
     gen = ScriptedGenerator(tok, script, stop_token_ids=bundle.stop_token_ids, encode=bundle.encode_generated)
-    trace = await AgentLoop(gen, bundle, tools=ToolRegistry.from_schemas([TOOL]), config=LoopConfig()).run(QUESTION)
+    trace = await AgentLoop(gen, bundle, tools=ToolRegistry.from_schemas([TOOL]), config=LoopConfig(tool_turns=mode)).run(QUESTION)
 
     assert trace.termination_reason == "no_tool_calls", (trace.termination_reason, [s.error for s in trace.steps])
     gen_steps = [s for s in trace.steps if s.state == "generating"]
@@ -167,12 +171,21 @@ async def test_seed_scenario_is_token_exact_on_every_family(profile):
     after = _oracle_text(bundle, [*history, tool_msg], gen_prompt=True)
     assert after.startswith(before)
     t_tool = tok.encode(after[len(before):], add_special_tokens=False)
+    end = tok.decode(t1[-1:])  # the end token the turn stopped at, and what the template writes after it
+    sep = before[len(before.rstrip()):] if before.rstrip().endswith(end) else ""
+    if mode == "continuous" and sep:
+        t_tool = tok.encode(sep, add_special_tokens=False) + t_tool
 
     assert [tuple(r) for r in mask_runs(trace.response_mask)] == [(1, len(t1)), (0, len(t_tool)), (1, len(t2))]
     assert trace.response_ids == t1 + t_tool + t2
     assert trace.messages[-1]["content"] == ANSWER
 
     tool_step = next(s for s in trace.steps if s.state == "processing_tools")
+    if mode == "continuous":
+        assert tool_step.info.method == "continuous"
+        assert (tool_step.info.boundary or {}).get("inserted", []) == (t_tool[: len(t_tool) - len(tok.encode(after[len(before):], add_special_tokens=False))])
+        assert not [f for f in check(trace, bundle) if f.code == "dropped_turn_separator"]
+        return
     assert tool_step.info.method in ("verl", "suffix")
     if tool_step.info.method == "suffix":  # verl's way fails or differs: the diagnostics say so
         assert tool_step.info.verl_error or tool_step.info.verl_tokens is not None
