@@ -545,16 +545,60 @@ def _drift_cause(trace: Trace, bundle: Any, ix: _Index, loop: list[int], rendere
     return "not_append_only" if i1 < len(loop) else "other"
 
 
-def _check_drift(trace: Trace, bundle: Any, ix: _Index, rendered: list[int]) -> list[Finding]:
-    tok = bundle.tokenizer
+@dataclass
+class Difference:
+    """One difference between the loop's ids and a full re-render of the final messages:
+    difflib's op over both token sequences, the loop and re-render spans, and its cause
+    (:data:`DRIFT_CAUSES`, or ``trailing_separator``: what the template writes after the last
+    turn, which no generation has)."""
+
+    op: str
+    loop: tuple[int, int]
+    render: tuple[int, int]
+    cause: str
+
+    @property
+    def position(self) -> int:
+        return self.loop[0]
+
+
+def rerender(trace: Trace, bundle: Any) -> tuple[str, list[int]]:
+    """``(text, ids)`` of the trace's final messages rendered again with ``bundle`` (its tools and
+    chat-template kwargs), no generation prompt: what a trainer that re-renders the messages
+    trains on. RenderError when the template cannot render them."""
+    from backend.rendering import render_ids
+
+    return render_ids(bundle, trace.messages, _render_tools(trace), add_generation_prompt=False,
+                      chat_template_kwargs=_template_kwargs(trace))
+
+
+def drift(trace: Trace, bundle: Any, rendered: list[int] | None = None, ix: _Index | None = None) -> list[Difference]:
+    """Every difference between the loop's ids and ``rendered`` (default: :func:`rerender`), with
+    its cause. Empty when the two are equal."""
+    if rendered is None:
+        rendered = rerender(trace, bundle)[1]
     loop = trace.input_ids
     if loop == rendered:
         return []
+    ix = ix or _Index(trace)
+    tok = bundle.tokenizer
     ops = [op for op in _opcodes(tok, loop, rendered) if op[0] != "equal"]
     end_ids = {i for i in (trace.tokenizer.eos_token_id, tok.eos_token_id) if isinstance(i, int)}
     end_ids.update(getattr(bundle, "stop_token_ids", ()) or ())
-    reasoning = tuple(m for m in ("<think>", "</think>", "<|channel|>analysis", "analysis<|message|>") if m in (bundle.chat_template or "") or m in _tok_repr(tok, loop))
-    causes = [_drift_cause(trace, bundle, ix, loop, rendered, op, end_ids, reasoning) for op in ops]
+    reasoning = tuple(m for m in ("<think>", "</think>", "<|channel|>analysis", "analysis<|message|>")
+                      if m in (bundle.chat_template or "") or m in _tok_repr(tok, loop))
+    return [Difference(op[0], (op[1], op[2]), (op[3], op[4]), _drift_cause(trace, bundle, ix, loop, rendered, op, end_ids, reasoning))
+            for op in ops]
+
+
+def _check_drift(trace: Trace, bundle: Any, ix: _Index, rendered: list[int]) -> list[Finding]:
+    tok = bundle.tokenizer
+    loop = trace.input_ids
+    diffs = drift(trace, bundle, rendered, ix)
+    if not diffs:
+        return []
+    ops = [(d.op, d.loop[0], d.loop[1], d.render[0], d.render[1]) for d in diffs]
+    causes = [d.cause for d in diffs]
     out: list[Finding] = []
     mode = trace.config.get("tool_turns") if isinstance(trace.config, dict) else None
     for (tag, i1, i2, j1, j2), cause in zip(ops, causes):
@@ -845,7 +889,7 @@ def _check_logprobs(trace: Trace, ix: _Index, th: LogprobThresholds) -> list[Fin
 
 
 def _token_checks(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
-    from backend.rendering import RenderError, render_ids
+    from backend.rendering import RenderError
 
     out: list[Finding] = []
     info = trace.tokenizer
@@ -858,8 +902,7 @@ def _token_checks(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
             )
         )
     try:
-        text, rendered = render_ids(bundle, trace.messages, _render_tools(trace), add_generation_prompt=False,
-                                    chat_template_kwargs=_template_kwargs(trace))
+        text, rendered = rerender(trace, bundle)
     except RenderError as e:
         return out + [Finding(C.CHECK_SKIPPED, "info", f"token-level checks skipped: the template cannot render the final messages: {_short(str(e), 200)}", Location(), {"check": "render"})]
     out += _check_thinking(trace, bundle, ix, text)

@@ -87,6 +87,7 @@ class TurnRule:
     def __init__(self, bundle: Any):
         self.bundle = bundle
         self._prefix_cache: dict[str, list[int]] = {}
+        self._tools_matter: dict[str, bool] = {}  # per tool set: whether the schemas change a tool turn's ids
 
     # ---- the new messages ------------------------------------------------------------------
     def synthetic_assistant(self, history: list[dict[str, Any]], new_messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -125,6 +126,23 @@ class TurnRule:
         """The ids the template adds for ``new_messages`` and the generation prompt, rendered after
         the synthetic context (a token suffix, checked to be one). RenderError when the template
         refuses the synthetic context or the suffix check fails."""
+        if tools:
+            # the tool schemas only change the (diffed-away) system prompt of most templates: checked
+            # once per tool set with and without them, and left out of later renders when the ids agree
+            key = json.dumps([tools, kwargs], sort_keys=True, default=str)
+            matter = self._tools_matter.get(key)
+            if matter is None:
+                with_tools = self._context_ids(history, new_messages, tools, kwargs)
+                if len(self._tools_matter) >= 64:
+                    self._tools_matter.clear()
+                self._tools_matter[key] = self._context_ids(history, new_messages, None, kwargs) != with_tools
+                return with_tools
+            if not matter:
+                tools = None
+        return self._context_ids(history, new_messages, tools, kwargs)
+
+    def _context_ids(self, history: list[dict[str, Any]], new_messages: list[dict[str, Any]], tools: Any,
+                     kwargs: dict[str, Any] | None) -> list[int]:
         prefix = self.synthetic_prefix(history, new_messages)
         try:
             before = self._prefix_ids(prefix, tools, kwargs)
