@@ -508,6 +508,7 @@ DRIFT_CAUSES = {
     "arguments_reserialized": "tool-call arguments the template writes another way",
     "tool_call_markup": "tool-call markup the template writes differently",
     "bpe_retokenization": "generated text the tokenizer splits differently on re-render",
+    "generated_text": "generated text the template writes another way (whitespace trimmed, a malformed call re-rendered)",
     "not_append_only": "earlier context the template renders differently once the conversation goes on",
     "other": "other",
 }
@@ -541,7 +542,7 @@ def _drift_cause(trace: Trace, bundle: Any, ix: _Index, loop: list[int], rendere
     if st is not None and st.state == StepState.GENERATING:
         if st.tool_calls:
             return "arguments_reserialized" if _norm_call_text(ltxt) == _norm_call_text(rtxt) else "tool_call_markup"
-        return "other"
+        return "generated_text"
     return "not_append_only" if i1 < len(loop) else "other"
 
 
