@@ -127,7 +127,8 @@ class Scenario:
 SCENARIOS = [
     Scenario(
         "01_weather.jsonl", "sample-weather-seattle", "weather in Seattle (seed 001)",
-        "Qwen3-4B-Instruct-2507 profile, one tool call then the answer: prompt 178 tokens, mask 25×1, 28×0, 16×1.",
+        "Qwen3-4B-Instruct-2507 profile, one tool call then the answer: prompt 178 tokens, mask 25×1, 29×0, 16×1 "
+        "(continuous tokens: the \\n after <|im_end|> inserted at the tool boundary, as verl >= 0.9 builds it).",
         "qwen3", [TEMPERATURE], [WEATHER_CALL, WEATHER_ANSWER], ["What's the weather in Seattle?"],
     ),
     Scenario(
@@ -191,6 +192,14 @@ SCENARIOS = [
         ["What's the weather in Seattle?", "And in Celsius?"],
         {"apply_chat_template_kwargs": {"enable_thinking": True}},
         system="You are a concise weather assistant.",
+    ),
+    Scenario(
+        "07_legacy_tool_turns.jsonl", "sample-legacy-tool-turns", "the seed run as verl < 0.9 built it",
+        "The weather run with tool_turns legacy (verl before 0.9, the seed's 25×1, 28×0, 16×1): the tool turn "
+        "follows <|im_end|> with no \\n, a boundary the template never renders; check warns "
+        "dropped_turn_separator at token 203.",
+        "qwen3", [TEMPERATURE], [WEATHER_CALL, WEATHER_ANSWER], ["What's the weather in Seattle?"],
+        {"tool_turns": "legacy"},
     ),
 ]
 

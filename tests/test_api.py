@@ -276,7 +276,7 @@ def _check_endpoint(name: str, out: Any, downloads: Path) -> None:
     text = json.dumps(out, ensure_ascii=False)
     if name in ("/app_load", "/inspector_open", "/refresh_inspector"):
         assert out[0]["value"] == FIRST_SAMPLE, out[0]
-        assert "sample-weather-seattle" in out[1] and "25×1 28×0 16×1" in out[1]  # the summary: id and mask runs
+        assert "sample-weather-seattle" in out[1] and "25×1 29×0 16×1" in out[1]  # the summary: id and mask runs
         assert 'data-step="1"' in out[10]  # the default step: the first generated turn
         if name == "/app_load":
             table = out[17]

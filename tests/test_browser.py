@@ -289,11 +289,12 @@ def test_every_tab_opens_and_shows_its_content(app, shots):
     assert [app.cell("insp-steps", r, 1).inner_text() for r in range(5)] == [
         "pending", "generating", "processing_tools", "generating", "terminated"]
     spans = app.js("Array.from(document.querySelectorAll('#insp-tokens .tv-c > span'), (s) => s.className)")
-    assert len(spans) == 247
+    assert len(spans) == 248
     kinds = "".join(c[0] for c in spans)  # p prompt, g generated (mask 1), j injected (mask 0)
-    assert kinds == "p" * 178 + "g" * 25 + "j" * 28 + "g" * 16
+    assert kinds == "p" * 178 + "g" * 25 + "j" * 29 + "g" * 16  # continuous tokens: the '\n' after <|im_end|> inserted
     assert app.text("#insp-tokens [data-count=generated]") == "41"
-    assert app.text("#insp-tokens [data-count=injected]") == "28"
+    assert app.text("#insp-tokens [data-count=injected]") == "29"
+    assert app.js("document.querySelectorAll('#insp-tokens .tv-ins').length") == 1  # the inserted token, marked
     assert app.js("document.querySelectorAll('#insp-chat .message-row').length") >= 4
     assert "What's the weather in Seattle?" in app.text("#insp-chat")
     assert "72°F" in app.text("#insp-chat")
@@ -301,14 +302,14 @@ def test_every_tab_opens_and_shows_its_content(app, shots):
     app.page.wait_for_selector("#insp-plot-tokens .main-svg")
     assert app.js("document.querySelectorAll('#insp-plot-tokens .bars path').length") >= 4
     assert app.js("document.querySelectorAll('#insp-plot-timeline .bars path').length") >= 4
-    assert "retokenization_drift" in app.text("#insp-diagnostics")
+    assert "mask_mismatch" in app.text("#insp-diagnostics")
     app.shot(shots, "inspector")
 
     # Trace files: the samples are listed
     app.tab("Trace files")
     app.page.wait_for_selector("#tf-table [data-row]")
-    assert app.rows("tf-table") == 7
-    assert "7 trace(s) from sample_traces/" in app.text("#tf-status")
+    assert app.rows("tf-table") == 8
+    assert "8 trace(s) from sample_traces/" in app.text("#tf-status")
     app.page.wait_for_selector("#tf-dist .main-svg")
     assert "no_tool_calls" in app.js("document.querySelector('#tf-dist').textContent")
     # the export button keeps its size; the file box appears with the file
@@ -432,7 +433,7 @@ def test_playground_scripted_run_stop_reset_save(app, tmp_path):
     trace = Trace.from_json(lines[0])
     assert trace.termination_reason == "no_tool_calls"
     assert len(trace.prompt_ids) == 178
-    assert trace.response_mask == [1] * 25 + [0] * 28 + [1] * 16
+    assert trace.response_mask == [1] * 25 + [0] * 29 + [1] * 16
 
     # Reset clears the conversation
     app.page.locator("#pg-reset").click()

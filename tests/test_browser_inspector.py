@@ -314,7 +314,7 @@ def test_row_chip_keys_and_dropdown_select_the_same_step(open_app):
     app.cell("insp-steps", 2, 1).click()
     wait_step(app, 2)
     wait_row(app, 2)
-    app.page.wait_for_function("document.querySelectorAll('#insp-tokens .tv-c > span.tv-in-sel').length === 28")
+    app.page.wait_for_function("document.querySelectorAll('#insp-tokens .tv-c > span.tv-in-sel').length === 29")
     assert app.js("Array.from(document.querySelectorAll('#insp .tv-mark.sel'), (a) => a.id)") == ["insp-step-2"]
     app.page.wait_for_function("""() => { const r = document.getElementById('insp-step-details').getBoundingClientRect();
                                           return r.top >= 0 && r.top < window.innerHeight / 2; }""")
@@ -546,11 +546,11 @@ def test_copy_buttons_put_the_steps_ids_and_mask_on_the_clipboard(browser, app_u
         weather = sample_trace(WEATHER)
         step = weather.steps[2]
         app.page.locator("#insp-step-head button.ali-copy[data-what='token ids']").click()
-        app.wait_text("#insp-step-head .ali-copy-status", "copied the token ids (28)")
+        app.wait_text("#insp-step-head .ali-copy-status", "copied the token ids (29)")
         assert json.loads(app.js("navigator.clipboard.readText()")) == weather.input_ids[step.start:step.end]
         app.page.locator("#insp-step-head button.ali-copy[data-what='mask']").click()
         app.wait_text("#insp-step-head .ali-copy-status", "copied the mask")
-        assert json.loads(app.js("navigator.clipboard.readText()")) == [0] * 28
+        assert json.loads(app.js("navigator.clipboard.readText()")) == [0] * 29
         app.cell("insp-steps", 1, 1).click()
         wait_step(app, 1)
         app.page.locator("#insp-step-head button.ali-copy[data-what='mask']").click()
@@ -568,7 +568,7 @@ def test_legend_names_each_kind_once(open_app):
     app = open_app()
     app.tab("Inspector")
     keys = app.js("Array.from(document.querySelectorAll('#insp-tokens .tv-key'), (k) => k.textContent.replace(/\\s+/g, ' ').trim())")
-    assert keys == ["prompt 178", "generated (mask 1) 41", "injected (mask 0) 28", "special 18", "total 247"], keys
+    assert keys == ["prompt 178", "generated (mask 1) 41", "injected (mask 0) 29", "special 18", "total 248"], keys
     app.assert_clean()
 
 

@@ -33,12 +33,15 @@ def ctx() -> AppContext:
 def test_samples_cover_the_scenarios(ctx):
     ids = {t.id for _, t in ctx.samples}
     assert {"sample-weather-seattle", "sample-parallel-calls", "sample-malformed-call", "sample-truncated-response",
-            "sample-hunyuan-format", "sample-thinking-multiturn-turn1", "sample-thinking-multiturn-turn2"} <= ids
+            "sample-hunyuan-format", "sample-thinking-multiturn-turn1", "sample-thinking-multiturn-turn2",
+            "sample-legacy-tool-turns"} <= ids
     total = sum(p.stat().st_size for p in SAMPLE_DIR.glob("*.jsonl"))
     assert total < 1_000_000
     by_id = {t.id: t for _, t in ctx.samples}
     w = by_id["sample-weather-seattle"]
-    assert len(w.prompt_ids) == 178 and inspector.mask_runs(w.response_mask) == [(1, 25), (0, 28), (1, 16)]
+    assert len(w.prompt_ids) == 178 and inspector.mask_runs(w.response_mask) == [(1, 25), (0, 29), (1, 16)]
+    legacy = by_id["sample-legacy-tool-turns"]  # the seed's own numbers: verl < 0.9's tool turns
+    assert inspector.mask_runs(legacy.response_mask) == [(1, 25), (0, 28), (1, 16)] and legacy.config["tool_turns"] == "legacy"
     assert by_id["sample-malformed-call"].termination_reason == "malformed_tool_call"
     assert by_id["sample-hunyuan-format"].metadata["parser"] == "hunyuan"
     assert any(r.truncated for s in by_id["sample-truncated-response"].steps for r in s.tool_results)
@@ -125,7 +128,7 @@ async def test_playground_scripted_run_is_the_seed_trace(ctx):
     chat_msgs, status, trace = out[-1]
     assert isinstance(trace, Trace)
     assert len(trace.prompt_ids) == 178
-    assert inspector.mask_runs(trace.response_mask) == [(1, 25), (0, 28), (1, 16)]
+    assert inspector.mask_runs(trace.response_mask) == [(1, 25), (0, 29), (1, 16)]  # continuous tokens, the default
     assert trace.termination_reason == "no_tool_calls"
     titles = [m.get("metadata", {}).get("title", "") for m in chat_msgs]
     assert any("Tool call · get_current_temperature" in t for t in titles)
@@ -249,7 +252,7 @@ def test_step_rows_and_choices(ctx):
     t = ctx.samples[0][1]
     df = inspector.step_rows(t)
     assert list(df["state"]) == ["pending", "generating", "processing_tools", "generating", "terminated"]
-    assert list(df["added"]) == [178, 25, 28, 16, 0]
+    assert list(df["added"]) == [178, 25, 29, 16, 0]
     assert inspector.default_step(t) == 1
     assert [v for _, v in inspector.step_choices(t)] == [0, 1, 2, 3, 4]
 
@@ -496,7 +499,7 @@ def test_trace_file_import_tokenizer_and_format_choice(ctx, tmp_path):
     sess = fresh(ctx)
     status, _ = trace_files.load_file(ctx, sess, ours, "verl")
     (t,) = [trace_files.file_trace(sess, i) for i in range(len(sess.file_traces))]
-    assert "token ids as given for 1" in status and len(t.prompt_ids) == 178 and inspector.mask_runs(t.response_mask) == [(1, 25), (0, 28), (1, 16)]
+    assert "token ids as given for 1" in status and len(t.prompt_ids) == 178 and inspector.mask_runs(t.response_mask) == [(1, 25), (0, 29), (1, 16)]
     # our own traces under auto: loaded as they are, not imported
     status, _ = trace_files.load_file(ctx, fresh(ctx), ours)
     assert "1 trace(s) loaded" in status and "imported" not in status

@@ -86,9 +86,9 @@ def weather():
 def test_one_span_per_token_with_mask_classes(qwen, weather):
     markup = tv.render_trace(weather, qwen.tokenizer)
     p = parse(markup)
-    assert len(p.tokens) == len(weather.prompt_ids) + len(weather.response_ids) == 247
+    assert len(p.tokens) == len(weather.prompt_ids) + len(weather.response_ids) == 248
     kinds = [t["class"].split()[0][0] for t in p.tokens]
-    expected = ["p"] * 178 + ["g"] * 25 + ["j"] * 28 + ["g"] * 16
+    expected = ["p"] * 178 + ["g"] * 25 + ["j"] * 29 + ["g"] * 16
     assert kinds == expected
     # neighbours alternate parity so token boundaries are visible
     assert [t["class"].split()[0][1] for t in p.tokens[:4]] == ["0", "1", "0", "1"]
@@ -121,7 +121,7 @@ def test_counts_per_mask_value(qwen, weather):
     counts = {a["data-count"]: None for _, a in p.tags if "data-count" in a}
     assert set(counts) == {"prompt", "generated", "injected", "special", "total"}
     # the numbers sit inside <b data-count=...>N</b>
-    for name, n in {"prompt": 178, "generated": 41, "injected": 28, "total": 247}.items():
+    for name, n in {"prompt": 178, "generated": 41, "injected": 29, "total": 248}.items():
         assert f'<b data-count="{name}">{n}</b>' in markup
     n_special = sum(1 for i in weather.input_ids if i in qwen.tokenizer.added_tokens_decoder)
     assert f'<b data-count="special">{n_special}</b>' in markup
