@@ -60,6 +60,7 @@ DEFAULT_LOOP_CONFIG = {
     "response_length": 4096, "max_assistant_turns": None, "max_user_turns": None, "max_parallel_calls": 1,
     "max_tool_response_length": 256, "tool_response_truncate_side": "middle", "apply_chat_template_kwargs": {}, "parser": None,
     "tool_timeout_s": 30.0, "on_tool_error": "feed_back", "tool_choice": "auto", "vllm_logprobs_mode": "raw",
+    "tool_turns": "continuous",
 }
 
 

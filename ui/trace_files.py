@@ -4,6 +4,9 @@ good ones load.
 
 A trace set (``--traces`` / ``ALI_TRACES``, or in local mode the folder field) is listed instead
 of the upload: that mode is ``ui/trace_sets.py``; this module builds the tab and wires both.
+
+The re-render audit of the tab's traces (an accordion under the charts) is ``ui/trace_audit.py``;
+which traces it audits and how its rows open are here (:func:`audit_source`, :func:`open_audit_row`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from backend.importers import FORMATS as IMPORT_FORMATS
 from backend.labels import trace_termination_label
 from backend.trace import Trace, TraceFileError, TraceFormatError, TraceIndex
 from backend.trace.index import summary_of_trace
-from ui import charts, run_charts
+from ui import charts, run_charts, trace_audit
 from ui.context import AppContext, Session, free_label, short_error
 from ui.trace_sets import (
     ALL,
@@ -180,6 +183,7 @@ class TraceFilesUI:
     # the trace set (a folder or glob: --traces, or in local mode the folder field; ui/trace_sets.py)
     set_ui: SetUI | None = None
     run: run_charts.RunChartsUI | None = None  # charts by training step (ui/run_charts.py)
+    audit: trace_audit.AuditUI | None = None  # the re-render audit of the tab's traces (ui/trace_audit.py)
 
 
 def _source(t: Trace) -> str:
@@ -493,9 +497,11 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
                        gr.Timer(1.0, active=bool(ctx.traces)))  # ticks once a set is shown
     # ---- charts by training step and the two-step comparison (ui/run_charts.py) ----
     run = run_charts.build(ctx)
+    # ---- the re-render audit of the tab's traces (ui/trace_audit.py) ----
+    audit = trace_audit.build()
     # ----
     return TraceFilesUI(upload, status, problems, reason_dd, source_dd, search, table, dist, export_fmt, export_btn, export_file,
-                        import_fmt, import_tok, count, set_ui, run=run)
+                        import_fmt, import_tok, count, set_ui, run=run, audit=audit)
 
 
 def table_outputs(session: Session, reason: str | None = ALL, source: str | None = ALL, query: str | None = "") -> list[Any]:
@@ -533,6 +539,71 @@ def match_count(session: Session, df: pd.DataFrame | None) -> str:
     if in_set_mode(session) and isinstance(df, pd.DataFrame) and "file" in df.columns:
         return set_count(session, shown)
     return f'<div class="ali-info" data-count="{shown}">{shown} of {len(session.file_traces)} shown</div>'
+
+
+def audit_key(session: Session) -> str:
+    """Changes when the tab shows other traces: another trace set, a new upload."""
+    if in_set_mode(session):
+        return f"set:{session.set_spec}"
+    return f"file:{session.file_name}:{id(session.file_rows)}:{id(session.file_index)}:{len(session.file_traces)}"
+
+
+def audit_source(session: Session, limit: int | None = None) -> trace_audit.Source:
+    """The traces the tab shows, for the re-render audit: the trace set's (in the order of its
+    index) or the uploaded file's (the samples), the first ``limit`` (default
+    :data:`ui.trace_audit.MAX_TRACES`) as items read one at a time, and how many there are in all.
+    Raises TraceFileError when the set cannot be read."""
+    limit = trace_audit.MAX_TRACES if limit is None else limit
+    Item = trace_audit.Item
+    if in_set_mode(session):
+        ts, _ = session_set(session)
+        df = ts.df
+        names = [os.path.basename(f.path or "?") for f in ts.files]
+        n = min(len(ts), limit)
+        ids, files, lines = df["id"].iloc[:n].tolist(), df["file"].iloc[:n].tolist(), df["line"].iloc[:n].tolist()
+        items = [Item(i, str(ids[i]), f"{names[int(files[i])]}:{lines[i]}", lambda i=i: ts.open(i)) for i in range(n)]
+        name = os.path.basename(os.path.normpath(session.set_spec or "")) or "the trace set"
+        return trace_audit.Source(items, len(ts), name, audit_key(session), is_set=True, limit=limit)
+    labels = session.file_traces
+    rows = session.file_rows if isinstance(session.file_rows, FileRows) else None
+    n = min(len(labels), limit)
+    if rows is not None:
+        ids = [str(x) for x in rows.index.cols["id"][:n]]
+    else:
+        ids = [session.traces[x].id if x in session.traces else x for x in labels[:n]]
+    items = [Item(i, ids[i], None, lambda i=i: file_trace(session, i)) for i in range(n)]
+    return trace_audit.Source(items, len(labels), session.file_name or "the uploaded file", audit_key(session), limit=limit)
+
+
+def open_audit_row(session: Session, row: dict[str, Any]) -> str:
+    """A row of the audit's rollout table (``#``, ``id``, and for a trace set ``file``) as a trace
+    of the session, the way the tab's own table opens one: its label. The row's id is checked (the
+    tab may show other traces since the audit); raises gr.Error with why it does not open."""
+    again = "the tab shows other traces since the audit: audit them again"
+    if in_set_mode(session):
+        if not str(row.get("file") or ""):
+            raise gr.Error(again)
+        try:
+            return open_set_row(session, row)
+        except (KeyError, IndexError, TraceFileError, OSError) as e:
+            raise gr.Error(f"{row.get('file')}: {short_error(e)}; {again}") from None
+    if row.get("file"):
+        raise gr.Error(again)
+    try:
+        i = int(row["#"])
+    except (KeyError, TypeError, ValueError):
+        raise gr.Error("no such row") from None
+    labels = session.file_traces
+    rows = session.file_rows if isinstance(session.file_rows, FileRows) else None
+    if not 0 <= i < len(labels):
+        raise gr.Error(again)
+    now = str(rows.index.cols["id"][i]) if rows is not None else getattr(session.traces.get(labels[i]), "id", None)
+    if now != str(row.get("id")):
+        raise gr.Error(again)
+    try:
+        return open_file_row(session, i)
+    except READ_ERRORS as e:
+        raise gr.Error(f"{session.file_name}: {short_error(e)}") from None
 
 
 def initial_status(session: Session) -> str:
@@ -602,6 +673,10 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
     # ---- charts by training step (ui/run_charts.py): redrawn when the table's trace set changes ----
     if ui.run is not None:
         run_charts.wire(ui.run, session, [ui.table])
+    # ---- the re-render audit (ui/trace_audit.py): its rows open in the Inspector as the table's do ----
+    if ui.audit is not None:
+        trace_audit.wire(ctx, ui.audit, session, audit_source, audit_key,
+                         lambda sess, row: fn_open(sess, open_audit_row(sess, row)), open_outputs, ui.table)
     # ----
 
     def on_export(sess: Session, df: pd.DataFrame | None = None, fmt: str = "jsonl"):
