@@ -102,8 +102,9 @@ class AgentLoop:
         # suffix for this template (backend.rendering.render_tool_turn)
         self._verl_agrees = False
         self._stop_ids = set(tokenizer.stop_token_ids)
-        # how a tool turn continues the sequence for this tokenizer + template (tool_turns "continuous")
-        self._rule = rule_for(tokenizer) if self.config.tool_turns == "continuous" else None
+        # how a tool turn continues the sequence for this tokenizer + template (tool_turns "continuous");
+        # picked on the first tool turn, off the event loop (a user's template renders in the guarded worker)
+        self._rule: Any = None
         policy = self.config.tool_choice_policy
         try:
             validate_policy(policy, [t.get("function", t).get("name") for t in self.tool_schemas])
@@ -427,8 +428,9 @@ class AgentLoop:
             except RenderError as e:
                 step.error = str(e) if info is None else f"{info.continuous_error}; legacy: {e}"
                 return self._end_step(run, step, t0, on_event, S.TERMINATED, R.RENDER_ERROR)
-            if info is not None:  # continuous mode, its render failed: the legacy ids, with the family's junction edit
+            if info is not None:
                 legacy.continuous_error = info.continuous_error
+            if info is not None and self._rule is not None:  # continuous, its render failed: legacy ids + the junction edit
                 edit = self._rule.edit((run.trace.response_ids or run.trace.prompt_ids)[-8:], ids, run.messages, new_messages)
                 if edit:
                     legacy.rule, relabel = self._rule.name, edit.relabel
@@ -461,6 +463,8 @@ class AgentLoop:
         info = StepInfo.empty()
         tail = (run.trace.response_ids or run.trace.prompt_ids)[-8:]  # the junction edit reads the last tokens only
         try:
+            if self._rule is None:
+                self._rule = await self._off_loop(rule_for, self.bundle, _size_hint=None)
             turn = await self._off_loop(
                 self._rule.turn, tail, run.messages, new_messages, self.tool_schemas or None,
                 self.config.apply_chat_template_kwargs, _size_hint=sum(len(m["content"]) for m in new_messages),

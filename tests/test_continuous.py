@@ -241,8 +241,12 @@ def test_traces_written_before_tool_turns_still_load_and_say_legacy():
     from backend.trace import load_traces
     from ui.inspector import tool_turns_label
 
-    res = load_traces(str(ROOT / "sample_traces" / "01_weather.jsonl"))
+    # the weather sample as the engine wrote it before tool_turns existed (commit 5b16559)
+    res = load_traces(str(ROOT / "tests" / "data" / "pre_tool_turns_weather.jsonl"))
     assert not res.problems and res.traces
     t = res.traces[0]
-    assert "tool_turns" not in t.config
+    assert "tool_turns" not in t.config and t.steps[2].info.method == "verl"
     assert tool_turns_label(t) == "legacy (not recorded)"
+    assert [tuple(r) for r in mask_runs(t.response_mask)] == [(1, 25), (0, 28), (1, 16)]
+    fs = [f for f in check(t, load_tokenizer("qwen3")) if f.code == "dropped_turn_separator"]
+    assert [f.location.token for f in fs] == [203] and fs[0].details["tool_turns"].startswith("legacy")

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import gradio as gr
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -255,8 +256,6 @@ def audit_view(ctx: AppContext, src: Source, *, budget_s: float = TIME_BUDGET_S,
 
 
 def build() -> AuditUI:
-    import gradio as gr
-
     with gr.Accordion("Re-render audit: would a trainer's full re-render of these traces give the ids the model was shown?",
                       open=False, elem_id="ta-section") as section:
         gr.Markdown("Many RL trainers build a training sample by rendering a rollout's final messages again. Each "
@@ -286,8 +285,6 @@ def wire(ctx: AppContext, ui: AuditUI, session: Any, source: Callable[[Any], Sou
     name) opened in the Inspector (the tab's own row-open outputs, ``open_outputs``); ``table``:
     the tab's trace table, whose changes tell when the tab shows other traces (the audit shown is
     then cleared)."""
-    import gradio as gr
-
     def on_audit(sess: Any, progress=gr.Progress()):  # noqa: B008 - gradio's way of asking for progress
         try:
             src = source(sess)
