@@ -87,6 +87,9 @@ def audit_trace(trace: Trace, bundle: Any) -> TraceAudit:
     except RenderError as e:
         a.error = f"render failed: {e}"
         return a
+    except Exception as e:  # noqa: BLE001 - a tokenizer or template that breaks on this trace: that trace only
+        a.error = f"not audited: {type(e).__name__}: {str(e)[:200]}"
+        return a
     a.render_tokens = len(rendered)
     turn = _turn_of(trace)
     for d in drift(trace, bundle, rendered):
@@ -131,7 +134,7 @@ class AuditReport:
     def sentence(self) -> str:
         n, b = len(self.audited), len(self.broken)
         skipped = len(self.traces) - n
-        tail = f" ({skipped} not audited: no token ids)" if skipped else ""
+        tail = f" ({skipped} not audited: no token ids or no tokenizer to re-render with)" if skipped else ""
         if not b:
             return f"0 of {n} rollouts break under a full re-render{tail}"
         causes = ", ".join(f"{k} {CAUSE_LABELS.get(c, c)}" for c, k in self.by_cause().items())

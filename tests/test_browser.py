@@ -287,7 +287,7 @@ def test_every_tab_opens_and_shows_its_content(app, shots):
     assert "sample-weather-seattle" in app.text("#insp-summary")
     assert app.rows("insp-steps") == 5
     assert [app.cell("insp-steps", r, 1).inner_text() for r in range(5)] == [
-        "pending", "generating", "processing_tools", "generating", "terminated"]
+        "pending", "generating", "processing_tools · +1 inserted", "generating", "terminated"]
     spans = app.js("Array.from(document.querySelectorAll('#insp-tokens .tv-c > span'), (s) => s.className)")
     assert len(spans) == 248
     kinds = "".join(c[0] for c in spans)  # p prompt, g generated (mask 1), j injected (mask 0)
@@ -486,7 +486,7 @@ def test_trace_file_upload_bad_line_and_open_in_inspector(app, tmp_path):
     app.page.wait_for_selector("#tab-inspector", state="visible")
     app.wait_text("#insp-summary", "uploaded-good-trace")
     assert app.js("document.querySelector('#insp-trace input').value").startswith("file · two_lines.jsonl")
-    app.page.wait_for_function("document.querySelectorAll('#insp-tokens .tv-c > span').length === 247")
+    app.page.wait_for_function("document.querySelectorAll('#insp-tokens .tv-c > span').length === 248")
     app.assert_clean()
 
 

@@ -38,13 +38,13 @@ def expected():
     return traces, audit(traces, lambda t: ctx.trace_bundle(t)[0] or "no tokenizer")
 
 
-def _open_and_run(app: App) -> None:
-    app.page.locator("#ta-section").get_by_text("Re-render audit", exact=False).first.click()
-    app.page.locator("#ta-run").click()
+def _open_and_run(page_app: App) -> None:
+    page_app.page.locator("#ta-section").get_by_text("Re-render audit", exact=False).first.click()
+    page_app.page.locator("#ta-run").click()
 
 
-def _cells(app: App, elem_id: str, col: int) -> list[str]:
-    return app.js(f"""Array.from(document.querySelectorAll('#{elem_id} [data-row][data-col="{col}"]'), (c) => c.innerText.trim())""")
+def _cells(page_app: App, elem_id: str, col: int) -> list[str]:
+    return page_app.js(f"""Array.from(document.querySelectorAll('#{elem_id} [data-row][data-col="{col}"]'), (c) => c.innerText.trim())""")
 
 
 def test_audit_the_samples_then_open_a_rollout(app, shots, expected):  # noqa: F811 - fixtures

@@ -251,7 +251,8 @@ def test_inspector_unknown_tokenizer_falls_back_to_ids(ctx):
 def test_step_rows_and_choices(ctx):
     t = ctx.samples[0][1]
     df = inspector.step_rows(t)
-    assert list(df["state"]) == ["pending", "generating", "processing_tools", "generating", "terminated"]
+    # the tool turn's junction edit (continuous tokens: the '\n' after <|im_end|>) is named on its row
+    assert list(df["state"]) == ["pending", "generating", "processing_tools · +1 inserted", "generating", "terminated"]
     assert list(df["added"]) == [178, 25, 29, 16, 0]
     assert inspector.default_step(t) == 1
     assert [v for _, v in inspector.step_choices(t)] == [0, 1, 2, 3, 4]

@@ -45,6 +45,8 @@ TURN_COLUMNS = ["turn", "cause", "places"]
 ROLLOUT_COLUMNS = ["#", "id", "breaks", "causes", "first break", "at turn"]
 SET_ROLLOUT_COLUMNS = [*ROLLOUT_COLUMNS, "file"]  # a trace set's rows also name their file and line
 YES, NO, NOT_AUDITED = "yes", "no", "not audited"
+WIDTHS = {len(ROLLOUT_COLUMNS): ["5%", "25%", "9%", "41%", "10%", "10%"],
+          len(SET_ROLLOUT_COLUMNS): ["5%", "19%", "8%", "36%", "9%", "8%", "15%"]}
 
 
 @dataclass
@@ -100,7 +102,7 @@ def bundle_finder(ctx: AppContext) -> Callable[[Trace], Any]:
         if key not in cache:
             bundle, note = ctx.trace_bundle(t)
             # the Inspector's note goes on "showing token ids only": here, nothing is audited
-            cache[key] = bundle if bundle is not None else f"not audited: {note.split(': showing token ids only')[0]}"
+            cache[key] = bundle if bundle is not None else note.split(': showing token ids only')[0]
         return cache[key]
 
     return find
@@ -127,12 +129,12 @@ def run_audit(ctx: AppContext, items: Iterable[Item], *, budget_s: float = TIME_
         try:
             t = it.open()
         except Exception as e:  # noqa: BLE001 - a bad record: listed with why
-            rep.traces.append(TraceAudit(id=it.id, error=f"not audited: could not read it ({short_error(e)})"))
+            rep.traces.append(TraceAudit(id=it.id, error=f"could not read it ({short_error(e)})"))
         else:
             try:
                 rep.traces.extend(audit([t], find).traces)
             except Exception as e:  # noqa: BLE001 - one trace's failure must not lose the others
-                rep.traces.append(TraceAudit(id=t.id, loop_tokens=len(t.input_ids), error=f"not audited: the audit failed ({short_error(e)})"))
+                rep.traces.append(TraceAudit(id=t.id, loop_tokens=len(t.input_ids), error=f"the audit failed ({short_error(e)})"))
         done.append(it)
     return rep, done, 0
 
@@ -144,6 +146,11 @@ def _label(cause: str) -> str:
     from backend.audit import CAUSE_LABELS
 
     return CAUSE_LABELS.get(cause, cause)
+
+
+def _short(cause: str) -> str:
+    """A cause in words without its parenthesis (the chart's axis, a rollout's cell)."""
+    return _label(cause).split(" (")[0]
 
 
 def _turn(k: int) -> str:
@@ -166,7 +173,7 @@ def turn_table(rep: Any) -> pd.DataFrame:
 def _causes_text(a: Any) -> str:
     if a.error and not a.differences:
         return a.error
-    return ", ".join(f"{_label(c)} ×{n}" for c, n in a.causes.items()) or "identical"
+    return ", ".join(f"{_short(c)} ×{n}" for c, n in a.causes.items()) or "identical"
 
 
 def rollout_table(rep: Any, items: list[Item], is_set: bool = False) -> pd.DataFrame:
@@ -192,7 +199,7 @@ def cause_figure(rep: Any) -> go.Figure:
     if not by:
         return empty_figure(title, "no rollout breaks" if rep.audited else "nothing was audited")
     names = list(by)[::-1]  # the most common on top
-    labels = [plot_text(_label(c) if len(_label(c)) <= 60 else _label(c)[:59] + "…") for c in names]
+    labels = [plot_text(_short(c) if len(_short(c)) <= 60 else _short(c)[:59] + "…") for c in names]
     fig = go.Figure()
     fig.add_bar(y=labels, x=[by[c] for c in names], orientation="h", marker_color=CHART["injected"], name="rollouts",
                 hovertext=[plot_text(_label(c)) for c in names], hoverinfo="text+x")
@@ -262,20 +269,29 @@ def build() -> AuditUI:
                     "trace loaded here (the uploaded file, or the trace set; at most "
                     f"{MAX_TRACES:,}) is re-rendered with its tokenizer and template and compared with the ids the "
                     "model was shown; every difference is named by cause and by the assistant turn it falls in "
-                    "(`python -m backend audit` prints the same). Click a rollout to inspect it.")
+                    "(on the command line: `python -m backend audit FILE_OR_SET`). Click a rollout to inspect it.")
         button = gr.Button("Audit these traces", elem_id="ta-run", variant="secondary")
         first = empty_outputs()
         summary = gr.HTML(first[0], elem_id="ta-summary")
         chart = gr.Plot(first[1], show_label=False, elem_id="ta-chart")
         with gr.Row():
             causes = gr.Dataframe(headers=CAUSE_COLUMNS, value=first[2], interactive=False, label="By cause (rollouts)",
-                                  elem_id="ta-causes", max_height=300, wrap=True)
+                                  elem_id="ta-causes", max_height=300, wrap=True, column_widths=["80%", "20%"])
             turns = gr.Dataframe(headers=TURN_COLUMNS, value=first[3], interactive=False,
-                                 label="By assistant turn (places that differ)", elem_id="ta-turns", max_height=300, wrap=True)
+                                 label="By assistant turn (places that differ)", elem_id="ta-turns", max_height=300, wrap=True,
+                                 column_widths=["15%", "65%", "20%"])
         rollouts = gr.Dataframe(headers=ROLLOUT_COLUMNS, value=first[4], interactive=False,
-                                label="Rollouts (click a row to inspect)", elem_id="ta-rollouts", max_height=420, wrap=True)
+                                label="Rollouts (click a row to inspect)", elem_id="ta-rollouts", max_height=420, wrap=True,
+                                column_widths=WIDTHS[len(ROLLOUT_COLUMNS)])
         key = gr.State("")
     return AuditUI(section, button, summary, chart, causes, turns, rollouts, key)
+
+
+def _sized(outputs: list[Any]) -> list[Any]:
+    """The view's outputs with the rollout table's column widths for its columns (a trace set's
+    rows also name their file)."""
+    *views, rollouts = outputs
+    return [*views, gr.update(value=rollouts, column_widths=WIDTHS[len(rollouts.columns)])]
 
 
 def wire(ctx: AppContext, ui: AuditUI, session: Any, source: Callable[[Any], Source], key_of: Callable[[Any], str],
@@ -285,11 +301,12 @@ def wire(ctx: AppContext, ui: AuditUI, session: Any, source: Callable[[Any], Sou
     name) opened in the Inspector (the tab's own row-open outputs, ``open_outputs``); ``table``:
     the tab's trace table, whose changes tell when the tab shows other traces (the audit shown is
     then cleared)."""
+
     def on_audit(sess: Any, progress=gr.Progress()):  # noqa: B008 - gradio's way of asking for progress
         try:
             src = source(sess)
         except Exception as e:  # noqa: BLE001 - a set that cannot be read: a message
-            return [*empty_outputs(f"Could not list the traces to audit: {short_error(e)}", "err"), ""]
+            return [*_sized(empty_outputs(f"Could not list the traces to audit: {short_error(e)}", "err")), ""]
         n = len(src.items)
         step = max(1, n // 100)
 
@@ -297,7 +314,7 @@ def wire(ctx: AppContext, ui: AuditUI, session: Any, source: Callable[[Any], Sou
             if k % step == 0:
                 progress((k, n), desc="auditing", unit="traces")
 
-        return [*audit_view(ctx, src, progress=tick), src.key]
+        return [*_sized(audit_view(ctx, src, progress=tick)), src.key]
 
     def on_select(sess: Any, df: pd.DataFrame, evt: gr.SelectData):
         values = getattr(evt, "row_value", None)
@@ -321,7 +338,7 @@ def wire(ctx: AppContext, ui: AuditUI, session: Any, source: Callable[[Any], Sou
             now = ""
         if now == key:
             return [gr.skip()] * (len(ui.outputs()))
-        return [*empty_outputs("The tab shows other traces now: audit them again."), ""]
+        return [*_sized(empty_outputs("The tab shows other traces now: audit them again.")), ""]
 
     ui.button.click(on_audit, [session], ui.outputs(), api_visibility="private", concurrency_limit=CONCURRENCY,
                     concurrency_id="trace_audit")

@@ -38,12 +38,12 @@ def run(args) -> int:
     import glob
 
     from backend.audit import CAUSE_LABELS, audit
-    from backend.cli.check import _bundle_for, _set_traces
+    from backend.cli.check import bundle_for_trace, set_traces
     from backend.importers import load_any
     from backend.trace import TraceFileError
 
     if os.path.isdir(args.traces) or (glob.has_magic(args.traces) and not os.path.exists(args.traces)):
-        source, problems = _set_traces(args.traces, args.tokenizer)
+        source, problems = set_traces(args.traces, args.tokenizer)
     else:
         if not os.path.exists(args.traces):
             raise CLIError(f"trace file not found: {args.traces}")
@@ -55,7 +55,7 @@ def run(args) -> int:
     cache: dict = {}
 
     def bundle_for(t):
-        bundle, why = _bundle_for(t, args, cache)
+        bundle, why = bundle_for_trace(t, args, cache)
         return bundle if bundle is not None else why
 
     rep = audit(source, bundle_for)

@@ -36,7 +36,7 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _bundle_for(trace, args, cache: dict):
+def bundle_for_trace(trace, args, cache: dict):
     from backend.tokenizers import PROFILES, load_tokenizer, trl_template_names
 
     if args.no_tokens:
@@ -68,7 +68,7 @@ def run(args) -> int:
     from backend.trace import TraceFileError
 
     if os.path.isdir(args.traces) or (glob.has_magic(args.traces) and not os.path.exists(args.traces)):
-        source, problems = _set_traces(args.traces, args.tokenizer)
+        source, problems = set_traces(args.traces, args.tokenizer)
     else:
         if not os.path.exists(args.traces):
             raise CLIError(f"trace file not found: {args.traces}")
@@ -94,7 +94,7 @@ def run(args) -> int:
         ids.add(t.id)
         if wanted and t.id not in wanted:
             continue
-        bundle, why = _bundle_for(t, args, cache)
+        bundle, why = bundle_for_trace(t, args, cache)
         fs = check(t, bundle, logprob_thresholds=th)
         if why:
             fs.append(Finding(FindingCode.CHECK_SKIPPED, "info", why, Location(), {"check": "tokenizer"}))
@@ -131,7 +131,7 @@ def run(args) -> int:
     return 0
 
 
-def _set_traces(spec: str, tokenizer: str | None = None):
+def set_traces(spec: str, tokenizer: str | None = None):
     """The traces of a trace set, read one at a time through its index (a set need not fit in
     memory), and its bad records (``file``, ``line``, ``reason``; a record found bad when read is
     added as it is met)."""
