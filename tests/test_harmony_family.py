@@ -424,7 +424,7 @@ async def test_seed_scenario_through_the_agent_loop(renderer):
     assert trace.response_ids == t1 + t_tool + t2
     assert trace.messages == SEED_MESSAGES
     step = next(s for s in trace.steps if s.state == "processing_tools")
-    assert step.info.method == "suffix"
+    assert step.info.method == "continuous" and step.info.boundary is None  # Harmony: nothing between <|call|> and the tool
 
     # the whole sequence is harmony's training render with analysis kept; by default harmony
     # drops the call turn's analysis once the answer closes the conversation

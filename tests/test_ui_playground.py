@@ -230,7 +230,7 @@ def test_trace_table_match_count(ctx):
     df = out[2]
     assert 0 < len(df) < len(sess.file_traces)
     assert trace_files.match_count(sess, df) == f'<div class="ali-info" data-count="{len(df)}">{len(df)} of {len(sess.file_traces)} shown</div>'
-    assert "7 of 7 shown" in trace_files.match_count(sess, trace_files.table_outputs(sess)[2])
+    assert "8 of 8 shown" in trace_files.match_count(sess, trace_files.table_outputs(sess)[2])
 
 
 def test_an_imported_trace_without_an_end_state_is_labelled_in_the_table(ctx, tmp_path):

@@ -131,8 +131,14 @@ def test_step_anchors_and_jump_buttons(qwen, weather):
     markup = tv.render_trace(weather, qwen.tokenizer, prefix="xyz")
     p = parse(markup)
     steps = [s for s in weather.steps if s.end > s.start]
-    assert [a["id"] for a in p.anchors] == [f"xyz-step-{s.index}" for s in steps]
-    for a, s in zip(p.anchors, steps):
+    marks = [a for a in p.anchors if "tv-mark" in a.get("class", "")]
+    assert [a["id"] for a in marks] == [f"xyz-step-{s.index}" for s in steps]
+    # the token the tool turn's junction edit inserted (continuous tokens) has a mark of its own, before it
+    (ins,) = [a for a in p.anchors if "tv-ins" in a.get("class", "")]
+    b = weather.steps[2].info.boundary
+    assert (int(ins["data-start"]), int(ins["data-end"])) == (b["position"], b["position"] + len(b["inserted"]))
+    assert "mask 0" in ins["title"] and "&lt;" not in ins["title"]  # the title is attribute text, decoded once
+    for a, s in zip(marks, steps):
         assert (int(a["data-start"]), int(a["data-end"])) == (s.start, s.end)
     jumps = [a["data-jump"] for _, a in p.tags if "data-jump" in a]
     assert jumps == [f"xyz-step-{s.index}" for s in steps]
