@@ -12,7 +12,7 @@ instead (:mod:`backend.mistral_family`, :mod:`backend.harmony_family`).
 A template that does not fit the tokenizer (another family's special tokens split into pieces,
 an EOS it never writes, a trl template written for another vocabulary) is reported by
 :func:`template_fit_warnings` / :meth:`TokenizerBundle.template_warnings`, never silently used.
-Built tokenizers are cached under :func:`backend.models.cache_root` (never inside site-packages).
+Built tokenizers are cached under :func:`backend.cache.cache_root` (never inside site-packages).
 """
 
 from __future__ import annotations

