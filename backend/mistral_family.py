@@ -207,6 +207,10 @@ class MistralRenderer:
         """The ids a model generated for ``text`` (see :func:`encode_generated`)."""
         return encode_generated(self.tokenizer, text)
 
+    def decode_with_offsets(self, ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
+        """The text of ``ids`` and each token's character span in it (see :func:`decode_with_offsets`)."""
+        return decode_with_offsets(self.tokenizer, ids)
+
     def decode(self, ids: list[int]) -> str:
         """mistral-common's decode with the special tokens kept."""
         from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
