@@ -13,6 +13,7 @@ import time
 import pytest
 
 from backend import cache, models
+from backend.families import smollm2
 from backend.generators.base import Constraint, GenerationError, SamplingParams
 from backend.generators.factory import create_generator, default_backend, normalize_backend
 from backend.generators.transformers_local import TransformersGenerator
@@ -254,7 +255,7 @@ def test_cache_root_on_a_space_uses_its_persistent_storage(monkeypatch, tmp_path
 def smol_tok():
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(models.smollm2_tokenizer_dir())
+    return AutoTokenizer.from_pretrained(smollm2.smollm2_tokenizer_dir())
 
 
 def render(tok, messages, **kw):

@@ -18,9 +18,10 @@ import pytest
 
 from backend.diagnostics import check
 from backend.engine import AgentLoop, LoopConfig
+from backend.families import PROFILES
 from backend.generators.scripted import ScriptedGenerator
 from backend.parsers import get_parser
-from backend.tokenizers import PROFILES, describe_profiles, load_tokenizer, template_fit_warnings
+from backend.tokenizers import describe_profiles, load_tokenizer, template_fit_warnings
 from backend.tools import ToolRegistry
 from backend.trace.builder import mask_runs
 
@@ -215,7 +216,7 @@ def _check_mistral(bundle, trace, t1: list[int], t2: list[int]) -> None:
     as an OpenAI-style request (call ids as Mistral requires them: 9 letters/digits)."""
     from mistral_common.protocol.instruct.request import ChatCompletionRequest
 
-    from backend.mistral_family import mistral_call_id
+    from backend.families.mistral import mistral_call_id
 
     call = trace.messages[1]["tool_calls"][0]
     cid = mistral_call_id(call["id"])
@@ -335,7 +336,7 @@ def _check_harmony(bundle, trace, t1: list[int], t2: list[int]) -> None:
     conversation as its own message classes."""
     from openai_harmony import Author, Conversation, DeveloperContent, Message, Role, SystemContent, ToolDescription
 
-    from backend.vocab import harmony_encoding
+    from backend.families.gpt_oss import harmony_encoding
 
     enc = harmony_encoding()
     fn = SCHEMA["function"]
