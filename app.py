@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     if hardware.zerogpu():
         import spaces  # noqa: F401 - before anything touches torch / CUDA (ZeroGPU patches torch on import)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    from backend.models import use_space_storage
+    from backend.cache import use_space_storage
 
     data = use_space_storage()  # before huggingface_hub is imported: it reads HF_HOME then
     if data is not None:

@@ -1,5 +1,5 @@
 """Byte-level BPE tokenizers from tiktoken-style ranks: the builder every rank-based offline
-vocabulary uses (Qwen2/3 in :mod:`backend.models`, the other families in :mod:`backend.vocab`),
+vocabulary uses (the recipes in :mod:`backend.families`: Qwen2/3, Qwen3.5, Llama 3, o200k_harmony),
 and the loader of the folders it writes. A leaf: it imports nothing from the project but errors.
 """
 
@@ -131,9 +131,9 @@ def build_bpe_files(
 
 @lru_cache(maxsize=8)
 def load_folder_tokenizer(folder: str):
-    """A tokenizer folder this module (or :mod:`backend.vocab`) wrote, constructed straight from
-    its tokenizer.json: much faster than AutoTokenizer (which imports torch and re-checks the
-    vocabulary)."""
+    """A tokenizer folder a family's recipe wrote (with this module's builder, or a tokenizer.json
+    copied as is), constructed straight from its tokenizer.json: much faster than AutoTokenizer
+    (which imports torch and re-checks the vocabulary)."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 

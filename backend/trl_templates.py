@@ -7,13 +7,13 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from backend import models
+from backend import cache
 from backend.errors import TokenizerLoadError
 
 
 @lru_cache(maxsize=1)
 def _trl_templates_dir() -> Path | None:
-    root = models.package_dir("trl")
+    root = cache.package_dir("trl")
     return root / "chat_templates" if root is not None else None
 
 

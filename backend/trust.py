@@ -173,7 +173,7 @@ class TrustPolicy:
         """A visitor's tokenizer choice, or :class:`VisitorInputError`. In public mode only the
         offline profiles and the operator's tokenizers; in local mode anything (a hub id or a
         path is loaded as typed, and its template is treated as untrusted)."""
-        from backend.tokenizers import PROFILES
+        from backend.families import PROFILES
 
         n = check_text(name, label, 1000).strip()
         if not n:
@@ -185,7 +185,7 @@ class TrustPolicy:
                                 f" ({', '.join([*PROFILES, *self.operator_tokenizers])}); hub ids and paths are not loaded")
 
     def is_operator_tokenizer(self, name: str) -> bool:
-        from backend.tokenizers import PROFILES
+        from backend.families import PROFILES
 
         return name in PROFILES or name in self.operator_tokenizers
 

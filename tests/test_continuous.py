@@ -20,10 +20,10 @@ import pytest
 from backend.config import LoopConfig
 from backend.diagnostics import check
 from backend.engine import AgentLoop
-from backend.families import RULES, rule_for
+from backend.families import PROFILES, RULES, rule_for
 from backend.generators.scripted import ScriptedGenerator
 from backend.rendering import render_ids
-from backend.tokenizers import PROFILES, load_tokenizer
+from backend.tokenizers import load_tokenizer
 from backend.tools import ToolRegistry
 from backend.trace import Trace
 from backend.trace.builder import mask_runs

@@ -18,9 +18,10 @@ import pytest
 
 from backend.diagnostics import check
 from backend.engine import AgentLoop, LoopConfig
+from backend.families import PROFILES
 from backend.generators.scripted import ScriptedGenerator
 from backend.parsers import get_parser
-from backend.tokenizers import PROFILES, describe_profiles, load_tokenizer, template_fit_warnings
+from backend.tokenizers import describe_profiles, load_tokenizer, template_fit_warnings
 from backend.tools import ToolRegistry
 from backend.trace.builder import mask_runs
 
@@ -73,6 +74,33 @@ def test_profiles_table_has_every_family_the_issue_names():
     for r in rows.values():
         assert {"name", "family", "vocabulary_source", "template", "eos", "format"} <= set(r)
         get_parser(r["format"])  # every declared format is a parser `parse --format` takes
+
+
+def test_a_family_is_one_module_and_its_name_in_the_list():
+    """Every family module in backend/families/ is in FAMILIES and declares its five tables; the
+    registry's tables are theirs joined in that order; every profile's vocabulary is declared by
+    a family; the rules are tried in the match order they had before the families were split out."""
+    import pkgutil
+
+    import backend.families as fam
+    from backend.families.base import TurnRule
+
+    shared = {"base", "profile", "chatml", "encoder"}  # the contract, the data types, rules several families share
+    modules = {m.name for m in pkgutil.iter_modules(fam.__path__)} - shared
+    assert modules == {f.__name__.rpartition(".")[2] for f in fam.FAMILIES}
+    for f in fam.FAMILIES:
+        for table in ("PROFILES", "VOCABULARIES", "OWN_VOCABULARIES", "MODEL_NAMES", "RULES"):
+            assert isinstance(getattr(f, table), tuple), (f.__name__, table)
+        assert f.RULES and all(issubclass(r, TurnRule) for r in f.RULES), f.__name__
+    assert list(fam.PROFILES) == [p.name for f in fam.FAMILIES for p in f.PROFILES]
+    assert list(PROFILES) == ["qwen3", "qwen3-thinking", "qwen2.5", "qwen3.5", "llama3", "gpt-oss", "gpt-oss-harmony",
+                              "deepseek-v3", "mistral", "smollm2"]
+    for p in PROFILES.values():
+        assert (p.vocabulary in fam.VOCABULARIES) != (p.vocabulary in fam.OWN_VOCABULARIES), p.name
+        assert p.trl_template or p.template, p.name
+    assert fam.HUB_ONLY == ("glm", "minimax")
+    assert [r.name for r in fam.RULES] == ["encoder", "gpt-oss", "deepseek", "glm", "minimax", "llama3", "chatml", "derived"]
+    assert {profile for _, profile in fam.FAMILY_PATTERNS} <= set(PROFILES)
 
 
 def test_profiles_cli_json_lists_the_table():
@@ -215,7 +243,7 @@ def _check_mistral(bundle, trace, t1: list[int], t2: list[int]) -> None:
     as an OpenAI-style request (call ids as Mistral requires them: 9 letters/digits)."""
     from mistral_common.protocol.instruct.request import ChatCompletionRequest
 
-    from backend.mistral_family import mistral_call_id
+    from backend.families.mistral import mistral_call_id
 
     call = trace.messages[1]["tool_calls"][0]
     cid = mistral_call_id(call["id"])
@@ -335,7 +363,7 @@ def _check_harmony(bundle, trace, t1: list[int], t2: list[int]) -> None:
     conversation as its own message classes."""
     from openai_harmony import Author, Conversation, DeveloperContent, Message, Role, SystemContent, ToolDescription
 
-    from backend.vocab import harmony_encoding
+    from backend.families.gpt_oss import harmony_encoding
 
     enc = harmony_encoding()
     fn = SCHEMA["function"]

@@ -1,4 +1,4 @@
-"""backend.harmony_family against its oracles: openai-harmony's own renderer, fed conversations
+"""backend.families.gpt_oss's Harmony renderer against its oracles: openai-harmony's own renderer, fed conversations
 built here straight from harmony's message classes (not through our conversion), and trl's
 ``gptoss.jinja`` through transformers for :func:`template_differences`.
 
@@ -27,14 +27,13 @@ from openai_harmony import (
 
 from backend.engine import AgentLoop, LoopConfig
 from backend.errors import UserError
+from backend.families.gpt_oss import HarmonyRenderer, HarmonyRenderError, harmony_encoding, template_differences
 from backend.generators.scripted import ScriptedGenerator
-from backend.harmony_family import HarmonyRenderer, HarmonyRenderError, template_differences
 from backend.parsers import get_parser
 from backend.rendering import RenderError
 from backend.tokenizers import TokenizerBundle
 from backend.tools import ToolRegistry
 from backend.trace.builder import mask_runs
-from backend.vocab import harmony_encoding
 
 DATE = "2025-06-28"
 STRINGS = ["Paris", "Zürich 中文 😀", 'say "hi"\\n', "tab\there\nnewline", "", "a/b\\c", "🧬 𝔘ñï", "x <|end|> y"]

@@ -9,6 +9,10 @@
   the importers, the Parquet guard, the generators, the engine or the UI (the importers give the
   trace-set catalogue a hook instead); ``backend.tool_choice`` takes ``Constraint`` from the leaf
   ``backend.generators.constraints``, not from the generator interface;
+- the families sit under the tokenizer layer (issue 29): no ``backend.families`` module imports the
+  tokenizer layer, the models, the generators, the engine or the UI, and what the families build
+  on (rendering, the vocabulary machinery, the build cache) imports no family and not the
+  tokenizer layer: it takes what it needs as arguments;
 - no import cycle among the benchmarks (``bench/*.py``; what they share is in ``bench/common.py``).
 """
 
@@ -167,11 +171,12 @@ def _under(name: str, roots: tuple[str, ...]) -> bool:
     return any(name == r or name.startswith(r + ".") for r in roots)
 
 
-def _upward(mod: str, path: str | None = None) -> list[str]:
-    """``"mod:line imports what"`` for each import of ``mod`` that names something above the trace layer."""
+def _upward(mod: str, path: str | None = None, above: tuple[str, ...] = ABOVE_THE_TRACE_LAYER) -> list[str]:
+    """``"mod:line imports what"`` for each import of ``mod`` that names something in ``above``
+    (by default: above the trace layer)."""
     out = []
     for target, name, line in _imports(mod, path):
-        bad = [n for n in _names(target, name) if _under(n, ABOVE_THE_TRACE_LAYER)]
+        bad = [n for n in _names(target, name) if _under(n, above)]
         if bad:
             out.append(f"{mod}:{line} imports {bad[0]}")
     return out
@@ -202,6 +207,37 @@ def test_tool_choice_takes_constraint_from_the_leaf():
     gens = [f"line {line}: {n}" for target, name, line in _imports("backend.tool_choice") for n in _names(target, name)
             if _under(n, ("backend.generators",))]
     assert gens and all(g.split(": ")[1].startswith("backend.generators.constraints") for g in gens), gens
+
+
+# ---- the families (issue 29) ------------------------------------------------------------------------
+
+# what the family modules sit under: the tokenizer layer reads their tables, the models are built
+# on their tokenizers, the engine and the UI use both
+ABOVE_THE_FAMILIES = ("backend.tokenizers", "backend.models", "backend.generators", "backend.engine", "ui")
+
+
+def test_the_families_import_nothing_above_them():
+    fams = [m for m in MODULES if m == "backend.families" or m.startswith("backend.families.")]
+    assert {"backend.families", "backend.families.qwen", "backend.families.gpt_oss", "backend.families.mistral"} <= set(fams)
+    assert [bad for m in fams for bad in _upward(m, above=ABOVE_THE_FAMILIES)] == []
+
+
+def test_what_the_families_build_on_imports_no_family():
+    """Rendering (the rules render through it), the vocabulary machinery and the build cache (the
+    recipes build with them) take the bundle or the vocabulary as an argument."""
+    under = ["backend.rendering", "backend.vocab", "backend.cache", "backend.bpe", "backend.trl_templates"]
+    assert [bad for m in under for bad in _upward(m, above=("backend.families", "backend.tokenizers", "backend.models"))] == []
+
+
+def test_the_family_check_finds_the_old_arrows(tmp_path):
+    """The checker itself, on the imports rendering had before the families were split out (the
+    bundle type from the tokenizer layer; Mistral's decoder, inside a function)."""
+    p = tmp_path / "old_rendering.py"
+    p.write_text("from backend.tokenizers import TokenizerBundle\n"
+                 "def render():\n    from backend.families.mistral import decode_with_offsets\n", encoding="utf-8")
+    found = [x.split(" imports ")[1] for x in _upward("backend.rendering", str(p),
+                                                       above=("backend.families", "backend.tokenizers"))]
+    assert found == ["backend.tokenizers", "backend.families.mistral"]
 
 
 BENCH = os.path.join(ROOT, "bench")

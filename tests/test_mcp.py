@@ -137,7 +137,7 @@ FAMILY_FIRST_TOKENS = {  # how each family's prompt opens (its own special token
 
 
 async def test_every_offline_profile_renders_with_its_own_special_tokens(app_url):
-    from backend.tokenizers import PROFILES
+    from backend.families import PROFILES
 
     assert set(FAMILY_FIRST_TOKENS) == set(PROFILES)
     async with mcp_session(app_url) as s:

@@ -1,4 +1,4 @@
-"""backend.mistral_family against its oracles: mistral-common's own encoder (a separately loaded
+"""backend.families.mistral (Mistral's renderer) against its oracles: mistral-common's own encoder (a separately loaded
 ``MistralTokenizer`` fed a request built from mistral-common's message classes), transformers'
 ``MistralCommonBackend.apply_chat_template``, and vLLM's ``mistral`` tool parser."""
 
@@ -19,7 +19,7 @@ from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
 from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 
 from backend.errors import UserError
-from backend.mistral_family import (
+from backend.families.mistral import (
     MistralRenderer,
     MistralRenderError,
     decode_with_offsets,

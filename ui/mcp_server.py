@@ -43,9 +43,9 @@ import anyio
 from pydantic import BaseModel, Field
 
 from backend.errors import UserError
+from backend.families import PROFILES
 from backend.parsers import available_parsers
 from backend.template_errors import RenderError
-from backend.tokenizers import PROFILES
 from backend.trust import MAX_FIELD_CHARS, Mode, Range, check_text, is_loopback
 
 if TYPE_CHECKING:

@@ -195,7 +195,7 @@ def run_lab(ctx: AppContext, messages_text: str, tools_text: str, gen_prompt: bo
 
 def tokenizer_choices(ctx: AppContext) -> list[str]:
     """What a tokenizer field lists: the offline profiles and the model's own tokenizer."""
-    from backend.tokenizers import PROFILES
+    from backend.families import PROFILES
 
     names = list(PROFILES)
     own = ctx.model_tokenizer_name()

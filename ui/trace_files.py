@@ -299,7 +299,7 @@ def import_tokenizers(ctx: AppContext) -> list[str]:
     """Tokenizers an upload may be imported with: the offline profiles, and the model's own
     when the model service has one loaded. Never a typed hub id or path: on a shared deployment
     an upload must not make the server fetch or read what a visitor names."""
-    from backend.tokenizers import PROFILES
+    from backend.families import PROFILES
 
     names = list(PROFILES)
     own = getattr(ctx.model.bundle, "name", None)

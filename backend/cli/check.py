@@ -37,7 +37,8 @@ def register(sub) -> None:
 
 
 def bundle_for_trace(trace, args, cache: dict):
-    from backend.tokenizers import PROFILES, load_tokenizer, trl_template_names
+    from backend.families import PROFILES
+    from backend.tokenizers import load_tokenizer, trl_template_names
 
     if args.no_tokens:
         return None, None

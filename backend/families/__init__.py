@@ -1,63 +1,83 @@
-"""Model families: how each continues a token sequence after a tool call (verl 0.9's Continuous
-Token builders, written from their contract; see :mod:`backend.families.base`).
+"""Model families: one module per family, and this registry of them.
 
-One module per family, one row in :data:`RULES`. :func:`rule_for` picks the first rule whose
-``matches`` accepts the tokenizer and template (read from the vocabulary and the template itself,
-so a hub model or a user's template gets its family's rule too); :class:`DerivedRule` is the
-fallback for any other template: the whitespace it writes after an end-of-turn token, found by
-rendering a probe conversation."""
+A family module holds everything the product knows of the family, and declares it in five
+tables (empty where the family has none):
+
+- ``PROFILES``: its offline profiles (:class:`~backend.families.profile.Profile`, one per
+  ``--tokenizer`` name): vocabulary, default template, tool-call format, stop tokens (besides the
+  vocabulary's EOS), reasoning markers, and its reference renderer where its encoder is not Jinja;
+- ``VOCABULARIES``: the vocabularies it rebuilds from a registry package
+  (:class:`backend.vocab.Vocabulary`: source files, special tokens, recipe);
+- ``OWN_VOCABULARIES``: the ones it builds or loads itself
+  (:class:`~backend.families.profile.OwnVocabulary`);
+- ``MODEL_NAMES``: ``(regex, profile)`` pairs that place a model by its name (first match wins);
+- ``RULES``: how it continues a token sequence after a tool call (verl 0.9's Continuous Token
+  builders, written from their contract; see :mod:`backend.families.base`). Rules that several
+  families share live in their own module (:mod:`~backend.families.chatml`,
+  :mod:`~backend.families.encoder`).
+
+A new family is one module and its name in :data:`FAMILIES`. The tables below are the families'
+tables joined in that order. :func:`rule_for` picks the first rule (by ``priority``, then in
+``FAMILIES`` order) whose ``matches`` accepts the tokenizer and template (read from the vocabulary
+and the template itself, so a hub model or a user's template gets its family's rule too);
+:class:`~backend.families.base.DerivedRule` is the fallback for any other template: the
+whitespace it writes after an end-of-turn token, found by rendering a probe conversation."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from backend.families.base import ContextTurn, Edit, SeparatorRule, TurnRule, turn_separator
-from backend.families.chatml import ChatMLRule
-from backend.families.deepseek import DeepSeekRule
-from backend.families.encoder import EncoderRule
-from backend.families.glm import GLMRule
-from backend.families.gpt_oss import GptOssRule
-from backend.families.llama3 import Llama3Rule
-from backend.families.minimax import MiniMaxRule
+from backend import vocab
+from backend.errors import ModelBuildError
+from backend.families import deepseek, glm, gpt_oss, llama3, minimax, mistral, qwen, smollm2
+from backend.families.base import ContextTurn, DerivedRule, Edit, TurnRule
+from backend.families.profile import OwnVocabulary, Profile
+from backend.vocab import Vocabulary
 
-__all__ = ["ContextTurn", "Edit", "RULES", "TurnRule", "rule_for"]
+__all__ = ["FAMILIES", "ContextTurn", "Edit", "OWN_VOCABULARIES", "PROFILES", "RULES", "TurnRule", "VOCABULARIES",
+           "rule_for", "vocab_dir"]
 
-
-class DerivedRule(SeparatorRule):
-    """Any other template: when it writes whitespace after the end token the model stops at
-    (probed), insert it; else no edit."""
-
-    name = "derived"
-    summary = "the whitespace the template writes after the end-of-turn token, found by a probe render"
-
-    @classmethod
-    def matches(cls, bundle: Any) -> bool:
-        return True
-
-    def __init__(self, bundle: Any):
-        TurnRule.__init__(self, bundle)
-        self.end_id, self.sep_ids, self.end_token = None, [], ""
-        tok = bundle.tokenizer
-        for i in bundle.stop_token_ids:
-            end = tok.convert_ids_to_tokens(i)
-            sep = turn_separator(bundle, end) if isinstance(end, str) else None
-            if sep:
-                self.end_id, self.end_token, self.separator = i, end, sep
-                from backend.rendering import encode
-
-                self.sep_ids = encode(bundle, sep)
-                self.name = f"derived ({end!r} + {sep!r})"
-                break
-
-    def edit(self, prefix_ids, context_ids, history, new_messages):
-        if self.end_id is None:
-            return Edit()
-        return super().edit(prefix_ids, context_ids, history, new_messages)
+# the families, in the order of the profile table
+FAMILIES = (qwen, llama3, gpt_oss, deepseek, mistral, smollm2, glm, minimax)
 
 
-# first match wins: the encoder families, then the families named by their tokens, then ChatML
-RULES: tuple[type[TurnRule], ...] = (EncoderRule, GptOssRule, DeepSeekRule, GLMRule, MiniMaxRule, Llama3Rule,
-                                     ChatMLRule, DerivedRule)
+def _by_name(rows: list[Any], what: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for row in rows:
+        if row.name in out:
+            raise ValueError(f"two families declare the {what} {row.name!r}")
+        out[row.name] = row
+    return out
+
+
+PROFILES: dict[str, Profile] = _by_name([p for f in FAMILIES for p in f.PROFILES], "profile")
+VOCABULARIES: dict[str, Vocabulary] = _by_name([v for f in FAMILIES for v in f.VOCABULARIES], "vocabulary")
+OWN_VOCABULARIES: dict[str, OwnVocabulary] = _by_name([v for f in FAMILIES for v in f.OWN_VOCABULARIES],
+                                                      "vocabulary")
+# a model the operator names (ALI_MODEL: a hub id or a folder) → its family's offline profile
+FAMILY_PATTERNS: tuple[tuple[str, str], ...] = tuple(p for f in FAMILIES for p in f.MODEL_NAMES)
+# families with no offline vocabulary: their rules apply to a tokenizer loaded from a hub id or folder
+HUB_ONLY: tuple[str, ...] = tuple(f.__name__.rpartition(".")[2] for f in FAMILIES if not f.PROFILES)
+
+# first match wins: the encoder families, then the families named by their tokens, then the shapes
+# several families share (Llama 3's headers, ChatML), then the probe
+RULES: tuple[type[TurnRule], ...] = (
+    *sorted(dict.fromkeys(r for f in FAMILIES for r in f.RULES), key=lambda r: r.priority), DerivedRule)
+
+
+def vocabulary(name: str) -> Vocabulary:
+    """The rebuilt vocabulary called ``name`` (see :data:`VOCABULARIES`)."""
+    try:
+        return VOCABULARIES[name]
+    except KeyError:
+        raise ModelBuildError(f"unknown vocabulary {name!r}; choose one of {', '.join(VOCABULARIES)}") from None
+
+
+def vocab_dir(name: str) -> Path:
+    """The tokenizer folder of the rebuilt vocabulary ``name``, built on first use
+    (:func:`backend.vocab.vocab_dir`)."""
+    return vocab.vocab_dir(vocabulary(name))
 
 
 def rule_for(bundle: Any) -> TurnRule:

@@ -79,6 +79,10 @@ class TurnRule:
     name = "default"
     #: one line for docs and the Inspector: what the family's junction needs
     summary = "no edit: the template writes nothing between a finished turn and the next message"
+    #: where :func:`backend.families.rule_for` tries the rule: lower first, equal ones in the order
+    #: of ``FAMILIES``. 0: a family rendered by its own encoder; 10: a family named by tokens only
+    #: it has; 20, 30: template shapes other models share (Llama 3's headers, then ChatML)
+    priority = 10
 
     @classmethod
     def matches(cls, bundle: Any) -> bool:
@@ -227,3 +231,33 @@ def turn_separator(bundle: Any, end: str) -> str | None:
         return None
     rest = text[at + 2 + len(end):]
     return rest[: len(rest) - len(rest.lstrip())]
+
+
+class DerivedRule(SeparatorRule):
+    """Any other template: when it writes whitespace after the end token the model stops at
+    (probed), insert it; else no edit. The fallback :func:`backend.families.rule_for` tries last."""
+
+    name = "derived"
+    summary = "the whitespace the template writes after the end-of-turn token, found by a probe render"
+
+    @classmethod
+    def matches(cls, bundle: Any) -> bool:
+        return True
+
+    def __init__(self, bundle: Any):
+        TurnRule.__init__(self, bundle)
+        self.end_id, self.sep_ids, self.end_token = None, [], ""
+        tok = bundle.tokenizer
+        for i in bundle.stop_token_ids:
+            end = tok.convert_ids_to_tokens(i)
+            sep = turn_separator(bundle, end) if isinstance(end, str) else None
+            if sep:
+                self.end_id, self.end_token, self.separator = i, end, sep
+                self.sep_ids = encode(bundle, sep)
+                self.name = f"derived ({end!r} + {sep!r})"
+                break
+
+    def edit(self, prefix_ids, context_ids, history, new_messages):
+        if self.end_id is None:
+            return Edit()
+        return super().edit(prefix_ids, context_ids, history, new_messages)

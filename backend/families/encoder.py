@@ -1,8 +1,8 @@
-"""Families rendered by their own encoder instead of a Jinja template (Mistral through
-mistral-common, gpt-oss through openai-harmony): the new messages' ids are what that encoder adds
-after a synthetic user + assistant call turn, checked to extend it (the renderer's ``tool_turn``).
-The model stops at the end token the encoder writes (``</s>``, ``<|call|>``) and the next message
-follows with nothing between: no edit."""
+"""The continuation rule shared by the families rendered by their own encoder instead of a Jinja
+template (Mistral through mistral-common, gpt-oss through openai-harmony): the new messages' ids
+are what that encoder adds after a synthetic user + assistant call turn, checked to extend it (the
+renderer's ``tool_turn``). The model stops at the end token the encoder writes (``</s>``,
+``<|call|>``) and the next message follows with nothing between: no edit."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from backend.families.base import SYNTHETIC_USER, TurnRule
 class EncoderRule(TurnRule):
     name = "encoder"
     summary = "no edit: the encoder writes nothing between the end token the model stops at and the next message"
+    priority = 0  # a bundle with a renderer renders through it, whatever its tokens
 
     @classmethod
     def matches(cls, bundle: Any) -> bool:

@@ -30,3 +30,14 @@ class GLMRule(TurnRule):
             return Edit(relabel=1, why="the stop token the model wrote is also the next message's opening: kept once, as "
                                        "context (verl 0.9.1's GLM builder)")
         return Edit()
+
+
+# ---- the family ----------------------------------------------------------------------------------
+
+# No vocabulary on the package registry, so no offline profile: GLM's tokenizer comes from a hub id
+# or folder (its calls parse with `glm45`, its template's tool turns follow this rule).
+PROFILES = ()
+VOCABULARIES = ()
+OWN_VOCABULARIES = ()
+MODEL_NAMES = ()
+RULES = (GLMRule,)

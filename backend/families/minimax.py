@@ -11,3 +11,14 @@ class MiniMaxRule(SeparatorRule):
     name = "minimax"
     summary = "insert '\\n' after the generated [e~[ (the template writes [e~[\\n between turns)"
     end_token = "[e~["
+
+
+# ---- the family ----------------------------------------------------------------------------------
+
+# No vocabulary on the package registry, so no offline profile: MiniMax's tokenizer comes from a hub
+# id or folder (its template's tool turns follow this rule).
+PROFILES = ()
+VOCABULARIES = ()
+OWN_VOCABULARIES = ()
+MODEL_NAMES = ()
+RULES = (MiniMaxRule,)

@@ -155,13 +155,13 @@ def resolve(spec: str) -> list[str]:
 
 def cache_dir() -> str | None:
     """Where indexed files are cached: ``$ALI_TRACE_INDEX_CACHE`` (``off`` for no cache), else
-    ``trace-index/`` in the user cache folder (:func:`backend.models.cache_root`)."""
+    ``trace-index/`` in the user cache folder (:func:`backend.cache.cache_root`)."""
     v = os.environ.get("ALI_TRACE_INDEX_CACHE", "").strip()
     if v.lower() in ("off", "0", "none", "no"):
         return None
     if v:
         return v
-    from backend.models import cache_root
+    from backend.cache import cache_root
 
     return str(cache_root() / "trace-index")
 

@@ -279,7 +279,7 @@ def make_canaries(folder: Path) -> Canaries:
         "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": jinja, "eos_token": "<|im_end|>",
         "pad_token": "<|endoftext|>", "canary": s}))
     # a real tokenizer.json, so the folder would load as a tokenizer if the server read it
-    from backend.models import qwen_tokenizer_dir
+    from backend.families.qwen import qwen_tokenizer_dir
 
     shutil.copy(qwen_tokenizer_dir() / "tokenizer.json", tok / "tokenizer.json")
     (folder / "sub").mkdir()  # for paths with '..' segments

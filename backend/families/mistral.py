@@ -1,4 +1,8 @@
-"""Mistral rendering where mistral-common is the encoder, not a Jinja template.
+"""Mistral (tekken v3): the profile, its vocabulary and renderer (mistral-common), the model names.
+
+The vocabulary is the ``tekken_240911`` file that ``mistral-common`` ships; a turn ends with
+``</s>``. A tool turn is what the encoder adds after a synthetic call turn, with no junction edit
+(:mod:`backend.families.encoder`).
 
 Mistral ships no chat template: a Mistral model's prompt ids are what mistral-common's
 ``MistralTokenizer.encode_chat_completion`` writes, and its control tokens (``[INST]``,
@@ -37,6 +41,8 @@ from itertools import groupby
 from typing import Any, Literal
 
 from backend.errors import UserError
+from backend.families.encoder import EncoderRule
+from backend.families.profile import OwnVocabulary, Profile
 from backend.template_errors import RenderError
 from backend.trace.messages import decode_arguments
 
@@ -175,6 +181,8 @@ class MistralRenderer:
     fixes the validation mode at load time (a conversation ending with an assistant message needs
     ``finetuning`` mode) and turns every refusal into a bare ``ValueError``."""
 
+    template_name = TEMPLATE_NAME  # what a bundle rendered by it names as its template
+
     def __init__(self, tokenizer: Any | None = None, *, text_with_calls: Literal["error", "drop"] = "error") -> None:
         if text_with_calls not in ("error", "drop"):
             raise MistralRenderError(f"text_with_calls must be 'error' or 'drop', not {text_with_calls!r}")
@@ -206,6 +214,10 @@ class MistralRenderer:
     def encode_generated(self, text: str) -> list[int]:
         """The ids a model generated for ``text`` (see :func:`encode_generated`)."""
         return encode_generated(self.tokenizer, text)
+
+    def decode_with_offsets(self, ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
+        """The text of ``ids`` and each token's character span in it (see :func:`decode_with_offsets`)."""
+        return decode_with_offsets(self.tokenizer, ids)
 
     def decode(self, ids: list[int]) -> str:
         """mistral-common's decode with the special tokens kept."""
@@ -495,3 +507,16 @@ def token_bytes(tokenizer: Any, tid: int) -> tuple[bytes, bool]:
     if not 0 <= tid < tk.n_words:
         raise MistralRenderError(f"token id {tid} is not in this vocabulary (0..{tk.n_words - 1})")
     return tk.id_to_byte_piece(tid, SpecialTokenPolicy.KEEP), tid < tk.num_special_tokens
+
+
+# ---- the family ----------------------------------------------------------------------------------
+
+PROFILES = (
+    Profile("mistral", "mistral",
+            "Mistral (tekken v3 vocabulary; ids from mistral-common's encoder, no Jinja template; [TOOL_CALLS] JSON list)",
+            "mistral-tekken", None, "mistral", template="mistral-common", renderer=MistralRenderer),
+)
+VOCABULARIES = ()
+OWN_VOCABULARIES = (OwnVocabulary("mistral-tekken", vocabulary_source(), "</s>"),)  # the renderer brings the tokenizer
+MODEL_NAMES = ((r"mistral|ministral|devstral|magistral", "mistral"),)
+RULES = (EncoderRule,)
