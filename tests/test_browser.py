@@ -398,9 +398,12 @@ def test_step_chip_and_step_row_jump_to_the_tokens(app):
     assert app.js("document.querySelector('#insp-step input').value").startswith("2 · processing_tools")
     app.wait_text("#insp-step-head", "Step 2")
     assert "mask 0" in app.text("#insp-step-head")
-    # the selected step's own tokens (its sub-tab): 28 injected tokens with the tool response
+    # the selected step's own tokens (its sub-tab): 29 injected tokens with the tool response, the
+    # first of them the '\n' continuous tokens inserted after <|im_end|>, marked
     app.page.get_by_role("tab", name="Tokens", exact=True).click()
-    app.page.wait_for_function("document.querySelectorAll('#insp-step-tokens .tv-c > span').length === 28")
+    app.page.wait_for_function("document.querySelectorAll('#insp-step-tokens .tv-c > span').length === 29")
+    assert app.js("document.querySelectorAll('#insp-step-tokens .tv-ins').length") == 1
+    assert "+1 inserted at token 203" in app.text("#insp-step-head")
     assert "<tool_response>" in app.tokens_text("#insp-step-tokens .tv-body")
     app.assert_clean()
 

@@ -163,7 +163,10 @@ def test_hover_shows_both_logprobs_delta_and_ratio(browser, qwen, scored):  # no
         shown_p = float(info.split("rollout ")[1].split("(p ")[1].split(")")[0])
         assert shown_p == pytest.approx(PROBS[pos % 5], rel=1e-3)
         # a mask-0 token: the trainer's logprob only
-        j = next(i for i in range(p, len(ro)) if ro[i] is None and tr[i] is not None)
+        # (the first such token is the '\n' continuous tokens insert after <|im_end|>: a line break,
+        # nothing to hover; the next one, <|im_start|>, is a framed token)
+        j = next(i for i in range(p, len(ro)) if ro[i] is None and tr[i] is not None
+                 and qwen.tokenizer.decode([scored.input_ids[i]]).strip())
         page.locator("#tv .tv-c > span").nth(j).hover()
         info = page.text_content("#tv .tv-info")
         assert f"trainer {tr[j]:.4f}" in info and "rollout –" in info and "Δ" not in info, info
