@@ -5,7 +5,6 @@ status as ``check``: 0 every record was a trace and was audited; 1 some records 
 
 from __future__ import annotations
 
-import os
 import sys
 
 from backend.cli import CLIError, bad_records_error, emit
@@ -35,23 +34,10 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 
 def run(args) -> int:
-    import glob
-
     from backend.audit import CAUSE_LABELS, audit
-    from backend.cli.check import bundle_for_trace, set_traces
-    from backend.importers import load_any
-    from backend.trace import TraceFileError
+    from backend.cli.check import bundle_for_trace, load_source
 
-    if os.path.isdir(args.traces) or (glob.has_magic(args.traces) and not os.path.exists(args.traces)):
-        source, problems = set_traces(args.traces, args.tokenizer)
-    else:
-        if not os.path.exists(args.traces):
-            raise CLIError(f"trace file not found: {args.traces}")
-        try:
-            res = load_any(args.traces)
-        except TraceFileError as e:
-            raise CLIError(str(e)) from None
-        source, problems = res.traces, [{"line": p.line, "reason": p.reason} for p in res.problems]
+    source, problems = load_source(args)
     cache: dict = {}
 
     def bundle_for(t):

@@ -61,23 +61,29 @@ def bundle_for_trace(trace, args, cache: dict):
     return cache[key]
 
 
-def run(args) -> int:
+def load_source(args):
+    """``(traces, problems)`` of ``args.traces``: a file read whole, or a folder or glob read as a
+    trace set, one trace at a time (:func:`set_traces`); CLIError when it cannot be read."""
     import glob
 
-    from backend.diagnostics import Finding, FindingCode, Location, LogprobThresholds, check, summarize
     from backend.importers import load_any
     from backend.trace import TraceFileError
 
     if os.path.isdir(args.traces) or (glob.has_magic(args.traces) and not os.path.exists(args.traces)):
-        source, problems = set_traces(args.traces, args.tokenizer)
-    else:
-        if not os.path.exists(args.traces):
-            raise CLIError(f"trace file not found: {args.traces}")
-        try:
-            res = load_any(args.traces)
-        except TraceFileError as e:
-            raise CLIError(str(e)) from None
-        source, problems = res.traces, [{"line": p.line, "reason": p.reason} for p in res.problems]
+        return set_traces(args.traces, args.tokenizer)
+    if not os.path.exists(args.traces):
+        raise CLIError(f"trace file not found: {args.traces}")
+    try:
+        res = load_any(args.traces)
+    except TraceFileError as e:
+        raise CLIError(str(e)) from None
+    return res.traces, [{"line": p.line, "reason": p.reason} for p in res.problems]
+
+
+def run(args) -> int:
+    from backend.diagnostics import Finding, FindingCode, Location, LogprobThresholds, check, summarize
+
+    source, problems = load_source(args)
     th = LogprobThresholds()
     for name, key in (("token", "logprob_token_threshold"), ("step_mean", "logprob_step_threshold")):
         v = getattr(args, key, None)
