@@ -434,8 +434,7 @@ class AgentLoop:
                 edit = self._rule.edit((run.trace.response_ids or run.trace.prompt_ids)[-8:], ids, run.messages, new_messages)
                 if edit:
                     legacy.rule, relabel = self._rule.name, edit.relabel
-                    legacy.boundary = {"position": run.trace.total - edit.relabel, "inserted": list(edit.inserted),
-                                       "relabeled": edit.relabel, "why": edit.why}
+                    legacy.boundary = edit.boundary(run.trace.total)
                     ids = list(edit.inserted) + ids[edit.relabel:]
                     text = self._decode(ids)
             info = legacy
@@ -475,8 +474,7 @@ class AgentLoop:
         info.method = "continuous"
         info.rule = turn.rule
         if turn.edit:
-            info.boundary = {"position": run.trace.total - turn.edit.relabel, "inserted": list(turn.edit.inserted),
-                             "relabeled": turn.edit.relabel, "why": turn.edit.why}
+            info.boundary = turn.edit.boundary(run.trace.total)
         return turn.text, turn.ids, info, turn.edit.relabel
 
     async def _legacy_turn(self, run: _Run, new_messages: list[dict[str, Any]]) -> tuple[str, list[int], StepInfo]:

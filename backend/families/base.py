@@ -45,6 +45,11 @@ class Edit:
     def __bool__(self) -> bool:
         return bool(self.inserted or self.relabel)
 
+    def boundary(self, total: int) -> dict[str, Any]:
+        """The step's ``info.boundary`` for this edit made when the sequence had ``total`` tokens:
+        where it starts (a relabelled token is already in the sequence), what was inserted, why."""
+        return {"position": total - self.relabel, "inserted": list(self.inserted), "relabeled": self.relabel, "why": self.why}
+
 
 @dataclass
 class ContextTurn:
