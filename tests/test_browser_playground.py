@@ -158,10 +158,10 @@ def test_trace_table_preview_match_count_and_import_label(app, tmp_path):
     app.page.locator("#tf-search textarea").fill("Seattle")
     count = app.page.locator("#tf-count [data-count]")
     app.page.wait_for_function("() => { const e = document.querySelector('#tf-count [data-count]');"
-                               " return !!e && e.dataset.count !== '7'; }")
+                               " return !!e && e.dataset.count !== '8'; }")
     shown = int(count.get_attribute("data-count"))
-    assert 0 < shown < 7 and app.rows("tf-table") == shown
-    assert f"{shown} of 7 shown" in app.text("#tf-count")
+    assert 0 < shown < 8 and app.rows("tf-table") == shown
+    assert f"{shown} of 8 shown" in app.text("#tf-count")
 
     f = tmp_path / "chat_log.jsonl"
     f.write_text(json.dumps({"messages": [{"role": "user", "content": "Hello from a chat log"},
