@@ -33,8 +33,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from backend.constraints import Constraint
 from backend.errors import UserError
-from backend.generators.constraints import Constraint
 from backend.parsers import ToolCallFormat, get_format, get_parser, native_name, tool_call_formats
 from backend.tools.dialect import SchemaDialectError, iter_schemas, to_json_schema
 

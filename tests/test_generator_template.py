@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
+from backend.constraints import Constraint, forbid_grammar, normalize_constraint
 from backend.generators.base import Generation, GenerationError, Generator, Request, SamplingParams, Stopwatch
-from backend.generators.constraints import Constraint, forbid_grammar, normalize_constraint
 
 
 class Echo(Generator):

@@ -7,8 +7,8 @@
 - ``backend`` never imports ``ui``;
 - no arrow back up (issue 24): the trace layer (every ``backend.trace`` module) imports nothing of
   the importers, the Parquet guard, the generators, the engine or the UI (the importers give the
-  trace-set catalogue a hook instead); ``backend.tool_choice`` takes ``Constraint`` from the leaf
-  ``backend.generators.constraints``, not from the generator interface;
+  trace-set catalogue a hook instead); ``Constraint`` is a leaf (``backend.constraints``) below
+  both ``backend.tool_choice`` and the generators, and tool_choice imports no generator (issue 32);
 - the families sit under the tokenizer layer (issue 29): no ``backend.families`` module imports the
   tokenizer layer, the models, the generators, the engine or the UI, and what the families build
   on (rendering, the vocabulary machinery, the build cache) imports no family and not the
@@ -201,12 +201,21 @@ def test_the_upward_check_finds_deferred_imports(tmp_path):
     assert found == ["backend.importers", "backend.importers.index", "backend.parquet_limits", "backend.importers", "backend.engine"]
 
 
-def test_tool_choice_takes_constraint_from_the_leaf():
-    """Not from ``backend.generators.base`` (the generator interface), nor through the package's
-    facade (``from backend.generators import Constraint`` re-exports base's)."""
-    gens = [f"line {line}: {n}" for target, name, line in _imports("backend.tool_choice") for n in _names(target, name)
-            if _under(n, ("backend.generators",))]
-    assert gens and all(g.split(": ")[1].startswith("backend.generators.constraints") for g in gens), gens
+def test_constraint_sits_below_tool_choice_and_the_generators():
+    """``Constraint`` is a leaf (``backend.constraints`` imports nothing of the product), so
+    ``backend.tool_choice`` imports nothing of the generators: importing any
+    ``backend.generators.*`` module runs the package's ``__init__`` and with it the generator
+    interface; the generators may import tool_choice (the scripted replay checks a given turn), not
+    the other way round (issue 32)."""
+    assert [t for t, _, _ in _imports("backend.constraints") if t == "backend" or t.startswith(("backend.", "ui"))] == []
+    assert _upward("backend.tool_choice", above=("backend.generators", "backend.engine", "ui")) == []
+
+
+def test_the_constraint_check_finds_the_old_arrow(tmp_path):
+    p = tmp_path / "old_tool_choice.py"
+    p.write_text("from backend.generators.constraints import Constraint\n", encoding="utf-8")
+    assert _upward("backend.tool_choice", str(p), above=("backend.generators",)) == [
+        "backend.tool_choice:1 imports backend.generators.constraints"]
 
 
 # ---- the families (issue 29) ------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from backend.constraints import Constraint, active_constraint, normalize_constraint
 from backend.errors import UserError
-from backend.generators.constraints import Constraint, active_constraint, normalize_constraint
 
 # Called with the ids generated since the previous call (a delta), as they arrive.
 TokenCallback = Callable[[list[int]], None]

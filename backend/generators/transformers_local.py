@@ -216,7 +216,7 @@ class TransformersGenerator(Generator):
 
     def _logits_processor(self, kind: str | None, structured: tuple[str, Any] | None) -> Any:
         """An xgrammar logits processor for ``structured`` (``(field, spec)``, see
-        :func:`~backend.generators.constraints.normalize_constraint`); None for no constraint."""
+        :func:`~backend.constraints.normalize_constraint`); None for no constraint."""
         if structured is None:
             return None
         try:

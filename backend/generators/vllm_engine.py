@@ -24,8 +24,8 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from backend.constraints import structured_outputs
 from backend.generators.base import Constraint, Generation, GenerationError, Generator, Request, SamplingParams, Stopwatch
-from backend.generators.constraints import structured_outputs
 from backend.generators.vllm_cpu import configure_cpu_env, cpu_auto_dtype, on_cpu
 
 

@@ -24,6 +24,7 @@ import itertools
 import json
 from typing import Any
 
+from backend.constraints import structured_outputs
 from backend.generators.base import (
     Constraint,
     Generation,
@@ -34,7 +35,6 @@ from backend.generators.base import (
     Stopwatch,
     conversation_key,
 )
-from backend.generators.constraints import structured_outputs
 from backend.generators.routing import DEFAULT_ROUTING, LRU, HashRing, check_routing
 
 
