@@ -4,12 +4,19 @@
 #   bash scripts/test.sh [PYTEST_ARGS...]          everything
 #   bash scripts/test.sh --fast [PYTEST_ARGS...]   the edit loop: no chromium install, and only the
 #       tests marked neither slow, vllm nor browser (pytest.ini); a -m of yours replaces that one
+#   bash scripts/test.sh --changed [--fast] [...]  only the test files that reach what changed since
+#       main, committed or not (scripts/changed_tests.py --explain says why each is picked)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fast=0
+changed=0
 args=()
 for a in "$@"; do
-  if [ "$a" = --fast ]; then fast=1; else args+=("$a"); fi
+  case "$a" in
+    --fast) fast=1 ;;
+    --changed) changed=1 ;;
+    *) args+=("$a") ;;
+  esac
 done
 if [ "$fast" = 1 ]; then
   bash scripts/setup.sh
@@ -20,4 +27,13 @@ fi
 # tests never use the Hugging Face Hub
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 .venv/bin/python -m ruff check backend ui app.py tests bench scripts
+if [ "$changed" = 1 ]; then
+  mapfile -t picked < <(.venv/bin/python scripts/changed_tests.py)
+  if [ "${#picked[@]}" = 0 ]; then
+    echo "nothing changed since ${BASE:-main}: no tests to run"
+    exit 0
+  fi
+  echo "running ${#picked[@]} test file(s) that reach the change (scripts/changed_tests.py --explain says why)"
+  args+=("${picked[@]}")
+fi
 exec .venv/bin/python -m pytest ${args[@]+"${args[@]}"}
