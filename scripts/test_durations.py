@@ -1,0 +1,76 @@
+"""Where the test suite's time goes, from a pytest run's ``--durations=0`` lines.
+
+    PYTEST_ADDOPTS=--durations=0 bash scripts/test.sh > run.log 2>&1
+    .venv/bin/python scripts/test_durations.py run.log [--top 30] [--markdown]
+
+Groups the ``12.34s setup tests/x.py::test`` lines by test file (set-up, call and tear-down apart:
+a file's set-up is mostly its fixtures, the first test of a module or session paying for them)
+and lists the slowest set-ups on their own, which name the expensive fixtures' first users.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections import defaultdict
+
+LINE = re.compile(r"^\s*(\d+(?:\.\d+)?)s (setup|call|teardown)\s+(\S+?)::(\S.*)$")
+
+
+def parse(lines) -> list[tuple[float, str, str, str]]:
+    """(seconds, phase, file, test) for every duration line."""
+    out = []
+    for line in lines:
+        m = LINE.match(line)
+        if m:
+            out.append((float(m.group(1)), m.group(2), m.group(3), m.group(4).strip()))
+    return out
+
+
+def by_file(rows) -> list[tuple[str, dict[str, float], int]]:
+    """(file, {phase: seconds, "total": seconds}, tests) sorted by total, largest first."""
+    acc: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    tests: dict[str, set[str]] = defaultdict(set)
+    for s, phase, f, t in rows:
+        acc[f][phase] += s
+        acc[f]["total"] += s
+        tests[f].add(t)
+    return sorted(((f, dict(v), len(tests[f])) for f, v in acc.items()), key=lambda r: -r[1]["total"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("log", help="a pytest log with --durations=0 output ('-' for stdin)")
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--markdown", action="store_true", help="markdown tables")
+    args = ap.parse_args(argv)
+    lines = sys.stdin if args.log == "-" else open(args.log, encoding="utf-8", errors="replace")
+    rows = parse(lines)
+    if not rows:
+        print("no duration lines found: run pytest with --durations=0", file=sys.stderr)
+        return 1
+    total = sum(r[0] for r in rows)
+    files = by_file(rows)
+    if args.markdown:
+        print(f"| file | tests | total s | share | set-up s | call s | tear-down s |\n|---|---|---|---|---|---|---|")
+        for f, v, n in files[: args.top]:
+            print(f"| `{f}` | {n} | {v['total']:.0f} | {100 * v['total'] / total:.1f} % | {v.get('setup', 0):.0f} | "
+                  f"{v.get('call', 0):.0f} | {v.get('teardown', 0):.0f} |")
+        print(f"\nAll {len(files)} files: {total:.0f} s.\n\n| slowest set-ups (fixtures' first users) | s |\n|---|---|")
+        for s, _, f, t in sorted((r for r in rows if r[1] == "setup"), key=lambda r: -r[0])[: args.top // 2]:
+            print(f"| `{f}::{t}` | {s:.1f} |")
+    else:
+        print(f"{'file':60} {'tests':>5} {'total':>8} {'share':>6} {'setup':>7} {'call':>7} {'teardown':>8}")
+        for f, v, n in files[: args.top]:
+            print(f"{f:60} {n:5d} {v['total']:8.1f} {100 * v['total'] / total:5.1f}% {v.get('setup', 0):7.1f} "
+                  f"{v.get('call', 0):7.1f} {v.get('teardown', 0):8.1f}")
+        print(f"all {len(files)} files: {total:.0f} s")
+        print("\nslowest set-ups:")
+        for s, _, f, t in sorted((r for r in rows if r[1] == "setup"), key=lambda r: -r[0])[: args.top // 2]:
+            print(f"{s:8.1f}  {f}::{t}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
