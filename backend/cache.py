@@ -1,7 +1,8 @@
 """Where built artefacts live and how each is built once: the cache every offline build uses
 (the families' tokenizers in :mod:`backend.families`, the vocabularies of :mod:`backend.vocab`,
-the models of :mod:`backend.models`, trace-set indexes, compiler caches). A leaf: it imports
-nothing from the project.
+the models of :mod:`backend.models`, trace-set indexes, compiler caches), and where the packages
+they are built from are found (an installed Python package; an npm package ``scripts/setup.sh``
+unpacked). A leaf: it imports nothing from the project.
 
 Cache root: ``$ALI_CACHE_DIR``, else on a Hugging Face Space with persistent storage
 ``/data/agent-loop-inspector``, else ``$XDG_CACHE_HOME/agent-loop-inspector``, else
@@ -107,6 +108,27 @@ def build_once(final: Path, build: Callable[[Path], None], describe: dict) -> Pa
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def npm_root() -> Path:
+    """Where ``scripts/setup.sh`` unpacks the npm packages the offline vocabularies come from:
+    ``$ALI_NPM_DIR``, else ``.venv/npm`` in the repository root (beside the virtual environment
+    setup.sh makes, and ignored by git as it is)."""
+    root = os.environ.get("ALI_NPM_DIR")
+    return Path(root) if root else Path(__file__).resolve().parent.parent / ".venv" / "npm"
+
+
+def npm_folder_name(package: str, version: str) -> str:
+    """The folder one npm package version is unpacked into: ``@scope/name`` 1.2.3 ->
+    ``scope-name-1.2.3`` (the name of the tarball ``npm pack`` writes, less ``.tgz``)."""
+    return f"{package.lstrip('@').replace('/', '-')}-{version}"
+
+
+def npm_package_dir(package: str, version: str) -> Path | None:
+    """An npm package's unpacked folder (what its tarball holds under ``package/``), or None when
+    ``scripts/setup.sh`` has not fetched it. Never fetched here: the app does not run npm."""
+    d = npm_root() / npm_folder_name(package, version)
+    return d if (d / "package.json").is_file() else None
 
 
 def package_dir(name: str) -> Path | None:

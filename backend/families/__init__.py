@@ -30,7 +30,7 @@ from typing import Any
 
 from backend import vocab
 from backend.errors import ModelBuildError
-from backend.families import deepseek, glm, gpt_oss, llama3, minimax, mistral, qwen, smollm2
+from backend.families import deepseek, gemma, glm, gpt_oss, llama3, minimax, mistral, qwen, smollm2
 from backend.families.base import ContextTurn, DerivedRule, Edit, TurnRule
 from backend.families.profile import OwnVocabulary, Profile
 from backend.vocab import Vocabulary
@@ -39,7 +39,7 @@ __all__ = ["FAMILIES", "ContextTurn", "Edit", "OWN_VOCABULARIES", "PROFILES", "R
            "rule_for", "vocab_dir"]
 
 # the families, in the order of the profile table
-FAMILIES = (qwen, llama3, gpt_oss, deepseek, mistral, smollm2, glm, minimax)
+FAMILIES = (qwen, llama3, gpt_oss, deepseek, mistral, smollm2, gemma, glm, minimax)
 
 
 def _by_name(rows: list[Any], what: str) -> dict[str, Any]:

@@ -42,6 +42,9 @@ class Profile:
     # the family's reference renderer, where its encoder is not a Jinja template: the bundle
     # renders through it and takes its tokenizer (its class names the bundle's template)
     renderer: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
+    # what the default template cannot render of a tool loop, where it cannot (Gemma 2/3: no tool
+    # schemas, no calls, no tool messages): empty when it renders them all
+    tool_limit: str = ""
 
     @property
     def default_template(self) -> str | None:
