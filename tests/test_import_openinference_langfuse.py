@@ -199,6 +199,27 @@ def test_smolagents_through_openinference_gives_the_agents_conversation(name, qw
     assert len(two.metadata["provenance"]["span_ids"]) == 2 + 3  # the LLM spans and the TOOL spans whose results were read
 
 
+@pytest.mark.parametrize("name", ["smolagents_two_rounds.otlp.jsonl", "smolagents_two_rounds.spans.jsonl"])
+def test_smolagents_run_with_text_and_two_tool_rounds_is_one_conversation(name, qwen3):
+    """gen_openinference.py's SMOL_TWO_ROUNDS: the model writes a line of text with each call;
+    smolagents' memory holds that turn as an assistant text message then a ``tool-call``
+    message. One run is one conversation, each turn once, as the model produced it."""
+    res = import_file(os.path.join(OI, name), bundle=qwen3)
+    assert res.complete, res.problem_lines()
+    (t,) = res.traces
+    assert t.messages[1] == {"role": USER, "content": "New task:\nIs it warmer in Zürich or in 東京?"}
+    assert norm(t.messages[2:]) == norm([
+        {"role": ASST, "content": "Zürich first.", "tool_calls": [call("call_t1", "get_weather", {"city": "Zürich"})]},
+        tool("call_t1", "get_weather", "Zürich: 12°C, wind 5 km/h"),
+        {"role": ASST, "content": "Now 東京.", "tool_calls": [call("call_t2", "get_weather", {"city": "東京"})]},
+        tool("call_t2", "get_weather", "東京: 22°C, humid"),
+        {"role": ASST, "content": "", "tool_calls": [call("call_t3", "final_answer", {"answer": "東京 (22°C) is warmer than Zürich (12°C)."})]},
+        tool("call_t3", "final_answer", "東京 (22°C) is warmer than Zürich (12°C)."),
+    ])
+    assert t.metadata["llm_calls"] == 3 and len(t.metadata["tool_durations_s"]) == 3
+    assert not any(a["role"] == b["role"] == ASST for a, b in zip(t.messages, t.messages[1:]))
+
+
 @pytest.mark.parametrize("name", ["smolagents_openai.otlp.jsonl", "smolagents_openai.spans.jsonl"])
 def test_llm_span_inside_an_llm_span_is_the_same_call_read_once(name, qwen3):
     """smolagents + openai instrumentations on together: the openai client's LLM span sits in
@@ -290,7 +311,7 @@ def test_langfuse_image_media_reference_is_a_loss(qwen3):
 
 def test_detection_picks_otel_and_provenance_names_the_dialect(qwen3):
     cases = {os.path.join(OI, f): "OpenInference" for f in os.listdir(OI)} | {os.path.join(LF, f): "Langfuse" for f in os.listdir(LF)}
-    assert len(cases) == 14
+    assert len(cases) == 16
     for path, label in cases.items():
         assert detect(path) == "otel", path
         first = _lines(path)[0]
