@@ -616,6 +616,7 @@ def test_round_trip_through_the_otel_importer(tmp_path, all_traces):
     for orig, back in zip(all_traces, res.traces):
         assert _conversation(back.messages) == _conversation(orig.messages), orig.id
         assert back.id == orig.id and back.termination_reason == orig.termination_reason, (back.id, orig.id)
+        assert back.metadata["provenance"]["conversation_id"] == (orig.metadata.get("conversation_id") or orig.id)
         assert _tools(back.tools) == _tools(orig.tools), orig.id
         # the calls each tool result answers, by id
         calls = {c["id"]: c["function"]["name"] for m in back.messages for c in m.get("tool_calls") or []}
