@@ -511,7 +511,7 @@ def test_the_root_summarises_the_run_for_a_trace_list(sample_traces, engine_trac
     assert attrs(roots(traces_to_otlp([imported]))[0])[ga.GEN_AI_REQUEST_MODEL] == "gpt-4o-mini-2024-07-18"
 
 
-def test_the_turns_of_one_conversation_share_its_id(engine_traces):
+def test_the_turns_of_one_conversation_share_its_id(engine_traces, sample_traces):
     """A chat whose every message is a run (the Playground passes its conversation's key):
     every span of every turn carries the same gen_ai.conversation.id; imported traces use
     the session / conversation id they carry; others their own id."""
@@ -525,6 +525,10 @@ def test_the_turns_of_one_conversation_share_its_id(engine_traces):
     assert Trace.from_json(t1.to_json()).metadata["conversation_id"] == "chat-42"  # kept in the file
     for sp in spans_of(traces_to_otlp([t1, t2])):
         assert attrs(sp)[ga.GEN_AI_CONVERSATION_ID] == "chat-42"
+    # the samples' multi-turn scenario: its two runs are one conversation
+    turns = [t for t in sample_traces if t.id.startswith("sample-thinking-multiturn-")]
+    assert len(turns) == 2
+    assert {attrs(sp)[ga.GEN_AI_CONVERSATION_ID] for sp in spans_of(traces_to_otlp(turns))} == {"sample-thinking-multiturn"}
     imported = engine_traces["plain"].model_copy(deep=True)
     imported.metadata["provenance"] = {"format": "Langfuse", "trace_id": "abc"}
     imported.metadata["session_id"] = "sess-7"
