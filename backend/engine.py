@@ -175,7 +175,8 @@ class AgentLoop:
         in progress is aborted (what it produced is kept) and the run ends with ``time_limit``
         before its next state. Every generation of the run belongs to one conversation, keyed by
         ``conversation_key`` or else the trace id (a backend with several servers sends all of
-        its turns to one of them; a chat whose every message is a run passes its own key)."""
+        its turns to one of them; a chat whose every message is a run passes its own key, which
+        the trace records as ``metadata.conversation_id``)."""
         run = _Run(trace=TraceBuilder(copy.deepcopy(list(messages))))
         trace_id = trace_id or new_trace_id()
         stop, timer = cancel, None
@@ -204,7 +205,7 @@ class AgentLoop:
         end = run.trace.terminate(run.termination)
         end.started_at = time.time()
         self._emit(on_event, LoopEvent("step", step=end))
-        return self._trace(run, trace_id, metadata)
+        return self._trace(run, trace_id, metadata, conversation_key)
 
     @staticmethod
     async def _watch(run: _Run, cancel: asyncio.Event | None, stop: asyncio.Event, limit_s: float) -> None:
@@ -222,7 +223,7 @@ class AgentLoop:
         run.stop_reason = R.TIME_LIMIT
         stop.set()
 
-    def _trace(self, run: _Run, trace_id: str, metadata: dict[str, Any] | None) -> Trace:
+    def _trace(self, run: _Run, trace_id: str, metadata: dict[str, Any] | None, conversation_key: str | None = None) -> Trace:
         n = self.config.response_length
         meta = {
             "source": "engine",
@@ -233,6 +234,8 @@ class AgentLoop:
             "assistant_turns": run.assistant_turns,
             "user_turns": run.user_turns,
         }
+        if conversation_key:  # the chat this run is a turn of (its runs share it; the OTel export's gen_ai.conversation.id)
+            meta["conversation_id"] = conversation_key
         notes = getattr(self.tools, "trace_notes", None)  # dialect types read as JSON Schema, tools without a mock
         if callable(notes):
             meta.update(notes())

@@ -129,8 +129,9 @@ def _write_rows_parquet(rows: Iterable[dict[str, Any]], path: str) -> int:
     return len(rows)
 
 
-def export_traces(traces: Iterable[Trace], fmt: str, out: str) -> int:
-    """Write ``traces`` to ``out`` in ``fmt``; returns how many were written."""
+def export_traces(traces: Iterable[Trace], fmt: str, out: str, *, synthetic_start: float | None = None) -> int:
+    """Write ``traces`` to ``out`` in ``fmt``; returns how many were written. ``synthetic_start``
+    (otel only, Unix seconds): where the spans of traces without real times begin (default: now)."""
     if fmt == "jsonl":
         return write_jsonl(traces, out)
     if fmt == "parquet":
@@ -144,5 +145,5 @@ def export_traces(traces: Iterable[Trace], fmt: str, out: str) -> int:
     if fmt == "otel":
         from backend.export_otel import write_otlp_jsonl
 
-        return write_otlp_jsonl(traces, out)
+        return write_otlp_jsonl(traces, out, synthetic_start=synthetic_start)
     raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")

@@ -5,25 +5,43 @@ instrumentation emits under ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experi
 Playground run, a rollout shard or a filtered set opens in Phoenix, Langfuse or Jaeger, or any
 OTLP collector. Per trace:
 
-* one root ``invoke_agent`` span (INTERNAL): the trace's id (``agent_loop_inspector.trace_id``,
-  also ``gen_ai.conversation.id``), termination reason (status ERROR for a failure), tokenizer;
-  the agent's input messages (those the run started from), its last generated message, the
-  system instructions and tool definitions (a trace with no generated turn: all its messages);
+* one root ``invoke_agent {agent}`` span (INTERNAL): ``gen_ai.agent.name`` (the trace's
+  ``metadata.agent_name`` / ``agent`` where it names one, else ``agent-loop``), the trace's id
+  (``agent_loop_inspector.trace_id``), termination reason (status ERROR for a failure),
+  tokenizer, the model where known (``metadata.generator.model``, else ``metadata.model``);
+  the agent's input messages (those the run started from, as recorded), its last generated
+  message, the system instructions and tool definitions (a trace with no generated turn: all
+  its messages); and the summary a trace list shows (OpenInference's ``input.value`` /
+  ``output.value``, which Phoenix reads, ``text/plain``): the last user message the run
+  started from and the text of its final answer (none when that turn has no text);
 * one ``chat {model}`` span (CLIENT) per generating step: ``gen_ai.input.messages`` (the
-  conversation before the step), ``gen_ai.output.messages`` (the step's assistant message with
-  its ``finish_reason``), ``gen_ai.system_instructions`` (the leading system message(s), not
+  conversation before the step, as the model was shown it: an earlier turn's reasoning that
+  the rendered prompt does not hold — a template that drops it — is left out, and
+  ``agent_loop_inspector.input.reasoning_not_shown`` lists those messages' indices; the root
+  keeps it), ``gen_ai.output.messages`` (the step's assistant message with its
+  ``finish_reason``), ``gen_ai.system_instructions`` (the leading system message(s), not
   repeated in the input messages), ``gen_ai.tool.definitions``, token usage from the trace's
   token positions (input = the tokens before the step, output = the tokens it generated), the
-  finish reason; the message attributes are JSON strings, as the conventions allow on spans
-  and as the viewers read them;
+  finish reason; status ERROR with ``error.type`` for a generation error, and for a tool call
+  the parser could not read (``malformed_tool_call``, each parse error also an event); the
+  message attributes are JSON strings, as the conventions allow on spans and as the viewers
+  read them;
 * one ``execute_tool {name}`` span (INTERNAL) per tool call a tools step ran: name, call id,
   arguments, result; status ERROR with ``error.type`` when the tool failed.
 
-Every span is a child of the root. Times are the steps' recorded ``started_at`` /
-``duration_s``; a trace that did not record them gets synthetic but monotonic times, and every
-one of its spans says so (``agent_loop_inspector.synthetic_time = true``). Ids are derived from
-the trace id (exporting twice writes the same bytes): a SHA-256 of it, never all-zero; a trace id
-met again in one export gets ids of its own.
+Every span is a child of the root and carries ``gen_ai.conversation.id``: the conversation the
+run was a turn of (``metadata.conversation_id``, which the engine records from its
+``conversation_key``: a Playground chat's turns share it), else a conversation / session /
+thread id an import carried, else the trace's id. Times are the steps' recorded
+``started_at`` / ``duration_s``. A trace that did not record them, or whose
+``metadata.timings`` says they are made up (the samples'), gets synthetic times, and every one
+of its spans says so (``agent_loop_inspector.synthetic_time = true``): the first such trace of
+an export starts at the export's ``synthetic_start`` (Unix seconds; by default the moment of
+the export, so a viewer's "last 7 days" shows it), each next one 1 ms after the previous one
+ends (turn 2 after turn 1); made-up recorded times keep their durations, a trace without any
+lasts 1 ms per token. Ids are derived from the trace id: a SHA-256 of it, never all-zero; a
+trace id met again in one export gets ids of its own. Exporting twice with the same
+``synthetic_start`` writes the same bytes.
 
 OTLP/JSON encoding (the protocol's JSON mapping): lowerCamelCase keys, ``traceId`` / ``spanId``
 as lowercase hex (not base64), 64-bit integers as decimal strings (``startTimeUnixNano``,
@@ -40,6 +58,7 @@ import hashlib
 import json
 import math
 import os
+import time
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import Any
@@ -54,10 +73,13 @@ SPAN_KIND_INTERNAL = 1
 SPAN_KIND_CLIENT = 3
 STATUS_CODE_ERROR = 2
 
-# where a trace that recorded no step times starts (2026-01-01T00:00:00Z), unless its metadata
-# says when the run started; synthetic steps last 1 ms per token (at least 1 ms)
-SYNTHETIC_EPOCH_S = 1767225600.0
+# Synthetic times (a trace that recorded no step times, or whose metadata.timings says its times
+# are synthetic, as the samples' do): the first such trace of an export starts at the export's
+# anchor (its ``synthetic_start``, by default the moment of the export), each next one 1 ms after
+# the previous one ends; synthetic steps last 1 ms per token (at least 1 ms)
 _SYNTHETIC_NS_PER_TOKEN = 1_000_000
+_SYNTHETIC_GAP_NS = 1_000_000
+DEFAULT_AGENT_NAME = "agent-loop"
 
 # generator backend (metadata.generator.backend) → gen_ai.provider.name
 _PROVIDERS = {"vllm": "vllm", "vllm-server": "vllm", "transformers": "transformers", "scripted": "scripted"}
@@ -134,11 +156,17 @@ def _dur_ns(s: float | None) -> int:
 
 
 class _Ids:
-    """Trace and span ids for one export: derived from the trace id; a trace id met again in the
-    same export is told apart by its occurrence number (kept: one string per trace)."""
+    """What one export keeps across its traces. Ids: derived from the trace id; a trace id met
+    again in the same export is told apart by its occurrence number (kept: one string per trace).
+    Synthetic times: ``cursor_ns``, where the next trace with synthetic times starts (the
+    export's anchor at first, then the end of the previous such trace plus a millisecond)."""
 
-    def __init__(self) -> None:
+    def __init__(self, synthetic_start: float | None = None) -> None:
         self._seen: dict[str, int] = {}
+        start = synthetic_start if synthetic_start is not None else time.time()
+        if not isinstance(start, (int, float)) or isinstance(start, bool) or not math.isfinite(start) or start < 0:
+            raise ValueError(f"synthetic_start must be a time in Unix seconds (a finite number ≥ 0), not {synthetic_start!r}")
+        self.cursor_ns = _ns(float(start))
 
     def trace_key(self, trace_id: str) -> str:
         k = self._seen.get(trace_id, 0)
@@ -263,10 +291,20 @@ def _number(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def _step_times(t: Trace) -> tuple[list[tuple[int, int]], bool]:
+def _declared_synthetic(t: Trace) -> bool:
+    """The trace's ``metadata.timings`` says its recorded times are made up (the samples')."""
+    v = t.metadata.get("timings") if isinstance(t.metadata, dict) else None
+    return isinstance(v, str) and v.lstrip().lower().startswith("synthetic")
+
+
+def _step_times(t: Trace, cursor_ns: int) -> tuple[list[tuple[int, int]], bool]:
     """``([(start_ns, end_ns) per step], synthetic)``; a tools step lasts at least as long as
-    its longest call."""
+    its longest call. Recorded times are kept; times the trace declares synthetic keep their
+    durations and gaps but start at ``cursor_ns``; a trace without times gets synthetic ones from
+    its recorded start (``metadata.started_at``), else from ``cursor_ns``."""
     out: list[tuple[int, int]] = []
+    meta = t.metadata if isinstance(t.metadata, dict) else {}
+    declared = _declared_synthetic(t)
     if t.steps and _timed(t):
         for s in t.steps:
             if s.started_at is None or not math.isfinite(s.started_at):
@@ -275,8 +313,12 @@ def _step_times(t: Trace) -> tuple[list[tuple[int, int]], bool]:
             a = _ns(s.started_at)
             d = max([_dur_ns(s.duration_s)] + [_dur_ns(r.duration_s) for r in s.tool_results])
             out.append((a, a + d))
-        return out, False
-    cursor = _ns(_number(t.metadata.get("started_at")) or SYNTHETIC_EPOCH_S)
+        if not declared:
+            return out, False
+        shift = cursor_ns - min((a for a, _ in out if a >= 0), default=cursor_ns)
+        return [(a + shift, b + shift) if a >= 0 else (a, b) for a, b in out], True
+    started = None if declared else _number(meta.get("started_at"))
+    cursor = _ns(started) if started is not None else cursor_ns
     for s in t.steps:
         if s.state in (StepState.GENERATING, StepState.PROCESSING_TOOLS):
             d = max([_dur_ns(s.duration_s), max(1, s.end - s.start) * _SYNTHETIC_NS_PER_TOKEN]
@@ -302,19 +344,82 @@ def _span(trace_hex: str, span_hex: str, parent_hex: str | None, name: str, kind
     return sp
 
 
+_REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
+
+
+def _reasoning_of(m: Any) -> str | None:
+    if not isinstance(m, dict):
+        return None
+    return next((m[k] for k in _REASONING_KEYS if isinstance(m.get(k), str) and m[k]), None)
+
+
+def _without_reasoning(m: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in m.items() if k not in _REASONING_KEYS}
+
+
+def unshown_reasoning(t: Trace) -> list[int]:
+    """The messages whose reasoning the model was not shown: messages rendered into the run's
+    prompt (the pending step's ``messages_added``; its ``text`` is the rendered prompt) whose
+    reasoning that text does not hold — a template that drops earlier turns' reasoning, as
+    Qwen3's does before the last user message. A trace that did not record its prompt text
+    gives none (nothing to tell; the reasoning is kept). The turns the run generated were in
+    the token stream as generated, reasoning included."""
+    out: list[int] = []
+    for s in t.steps:
+        if s.state != StepState.PENDING or not isinstance(s.text, str) or not s.text:
+            continue
+        for i in s.messages_added:
+            if 0 <= i < len(t.messages) and isinstance(t.messages[i], dict) and t.messages[i].get("role") == "assistant":
+                r = _reasoning_of(t.messages[i])
+                if r and r.strip() and r.strip() not in s.text:
+                    out.append(i)
+    return sorted(set(out))
+
+
+def _str(d: dict[str, Any], *keys: str) -> str | None:
+    return next((d[k].strip() for k in keys if isinstance(d.get(k), str) and d[k].strip()), None)
+
+
+def conversation_id(t: Trace) -> str:
+    """The conversation a trace belongs to (``gen_ai.conversation.id``): the one the run
+    recorded (``metadata.conversation_id``: the turns of one Playground chat share it), else an
+    id the import carried (a conversation, session or thread id), else the trace's own id."""
+    meta = t.metadata if isinstance(t.metadata, dict) else {}
+    prov = meta.get("provenance") if isinstance(meta.get("provenance"), dict) else {}
+    keys = ("conversation_id", "session_id", "thread_id")
+    return _str(meta, *keys) or _str(prov, *keys) or t.id
+
+
+def agent_name(t: Trace) -> str:
+    """The agent's name (``gen_ai.agent.name``): the trace's metadata where it names one
+    (``agent_name``, ``agent``, also in ``provenance``), else :data:`DEFAULT_AGENT_NAME`."""
+    meta = t.metadata if isinstance(t.metadata, dict) else {}
+    prov = meta.get("provenance") if isinstance(meta.get("provenance"), dict) else {}
+    return _str(meta, "agent_name", "agent") or _str(prov, "agent_name", "agent") or DEFAULT_AGENT_NAME
+
+
+def _plain_text(m: Any) -> str | None:
+    """A message's text (its text parts joined), None when it has none."""
+    if not isinstance(m, dict):
+        return None
+    text = "".join(p.get("content") or "" for p in _content_parts(m.get("content")) if p.get("type") == "text")
+    return text if text.strip() else None
+
+
 def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
     """The OTLP JSON spans of one trace: the root ``invoke_agent`` span first, then its
     ``chat`` and ``execute_tool`` children in step order."""
-    key = (ids or _Ids()).trace_key(t.id)
+    ids = ids or _Ids()
+    key = ids.trace_key(t.id)
     tid = otel_trace_id(key)
     root_id = _span_id(key, "root")
     meta = t.metadata if isinstance(t.metadata, dict) else {}
     gen = meta.get("generator") if isinstance(meta.get("generator"), dict) else {}
-    model = gen.get("model") if isinstance(gen.get("model"), str) else None
+    model = gen.get("model") if isinstance(gen.get("model"), str) else _str(meta, "model")
     provider = meta.get("provider") if isinstance(meta.get("provider"), str) else _PROVIDERS.get(gen.get("backend"))
     has_tokens = bool(t.prompt_ids or t.response_ids)
-    times, synthetic = _step_times(t)
-    common: dict[str, Any] = {"gen_ai.provider.name": provider, "gen_ai.conversation.id": t.id}
+    times, synthetic = _step_times(t, ids.cursor_ns)
+    common: dict[str, Any] = {"gen_ai.provider.name": provider, "gen_ai.conversation.id": conversation_id(t)}
     if synthetic:
         common["agent_loop_inspector.synthetic_time"] = True
     sampling = t.config.get("sampling") if isinstance(t.config.get("sampling"), dict) else {}
@@ -327,6 +432,12 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
     while n_sys < len(t.messages) and isinstance(t.messages[n_sys], dict) and t.messages[n_sys].get("role") == "system":
         n_sys += 1
     msg_json = [_dumps(m) for m in msgs]
+    # what the model was shown: reasoning its rendered prompt does not hold is left out of the
+    # chat spans' input (the root keeps the agent's input as recorded)
+    unshown = unshown_reasoning(t)
+    shown_json = list(msg_json)
+    for i in unshown:
+        shown_json[i] = _dumps(genai_message(_without_reasoning(t.messages[i])))
     system_json = _dumps([p for m in msgs[:n_sys] for p in m["parts"]]) if n_sys else None
     tools_json = _dumps([genai_tool_definition(x) for x in t.tools if isinstance(x, dict)]) if t.tools else None
     tool_desc = {}
@@ -341,6 +452,7 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
     known = 0  # messages the trace had before the current step
     first_upto: int | None = None  # the messages the run started from (before its first turn)
     last_out: list[dict[str, Any]] = []  # the run's last generated message
+    last_out_msg: Any = None
     for s, (a, b) in zip(t.steps, times):
         if s.state == StepState.GENERATING:
             upto = min(s.messages_added) if s.messages_added else known
@@ -348,9 +460,10 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
             if first_upto is None:
                 first_upto = upto
             fr = _finish_reason(s)
-            out_msgs = [genai_message(t.messages[i], fr) for i in s.messages_added
-                        if 0 <= i < len(t.messages) and isinstance(t.messages[i], dict)]
-            last_out = out_msgs[-1:] or last_out
+            added = [t.messages[i] for i in s.messages_added if 0 <= i < len(t.messages) and isinstance(t.messages[i], dict)]
+            out_msgs = [genai_message(m, fr) for m in added]
+            if out_msgs:
+                last_out, last_out_msg = out_msgs[-1:], added[-1]
             response_model = s.info.model if isinstance(getattr(s.info, "model", None), str) else model
             attrs = {
                 "gen_ai.operation.name": "chat",
@@ -364,22 +477,31 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
             if has_tokens:
                 attrs["gen_ai.usage.input_tokens"] = s.start
                 attrs["gen_ai.usage.output_tokens"] = s.end - s.start
+            hidden = [i for i in unshown if n_sys <= i < upto]
             attrs.update({
                 "gen_ai.system_instructions": system_json,
-                "gen_ai.input.messages": "[" + ",".join(msg_json[n_sys:upto]) + "]",
+                "gen_ai.input.messages": "[" + ",".join(shown_json[n_sys:upto]) + "]",
                 "gen_ai.output.messages": _dumps(out_msgs),
                 "gen_ai.tool.definitions": tools_json,
                 "agent_loop_inspector.step": s.index,
                 "agent_loop_inspector.token_span": [s.start, s.end] if has_tokens else None,
+                # the trace's message indices whose reasoning the prompt did not show (left out above)
+                "agent_loop_inspector.input.reasoning_not_shown": hidden or None,
             })
+            error = s.error or None
+            malformed = [e for e in s.parse_errors if e.severity == "error"]
             if s.error:
                 attrs["error.type"] = "generation_error"
+            elif malformed:  # a tool call the parser could not read: this call is where the run failed
+                attrs["error.type"] = str(TerminationReason.MALFORMED_TOOL_CALL)
+                error = f"malformed tool call: {malformed[0].message}" + (
+                    f" (and {len(malformed) - 1} more)" if len(malformed) > 1 else "")
             events = [{"timeUnixNano": str(b), "name": "agent_loop_inspector.parse_error",
                        "attributes": _attributes({"message": e.message, "severity": e.severity, "raw": e.raw})}
                       for e in s.parse_errors]
             name = f"chat {response_model or model}" if (response_model or model) else "chat"
             children.append(_span(tid, _span_id(key, f"step/{s.index}"), root_id, name, SPAN_KIND_CLIENT, a, b, attrs,
-                                  error=s.error or None, events=events))
+                                  error=error, events=events))
             for c in s.tool_calls:
                 if c.id is not None:
                     calls_by_id[c.id] = c
@@ -423,19 +545,32 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
     starts = [a for a, _ in times if a >= 0]
     ends = [b for _, b in times if b >= 0] + [int(c["endTimeUnixNano"]) for c in children]
     started = _number(meta.get("started_at"))
-    root_start = _ns(started) if started is not None and not synthetic else (min(starts) if starts else _ns(SYNTHETIC_EPOCH_S))
+    root_start = _ns(started) if started is not None and not synthetic else (min(starts) if starts else ids.cursor_ns)
     if starts:
         root_start = min(root_start, min(starts))
     root_end = max([root_start] + ends)
     dur = _number(meta.get("duration_s"))
     if dur is not None and not synthetic:
         root_end = max(root_end, root_start + _dur_ns(dur))
+    if synthetic:  # the next trace with synthetic times starts after this one
+        ids.cursor_ns = max(ids.cursor_ns, root_end + _SYNTHETIC_GAP_NS)
     reason = t.termination_reason
     outcome = reason.outcome if isinstance(reason, TerminationReason) else None
+    # the summary viewers show in a trace list (OpenInference's input.value / output.value,
+    # which Phoenix reads): the user's question the run answered and its final answer's text
+    inputs = t.messages[:len(t.messages) if first_upto is None else first_upto]
+    question = next((_plain_text(m) for m in reversed(inputs) if isinstance(m, dict) and m.get("role") == "user"), None)
+    answer = _plain_text(last_out_msg)
+    agent = agent_name(t)
     root_attrs = {
         "gen_ai.operation.name": "invoke_agent",
         **common,
+        "gen_ai.agent.name": agent,
         "gen_ai.request.model": model,
+        "input.value": question,
+        "input.mime_type": "text/plain" if question is not None else None,
+        "output.value": answer,
+        "output.mime_type": "text/plain" if answer is not None else None,
         "agent_loop_inspector.trace_id": t.id,
         "agent_loop_inspector.termination_reason": str(reason) if reason is not None else None,
         "agent_loop_inspector.outcome": outcome,
@@ -455,7 +590,7 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
     if outcome == "failure":
         error = f"{reason.words} ({reason})"
         root_attrs["error.type"] = str(reason)
-    root = _span(tid, root_id, None, "invoke_agent", SPAN_KIND_INTERNAL, root_start, root_end, root_attrs, error=error)
+    root = _span(tid, root_id, None, f"invoke_agent {agent}", SPAN_KIND_INTERNAL, root_start, root_end, root_attrs, error=error)
     return [root, *children]
 
 
@@ -470,23 +605,28 @@ def _request(spans: list[dict[str, Any]], service_name: str) -> dict[str, Any]:
     }]}
 
 
-def traces_to_otlp(traces: Iterable[Trace], *, service_name: str = DEFAULT_SERVICE_NAME) -> dict[str, Any]:
-    """One OTLP ``ExportTraceServiceRequest`` (JSON mapping) holding the spans of every trace."""
-    ids = _Ids()
+def traces_to_otlp(traces: Iterable[Trace], *, service_name: str = DEFAULT_SERVICE_NAME,
+                   synthetic_start: float | None = None) -> dict[str, Any]:
+    """One OTLP ``ExportTraceServiceRequest`` (JSON mapping) holding the spans of every trace.
+    ``synthetic_start`` (Unix seconds): where synthetic times begin, by default now."""
+    ids = _Ids(synthetic_start)
     spans: list[dict[str, Any]] = []
     for t in traces:
         spans += trace_spans(t, ids)
     return _request(spans, service_name)
 
 
-def otlp_lines(traces: Iterable[Trace], *, service_name: str = DEFAULT_SERVICE_NAME) -> Iterator[str]:
+def otlp_lines(traces: Iterable[Trace], *, service_name: str = DEFAULT_SERVICE_NAME,
+               synthetic_start: float | None = None) -> Iterator[str]:
     """One request per trace, as JSON lines (lazy: a trace at a time)."""
-    ids = _Ids()
+    ids = _Ids(synthetic_start)
     for t in traces:
         yield _dumps(_request(trace_spans(t, ids), service_name))
 
 
-def write_otlp_jsonl(traces: Iterable[Trace], path: str, *, service_name: str = DEFAULT_SERVICE_NAME) -> int:
+def write_otlp_jsonl(traces: Iterable[Trace], path: str, *, service_name: str = DEFAULT_SERVICE_NAME,
+                     synthetic_start: float | None = None) -> int:
     """The collector file exporter's layout: one ``ExportTraceServiceRequest`` per line, one
-    trace per line; returns how many traces were written."""
-    return write_lines(otlp_lines(traces, service_name=service_name), path)
+    trace per line; returns how many traces were written. The same traces with the same
+    ``synthetic_start`` give the same bytes."""
+    return write_lines(otlp_lines(traces, service_name=service_name, synthetic_start=synthetic_start), path)

@@ -248,7 +248,8 @@ async def run_scenario(sc: Scenario) -> list[Trace]:
         tid = sc.trace_id if len(sc.turns) == 1 else f"{sc.trace_id}-turn{i + 1}"
         if len(sc.turns) > 1:
             meta["title"] = f"{sc.title} (user turn {i + 1})"
-        trace = await loop.run(messages, trace_id=tid, metadata=meta)
+        # the turns of a multi-turn scenario are one conversation (metadata.conversation_id), as a Playground chat's
+        trace = await loop.run(messages, trace_id=tid, metadata=meta, conversation_key=sc.trace_id if len(sc.turns) > 1 else None)
         traces.append(normalise_timings(trace))
     return traces
 

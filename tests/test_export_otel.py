@@ -19,13 +19,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from backend.engine import AgentLoop, LoopConfig
 from backend.export import EXPORT_FORMATS, export_traces
-from backend.export_otel import SYNTHETIC_EPOCH_S, otel_trace_id, traces_to_otlp, write_otlp_jsonl
+from backend.export_otel import DEFAULT_AGENT_NAME, otel_trace_id, traces_to_otlp, write_otlp_jsonl
 from backend.generators.scripted import ScriptedGenerator
 from backend.tokenizers import load_tokenizer
 from backend.tools import ToolRegistry
 from backend.trace import StepState, Trace, load_traces
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ANCHOR = 1_800_000_000.0  # a synthetic_start for the exports that must give the same bytes
 SAMPLES = os.path.join(ROOT, "sample_traces")
 
 
@@ -184,7 +185,7 @@ def test_every_line_parses_as_an_otlp_request(tmp_path, all_traces):
             assert len(sp.trace_id) == 16 and len(sp.span_id) == 8
             assert sp.start_time_unix_nano <= sp.end_time_unix_nano
         root = ss.spans[0]
-        assert root.name == "invoke_agent" and not root.parent_span_id and root.kind == 1  # INTERNAL
+        assert root.name == f"invoke_agent {DEFAULT_AGENT_NAME}" and not root.parent_span_id and root.kind == 1  # INTERNAL
         assert all(sp.parent_span_id == root.span_id and sp.trace_id == root.trace_id for sp in ss.spans[1:])
         assert [sp.kind for sp in ss.spans if sp.name.startswith("chat")] == [3] * len(gen)  # CLIENT
 
@@ -339,9 +340,9 @@ def test_a_trace_without_times_gets_marked_monotonic_ones(engine_traces):
     for s in t.steps:
         s.started_at = None
     t.metadata.pop("started_at", None)
-    spans = spans_of(traces_to_otlp([t]))
+    spans = spans_of(traces_to_otlp([t], synthetic_start=ANCHOR))
     assert all(attrs(s)["agent_loop_inspector.synthetic_time"] is True for s in spans)
-    assert int(spans[0]["startTimeUnixNano"]) == int(SYNTHETIC_EPOCH_S) * 10**9
+    assert int(spans[0]["startTimeUnixNano"]) == int(ANCHOR) * 10**9
     chat1, chat2 = by_op(spans, "chat")
     tools = by_op(spans, "execute_tool")
     assert int(chat1["endTimeUnixNano"]) <= min(int(s["startTimeUnixNano"]) for s in tools)
@@ -352,8 +353,8 @@ def test_a_trace_without_times_gets_marked_monotonic_ones(engine_traces):
 
 def test_ids_are_deterministic_valid_and_distinct(tmp_path, all_traces):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    write_otlp_jsonl(all_traces, str(a))
-    write_otlp_jsonl(iter(all_traces), str(b))
+    write_otlp_jsonl(all_traces, str(a), synthetic_start=ANCHOR)
+    write_otlp_jsonl(iter(all_traces), str(b), synthetic_start=ANCHOR)
     assert a.read_bytes() == b.read_bytes()  # exporting twice gives the same file
     reqs = [json.loads(line) for line in a.read_text(encoding="utf-8").splitlines()]
     trace_ids = [spans_of(r)[0]["traceId"] for r in reqs]
@@ -396,15 +397,187 @@ def test_export_format_and_cli(tmp_path, sample_traces):
 
     assert "otel" in EXPORT_FORMATS
     p = tmp_path / "e.jsonl"
-    assert export_traces(iter(sample_traces), "otel", str(p)) == len(sample_traces)
+    assert export_traces(iter(sample_traces), "otel", str(p), synthetic_start=1767225600.0) == len(sample_traces)
     out = tmp_path / "cli.jsonl"
     files = sorted(os.path.join(SAMPLES, f) for f in os.listdir(SAMPLES) if f.endswith(".jsonl"))
-    r = subprocess.run([sys.executable, "-m", "backend", "export", *files, "--format", "otel", "--out", str(out)],
+    r = subprocess.run([sys.executable, "-m", "backend", "export", *files, "--format", "otel", "--out", str(out),
+                        "--synthetic-start", "2026-01-01T00:00:00Z"],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert out.read_bytes() == p.read_bytes()
     for line in out.read_text(encoding="utf-8").splitlines():
         proto_parse(line)
+
+
+# ---- as a viewer shows it (Phoenix: issue 31 items 18-22) ---------------------------------------
+
+
+def roots(req: dict) -> list[dict]:
+    return [s for s in spans_of(req) if "parentSpanId" not in s]
+
+
+def test_synthetic_times_are_recent_ordered_and_said(sample_traces, no_turns, engine_traces):
+    """Traces without real times (the samples' are made up: ``metadata.timings``; a run that
+    recorded none) start at the export's moment by default, one after another, each span saying
+    its time is synthetic; real times are kept; a given anchor gives the same bytes."""
+    import time
+
+    assert all(t.metadata["timings"].startswith("synthetic") for t in sample_traces)
+    untimed = engine_traces["parallel"].model_copy(deep=True)
+    for s in untimed.steps:
+        s.started_at = None
+    untimed.metadata.pop("started_at", None)
+    traces = [*sample_traces, untimed, engine_traces["plain"], no_turns]
+    before = time.time()
+    req = traces_to_otlp(traces)
+    after = time.time()
+    rs = roots(req)
+    assert len(rs) == len(traces)
+    synthetic = [r for r, t in zip(rs, traces) if t is not engine_traces["plain"]]
+    for r in synthetic:  # inside a viewer's "last 7 days" window: from the export on, not 2026-01-01
+        assert int(r["startTimeUnixNano"]) >= int(before * 1e9) - 1000
+    assert int(synthetic[0]["startTimeUnixNano"]) <= int(after * 1e9) + 1000
+    for a, b in zip(synthetic, synthetic[1:]):  # each after the previous one's end (turn 2 after turn 1)
+        assert int(b["startTimeUnixNano"]) > int(a["endTimeUnixNano"])
+    for sp in spans_of(req):
+        t = traces[[r["traceId"] for r in rs].index(sp["traceId"])]
+        assert (attrs(sp).get("agent_loop_inspector.synthetic_time") is True) == (t is not engine_traces["plain"]), t.id
+    # the made-up times keep their durations: the samples' 25 ms per generated token
+    weather = next(t for t in sample_traces if t.id == "sample-weather-seattle")
+    chat = by_op(spans_of(traces_to_otlp([weather])), "chat")[0]
+    gen = next(s for s in weather.steps if s.state == StepState.GENERATING)
+    assert int(chat["endTimeUnixNano"]) - int(chat["startTimeUnixNano"]) == round(gen.duration_s * 1e9)
+    # real times stay as recorded, whatever the anchor
+    plain = engine_traces["plain"]
+    assert int(roots(traces_to_otlp([plain], synthetic_start=ANCHOR))[0]["startTimeUnixNano"]) == round(plain.metadata["started_at"] * 1e6) * 1000
+    # a given anchor: the first synthetic trace starts there, and the bytes repeat
+    one, two = (json.dumps(traces_to_otlp(traces, synthetic_start=ANCHOR)) for _ in range(2))
+    assert one == two
+    assert int(roots(json.loads(one))[0]["startTimeUnixNano"]) == int(ANCHOR) * 10**9
+    with pytest.raises(ValueError):
+        traces_to_otlp(traces, synthetic_start=float("nan"))
+
+
+def test_the_cli_takes_the_synthetic_start(tmp_path, sample_traces):
+    import subprocess
+    import sys
+
+    src = os.path.join(SAMPLES, "06_thinking_multiturn.jsonl")
+    out = tmp_path / "o.jsonl"
+    base = [sys.executable, "-m", "backend", "export", src, "--to", "otel", "--out", str(out)]
+    r = subprocess.run([*base, "--synthetic-start", "1800000000"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    first = json.loads(out.read_text(encoding="utf-8").splitlines()[0])
+    assert roots(first)[0]["startTimeUnixNano"] == str(int(ANCHOR) * 10**9)
+    r = subprocess.run([*base, "--synthetic-start", "yesterday"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2 and "not a time" in r.stderr
+    r = subprocess.run([*base[:-4], "--to", "jsonl", "--out", str(tmp_path / "j.jsonl"), "--synthetic-start", "0"],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2 and "--synthetic-start is for --to otel" in r.stderr
+
+
+def test_the_root_summarises_the_run_for_a_trace_list(sample_traces, engine_traces):
+    """What Phoenix shows in its trace list: the root's input.value / output.value (the user's
+    question, the final answer, as text), its name ``invoke_agent {gen_ai.agent.name}``, the model."""
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
+
+    by_id = {t.id: t for t in sample_traces}
+    for t in sample_traces:
+        (root,) = roots(traces_to_otlp([t], synthetic_start=ANCHOR))
+        a = attrs(root)
+        users = [m["content"] for m in t.messages if m["role"] == "user"]
+        assert a["input.value"] == users[-1] and a["input.mime_type"] == "text/plain", t.id
+        assert a[ga.GEN_AI_AGENT_NAME] == DEFAULT_AGENT_NAME and root["name"] == f"invoke_agent {DEFAULT_AGENT_NAME}"
+        last = t.messages[-1]
+        if t.termination_reason == "no_tool_calls":
+            assert a["output.value"] == last["content"] and a["output.mime_type"] == "text/plain", t.id
+    # a malformed call is not an answer: no output text
+    a = attrs(roots(traces_to_otlp([by_id["sample-malformed-call"]], synthetic_start=ANCHOR))[0])
+    assert "output.value" not in a and "output.mime_type" not in a
+    # turn 2 of a multi-turn run: its own question
+    a = attrs(roots(traces_to_otlp([by_id["sample-thinking-multiturn-turn2"]], synthetic_start=ANCHOR))[0])
+    assert a["input.value"] == "And in Celsius?" and a["output.value"] == "That is about 22°C."
+    # an agent named in the metadata, and the model where known
+    t = engine_traces["plain"].model_copy(deep=True)
+    t.metadata["agent_name"] = "weather-bot"
+    t.metadata["generator"] = {**t.metadata["generator"], "model": "Qwen/Qwen3-4B-Instruct-2507"}
+    spans = spans_of(traces_to_otlp([t]))
+    assert spans[0]["name"] == "invoke_agent weather-bot" and attrs(spans[0])[ga.GEN_AI_AGENT_NAME] == "weather-bot"
+    assert attrs(spans[0])[ga.GEN_AI_REQUEST_MODEL] == "Qwen/Qwen3-4B-Instruct-2507"
+    assert by_op(spans, "chat")[0]["name"] == "chat Qwen/Qwen3-4B-Instruct-2507"
+    imported = engine_traces["plain"].model_copy(deep=True)
+    imported.metadata["generator"] = {}
+    imported.metadata["model"] = "gpt-4o-mini-2024-07-18"  # what importers record
+    assert attrs(roots(traces_to_otlp([imported]))[0])[ga.GEN_AI_REQUEST_MODEL] == "gpt-4o-mini-2024-07-18"
+
+
+def test_the_turns_of_one_conversation_share_its_id(engine_traces, sample_traces):
+    """A chat whose every message is a run (the Playground passes its conversation's key):
+    every span of every turn carries the same gen_ai.conversation.id; imported traces use
+    the session / conversation id they carry; others their own id."""
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
+
+    qwen3 = load_tokenizer("qwen3")
+    loop = AgentLoop(ScriptedGenerator(qwen3.tokenizer, ["Hello.", "Again."]), qwen3, tools=ToolRegistry.from_functions([lookup]))
+    t1 = asyncio.run(loop.run([{"role": "user", "content": "Hi"}], conversation_key="chat-42"))
+    t2 = asyncio.run(loop.run([*t1.messages, {"role": "user", "content": "Once more"}], conversation_key="chat-42"))
+    assert t1.metadata["conversation_id"] == t2.metadata["conversation_id"] == "chat-42"
+    assert Trace.from_json(t1.to_json()).metadata["conversation_id"] == "chat-42"  # kept in the file
+    for sp in spans_of(traces_to_otlp([t1, t2])):
+        assert attrs(sp)[ga.GEN_AI_CONVERSATION_ID] == "chat-42"
+    # the samples' multi-turn scenario: its two runs are one conversation
+    turns = [t for t in sample_traces if t.id.startswith("sample-thinking-multiturn-")]
+    assert len(turns) == 2
+    assert {attrs(sp)[ga.GEN_AI_CONVERSATION_ID] for sp in spans_of(traces_to_otlp(turns))} == {"sample-thinking-multiturn"}
+    imported = engine_traces["plain"].model_copy(deep=True)
+    imported.metadata["provenance"] = {"format": "Langfuse", "trace_id": "abc"}
+    imported.metadata["session_id"] = "sess-7"
+    assert attrs(roots(traces_to_otlp([imported]))[0])[ga.GEN_AI_CONVERSATION_ID] == "sess-7"
+    # a trace of before (no conversation recorded): its own id
+    old = engine_traces["plain"]
+    assert "conversation_id" not in old.metadata
+    assert attrs(roots(traces_to_otlp([old]))[0])[ga.GEN_AI_CONVERSATION_ID] == old.id
+
+
+def test_a_malformed_call_marks_the_chat_span_that_made_it(sample_traces):
+    malformed = next(x for x in sample_traces if x.termination_reason == "malformed_tool_call")
+    (chat,) = by_op(spans_of(traces_to_otlp([malformed])), "chat")
+    assert chat["status"]["code"] == 2 and "malformed tool call" in chat["status"]["message"]
+    (gen,) = [s for s in malformed.steps if s.state == StepState.GENERATING]
+    assert gen.parse_errors[0].message in chat["status"]["message"]
+    assert attrs(chat)["error.type"] == "malformed_tool_call"
+    # a well-formed run's chat spans stay unset
+    for t in sample_traces:
+        if t.termination_reason == "no_tool_calls":
+            assert all("status" not in sp for sp in by_op(spans_of(traces_to_otlp([t])), "chat")), t.id
+
+
+def test_chat_input_is_what_the_model_was_shown(sample_traces, engine_traces):
+    """Turn 2 of a Qwen3 thinking chat: the template drops turn 1's reasoning from the prompt.
+    The chat span's input keeps a message's reasoning only where the tokens the model was given
+    (decoded here from the trace's ids, not its steps) hold it, and says which it left out."""
+    turn2 = next(t for t in sample_traces if t.id == "sample-thinking-multiturn-turn2")
+    tok = load_tokenizer(turn2.tokenizer.name).tokenizer
+    ids = turn2.prompt_ids + turn2.response_ids
+    with_reasoning = [i for i, m in enumerate(turn2.messages) if m.get("reasoning_content")]
+    assert with_reasoning  # the sample has earlier turns with reasoning
+    for sp in by_op(spans_of(traces_to_otlp([turn2])), "chat"):
+        a = attrs(sp)
+        shown = tok.decode(ids[:a["gen_ai.usage.input_tokens"]])
+        inp = json.loads(a["gen_ai.input.messages"])
+        for m in inp:
+            for p in m["parts"]:
+                if p["type"] == "reasoning":
+                    assert p["content"].strip() in shown
+        dropped = [i for i in with_reasoning if i < len(inp) + 1 and turn2.messages[i]["reasoning_content"].strip() not in shown]
+        assert dropped and a["agent_loop_inspector.input.reasoning_not_shown"] == dropped
+    # the root keeps the agent's input as recorded, reasoning included
+    root_in = json.loads(attrs(roots(traces_to_otlp([turn2]))[0])["gen_ai.input.messages"])
+    assert sum(p["type"] == "reasoning" for m in root_in for p in m["parts"]) == len(dropped)
+    # reasoning the run generated itself stays (it is in the token stream)
+    first, second = by_op(spans_of(traces_to_otlp([engine_traces["reasoning"]])), "chat")
+    assert "reasoning" in [p["type"] for m in json.loads(attrs(second)["gen_ai.input.messages"]) for p in m["parts"]]
+    assert "agent_loop_inspector.input.reasoning_not_shown" not in attrs(second)
 
 
 # ---- round trip: export → the otel importer (otel-genai dialect) --------------------------------
@@ -447,6 +620,7 @@ def test_round_trip_through_the_otel_importer(tmp_path, all_traces):
     for orig, back in zip(all_traces, res.traces):
         assert _conversation(back.messages) == _conversation(orig.messages), orig.id
         assert back.id == orig.id and back.termination_reason == orig.termination_reason, (back.id, orig.id)
+        assert back.metadata["provenance"]["conversation_id"] == (orig.metadata.get("conversation_id") or orig.id)
         assert _tools(back.tools) == _tools(orig.tools), orig.id
         # the calls each tool result answers, by id
         calls = {c["id"]: c["function"]["name"] for m in back.messages for c in m.get("tool_calls") or []}

@@ -464,6 +464,34 @@ def _sm_steps():
     return json.load(open(os.path.join(SM, "tool_calling.json"), encoding="utf-8"))
 
 
+def test_smolagents_broken_arguments_are_listed_and_kept(tmp_path, qwen3):
+    """A ToolCallingAgent run whose model wrote a call's arguments as cut JSON (smolagents'
+    broken_arguments scenario): the import lists the unreadable call, with nothing lost — the
+    raw arguments, the tool's error fed back, the final answer."""
+    import subprocess
+    import sys
+
+    path = os.path.join(SM, "broken_arguments.json")
+    res = import_file(path, bundle=qwen3)
+    assert len(res.traces) == 1 and not res.problems and not res.losses  # nothing lost ...
+    (listed,) = res.unreadable  # ... but said
+    assert "tool call 0 ('get_weather')" in listed.reason and "not valid JSON" in listed.reason and "kept as written" in listed.reason
+    assert any("get_weather" in x and "not valid JSON" in x for x in res.problem_lines())
+    assert "1 unreadable tool call(s) kept as written" in res.summary()
+    t = res.traces[0]
+    assert roles(t) == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    assert calls(t.messages[2]) == [("call_bad", "get_weather", '{"city": "Par')]  # as the model wrote it
+    assert t.messages[3]["tool_call_id"] == "call_bad" and "Error executing tool 'get_weather'" in t.messages[3]["content"]
+    assert t.messages[5]["content"] == "I could not read the weather."
+    (err,) = parse_errors(t)
+    assert err.raw == '{"city": "Par'
+    out = subprocess.run([sys.executable, "-m", "backend", "import", path, "--out", str(tmp_path / "o.jsonl"), "--json"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    (u,) = json.loads(out.stdout)["unreadable_calls"]
+    assert "get_weather" in u["what"] and u["line"] == 1
+
+
 def test_smolagents_bad_records(tmp_path, qwen3):
     good = _sm_steps()
     odd_step = _sm_steps()

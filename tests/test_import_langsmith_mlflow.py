@@ -326,6 +326,45 @@ def test_langsmith_two_independent_llm_runs_in_one_trace(tmp_path, qwen3):
     assert {first[0].messages[-1]["content"], first[1].messages[-1]["content"]} == {"こんにちは", ONE_CALL[-1]["content"]}
 
 
+# ---- a generic tool wrapper (LangSmith and MLflow) -----------------------------------------------
+
+WRAPPED = ["one_call", "parallel", "stopped"]  # the scenario's conversations with tools
+
+
+@pytest.mark.parametrize("path", [os.path.join(LS, "wrapped_tools.jsonl"), os.path.join(ML, "wrapped_tools.jsonl")])
+def test_generic_tool_wrapper_runs_answer_the_calls_they_name(path, qwen3):
+    """gen_langsmith.py / gen_mlflow.py ``wrapped_tools``: every tool runs through one
+    ``call_tool(name, arguments)`` run / span. Matched by the name and arguments its inputs
+    give, each answers its call: no false loss, and the stopped run's result (only in the
+    tool's run) is carried over."""
+    res = import_file(path, bundle=qwen3)
+    assert res.complete, res.problem_lines()
+    assert len(res.traces) == 3
+    for t, name in zip(res.traces, WRAPPED):
+        msgs, llm_calls, tool_runs, finish = SCENARIO[name]
+        assert norm(t.messages) == norm(msgs), name
+        assert t.metadata["llm_calls"] == llm_calls and len(t.metadata["tool_durations_s"]) == tool_runs
+    runs = res.traces[1].metadata["tool_runs"]
+    assert [r["name"] for r in runs] == ["call_tool"] * 4  # the runs as the source names them
+    assert [r["tool_call_id"] for r in runs] == ["call_p1", "call_p2", "call_p3", "call_p4"]
+
+
+def test_a_wrapper_run_that_names_no_call_is_still_a_loss(tmp_path, qwen3):
+    """Only a result that truly answers no call is a loss: a call_tool run whose inputs name a
+    tool the model never called."""
+    def edit(recs):
+        (run,) = [r for r in recs if r.get("name") == "call_tool" and isinstance(r.get("inputs"), dict)
+                  and r["inputs"].get("arguments") == {"city": "Zürich"}]
+        run["inputs"]["name"] = "get_time"
+
+    path = rewrite(os.path.join(LS, "wrapped_tools.jsonl"), tmp_path / "stray.jsonl", edit)
+    res = import_file(path, "auto", bundle=qwen3)
+    assert not res.problems
+    (loss,) = res.losses
+    assert "tool 'call_tool' answers no tool call of the conversation" in loss.reason
+    assert norm(res.traces[0].messages) == norm(ONE_CALL)  # the conversation itself holds the result
+
+
 # ---- MLflow -------------------------------------------------------------------------------------
 
 

@@ -199,6 +199,27 @@ def test_smolagents_through_openinference_gives_the_agents_conversation(name, qw
     assert len(two.metadata["provenance"]["span_ids"]) == 2 + 3  # the LLM spans and the TOOL spans whose results were read
 
 
+@pytest.mark.parametrize("name", ["smolagents_two_rounds.otlp.jsonl", "smolagents_two_rounds.spans.jsonl"])
+def test_smolagents_run_with_text_and_two_tool_rounds_is_one_conversation(name, qwen3):
+    """gen_openinference.py's SMOL_TWO_ROUNDS: the model writes a line of text with each call;
+    smolagents' memory holds that turn as an assistant text message then a ``tool-call``
+    message. One run is one conversation, each turn once, as the model produced it."""
+    res = import_file(os.path.join(OI, name), bundle=qwen3)
+    assert res.complete, res.problem_lines()
+    (t,) = res.traces
+    assert t.messages[1] == {"role": USER, "content": "New task:\nIs it warmer in Zürich or in 東京?"}
+    assert norm(t.messages[2:]) == norm([
+        {"role": ASST, "content": "Zürich first.", "tool_calls": [call("call_t1", "get_weather", {"city": "Zürich"})]},
+        tool("call_t1", "get_weather", "Zürich: 12°C, wind 5 km/h"),
+        {"role": ASST, "content": "Now 東京.", "tool_calls": [call("call_t2", "get_weather", {"city": "東京"})]},
+        tool("call_t2", "get_weather", "東京: 22°C, humid"),
+        {"role": ASST, "content": "", "tool_calls": [call("call_t3", "final_answer", {"answer": "東京 (22°C) is warmer than Zürich (12°C)."})]},
+        tool("call_t3", "final_answer", "東京 (22°C) is warmer than Zürich (12°C)."),
+    ])
+    assert t.metadata["llm_calls"] == 3 and len(t.metadata["tool_durations_s"]) == 3
+    assert not any(a["role"] == b["role"] == ASST for a, b in zip(t.messages, t.messages[1:]))
+
+
 @pytest.mark.parametrize("name", ["smolagents_openai.otlp.jsonl", "smolagents_openai.spans.jsonl"])
 def test_llm_span_inside_an_llm_span_is_the_same_call_read_once(name, qwen3):
     """smolagents + openai instrumentations on together: the openai client's LLM span sits in
@@ -260,6 +281,32 @@ def test_langfuse_agent_conversations(name, fmt, qwen3):
     assert weather.metadata["usage"] == {"prompt_tokens": 34 + 48, "completion_tokens": 14 + 13, "total_tokens": 48 + 61}
 
 
+@pytest.mark.parametrize("name", ["wrapped_tools.otlp.jsonl", "wrapped_tools.spans.jsonl"])
+def test_langfuse_generic_tool_wrapper_answers_the_calls_it_names(name, qwen3):
+    """gen_langfuse.py ``wrapped_tools``: the tools run through one ``@observe(as_type="tool")``
+    ``call_tool(name, arguments)``; each observation answers the call its input names, so none is
+    reported as not carried over (the conversation holds every result)."""
+    res = import_file(os.path.join(LF, name), bundle=qwen3)
+    assert res.complete, res.problem_lines()
+    assert [norm(t.messages) for t in res.traces] == [norm(WEATHER), norm(TRIP)]
+    assert [len(t.metadata["tool_durations_s"]) for t in res.traces] == [1, 3]
+
+
+def test_langfuse_wrapper_observation_naming_no_call_is_a_loss(tmp_path, qwen3):
+    """Only a result that truly answers no call is a loss: the wrapper's input names a tool the
+    model never called."""
+    with open(os.path.join(LF, "wrapped_tools.otlp.jsonl"), encoding="utf-8") as f:
+        line = f.readline()
+    old = '{\\"name\\": \\"get_weather\\", \\"arguments\\"'
+    assert line.count(old) == 1
+    path = tmp_path / "stray.otlp.jsonl"
+    path.write_text(line.replace(old, old.replace("get_weather", "get_time")), encoding="utf-8")
+    res = import_file(str(path), bundle=qwen3)
+    (loss,) = res.losses
+    assert "tool observation 'call_tool' answers no tool call" in loss.reason
+    assert norm(res.traces[0].messages) == norm(WEATHER)
+
+
 @pytest.mark.parametrize("name", ["manual.otlp.jsonl", "manual.spans.jsonl"])
 def test_langfuse_manual_generations_two_conversations_in_one_trace(name, qwen3):
     res = import_file(os.path.join(LF, name), bundle=qwen3)
@@ -290,7 +337,7 @@ def test_langfuse_image_media_reference_is_a_loss(qwen3):
 
 def test_detection_picks_otel_and_provenance_names_the_dialect(qwen3):
     cases = {os.path.join(OI, f): "OpenInference" for f in os.listdir(OI)} | {os.path.join(LF, f): "Langfuse" for f in os.listdir(LF)}
-    assert len(cases) == 14
+    assert len(cases) == 18
     for path, label in cases.items():
         assert detect(path) == "otel", path
         first = _lines(path)[0]

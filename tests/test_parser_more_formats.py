@@ -272,6 +272,24 @@ def test_kimi_bad_and_truncated_calls_vllm_returns_them_as_calls(vllm):
     assert sorted(errors(ours)) == sorted([cut, cut[len(S) + len(kimi_call("a", 0, '{"x": 1}')):]])
 
 
+def test_kimi_header_without_a_name_is_no_call(vllm):
+    """``functions.:1`` names no function: vLLM's parser returns no call for it; ours reports it
+    (it used to read a call named ``functions.``), and keeps the good call beside it."""
+    nameless = "<|tool_call_begin|>functions.:1<|tool_call_argument_begin|>{\"x\": 1}<|tool_call_end|>"
+    raw = vllm_raw(vllm, "kimi_k2", S + nameless + E)
+    assert not raw.tools_called and raw.tool_calls == []
+    ours = parse("kimi_k2", S + nameless + E)
+    assert ours.tool_calls == [] and errors(ours) == [nameless]
+    assert "no function name" in ours.errors[0].message
+    text = S + kimi_call("a", 0, "{}") + nameless + E
+    ours = parse("kimi_k2", text)
+    assert calls(ours) == [("a", {})] and errors(ours) == [nameless]
+    # a tool whose name is "functions" is still one
+    raw = vllm_raw(vllm, "kimi_k2", S + kimi_call("functions", 0, "{}") + E)
+    assert [c.function.name for c in raw.tool_calls] == ["functions"]
+    assert calls(parse("kimi_k2", S + kimi_call("functions", 0, "{}") + E)) == [("functions", {})]
+
+
 def test_kimi_text_after_the_section_vllm_drops_it(vllm):
     text = "Checking." + S + kimi_call("a", 0, "{}") + E + " Done."
     assert vllm_raw(vllm, "kimi_k2", text).content == "Checking."

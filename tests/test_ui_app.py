@@ -470,7 +470,8 @@ def test_trace_file_upload_imports_other_tools_formats(ctx, name, fmt):
     assert isinstance(sess.file_rows, trace_files.FileRows) and sess.file_rows.path.endswith(".jsonl")
     assert [(t.id, t.prompt_ids, t.response_ids, t.response_mask, t.messages) for t in got] == \
         [(t.id, t.prompt_ids, t.response_ids, t.response_mask, t.messages) for t in want.traces]
-    assert list(probs["line"]) == [p.line for p in want.problems]
+    # listed: bad records, then what was not carried over, then calls kept as written (unreadable)
+    assert list(probs["line"]) == [p.line for p in want.problems + want.losses + want.unreadable]
     df = trace_files.table_outputs(sess)[2]
     assert len(df) == len(want.traces) and set(df["source"]) == {fmt}
     given = sum(1 for t in want.traces if t.metadata.get("ids") == "given")

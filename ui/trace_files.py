@@ -111,6 +111,7 @@ def _rows_of_import(res: Any, path: str, folder: str) -> FileRows:
     f.problems.unlisted = getattr(res.problems, "unlisted", 0)
     losses = list(getattr(res, "losses", None) or [])
     f.problems.extend(losses)  # listed with their line, after the bad records
+    f.problems.extend(getattr(res, "unreadable", None) or [])  # calls kept as written, said
     rows.losses = len(losses)
     rows.notes = list(getattr(res, "notes", None) or [])
     rows.given = sum(1 for t in res.traces if t.metadata.get("ids") == "given")

@@ -40,7 +40,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from backend.cli import read_json_file
-    from backend.importers import iter_import, trace_losses
+    from backend.importers import iter_import, trace_losses, unreadable_calls
     from backend.trace import LoadProblem, TraceFileError
 
     check_paths([args.input], args.out, missing="input file not found", same="--out must not be the input file")
@@ -52,6 +52,7 @@ def run(args) -> int:
     unit = "row" if args.input.endswith(".parquet") else "line"
     problems: list[dict] = []
     losses: list[dict] = []
+    unreadable: list[dict] = []
     notes: list[str] = []
     formats: dict[str, int] = {}
     ids_how: dict[str, int] = {}
@@ -64,6 +65,7 @@ def run(args) -> int:
                     problems.append({unit: num, "reason": item.reason})
                     continue
                 losses.extend({unit: num, "trace": item.id, "what": what} for what in trace_losses(item))
+                unreadable.extend({unit: num, "trace": item.id, "what": what} for what in unreadable_calls(item))
                 f.write(item.to_json())
                 f.write("\n")
                 n += 1
@@ -80,7 +82,7 @@ def run(args) -> int:
         if os.path.exists(tmp):
             os.remove(tmp)
     summary = {"out": args.out if n else None, "traces": n, "formats": formats, "ids": ids_how, "problems": problems,
-               "not_carried_over": losses, "detection": notes}
+               "not_carried_over": losses, "unreadable_calls": unreadable, "detection": notes}
     lines = [(f"wrote {n} trace(s) to {args.out}" if n else f"wrote nothing to {args.out}") + (" (" + ", ".join(f"{k}: {v}" for k, v in sorted(formats.items())) + ")" if formats else "")]
     if ids_how:
         lines.append("token ids: " + ", ".join(f"{k}: {v}" for k, v in sorted(ids_how.items())))
@@ -91,6 +93,12 @@ def run(args) -> int:
             lines.append(f"  {unit} {x[unit]}, trace {x['trace']}: {x['what']}")
         if len(losses) > args.max_problems:
             lines.append(f"  ... and {len(losses) - args.max_problems} more (--json lists all)")
+    if unreadable:
+        lines.append(f"{len(unreadable)} tool call(s) could not be read (kept as written, a parse error on their turn):")
+        for x in unreadable[: args.max_problems]:
+            lines.append(f"  {unit} {x[unit]}, trace {x['trace']}: {x['what']}")
+        if len(unreadable) > args.max_problems:
+            lines.append(f"  ... and {len(unreadable) - args.max_problems} more (--json lists all)")
     if problems:
         lines.append(f"{len(problems)} bad record(s):")
         for p in problems[: args.max_problems]:

@@ -40,6 +40,7 @@ from backend.tokenizers import TokenizerLoadError
 from backend.trace import (
     LoadProblem,
     LoadResult,
+    StepState,
     Trace,
     TraceFileError,
     TraceFormatError,
@@ -133,6 +134,9 @@ class ImportResult(LoadResult):
     losses: list[LoadProblem] = field(default_factory=list)
     # how auto-detection chose where several formats matched a record (one line per choice)
     notes: list[str] = field(default_factory=list)
+    # tool calls of imported traces whose arguments could not be read: kept as written, with a
+    # parse error on their turn (nothing lost, but said), with the record's number
+    unreadable: list[LoadProblem] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -147,10 +151,12 @@ class ImportResult(LoadResult):
             s += f", {len(self.problems)} bad record(s)"
         if self.losses:
             s += f", {len(self.losses)} thing(s) not carried over"
+        if self.unreadable:
+            s += f", {len(self.unreadable)} unreadable tool call(s) kept as written"
         return s
 
     def problem_lines(self) -> list[str]:
-        return [f"{self.unit} {p.line}: {p.reason}" for p in self.problems + self.losses]
+        return [f"{self.unit} {p.line}: {p.reason}" for p in self.problems + self.losses + self.unreadable]
 
     def add(self, n: int, item: Trace | LoadProblem, name: str | None) -> bool:
         """Take one produced trace or problem (see :meth:`LoadResult.take`), counting formats and
@@ -161,7 +167,17 @@ class ImportResult(LoadResult):
             self.formats[name] = self.formats.get(name, 0) + 1
             for loss in trace_losses(item):
                 self.losses.append(LoadProblem(n, f"trace {item.id}: {loss}"))
+            for what in unreadable_calls(item):
+                self.unreadable.append(LoadProblem(n, f"trace {item.id}: {what}"))
         return True
+
+
+def unreadable_calls(trace: Trace) -> list[str]:
+    """The tool calls of an imported trace that could not be read (arguments that are not a JSON
+    object, a call the parser could not read): kept as the source wrote them, each a parse error
+    on its turn; one line each, for the import to list."""
+    return [f"step {s.index}: {e.message} (kept as written; a parse error on the turn)"
+            for s in trace.steps if s.state == StepState.GENERATING for e in s.parse_errors if e.severity == "error"]
 
 
 def trace_losses(trace: Trace) -> list[str]:
@@ -425,6 +441,7 @@ __all__ = [
     "iter_import",
     "load_any",
     "trace_losses",
+    "unreadable_calls",
 ]
 
 

@@ -155,6 +155,33 @@ def tool_names(tools: list[dict[str, Any]]) -> set[str]:
     return {t.get("function", t).get("name") for t in tools if isinstance(t, dict)}
 
 
+# a generic tool wrapper's inputs: the tool it ran and that tool's arguments
+_WRAPPED_NAME_KEYS = ("name", "tool_name", "tool")
+_WRAPPED_ARGS_KEYS = ("arguments", "args", "tool_input", "input", "parameters")
+
+
+def tool_run_calls(name: Any, args: Any) -> list[tuple[Any, Any]]:
+    """The ``(tool name, arguments)`` a tool run (a LangSmith tool run, an MLflow TOOL span, a
+    Langfuse tool observation) may have run: its own name and inputs, then — a generic wrapper's
+    run (``call_tool(name="get_weather", arguments={...})``: the inputs name another tool, with
+    its arguments or none) — the tool its inputs name, with those arguments (a JSON string
+    decoded). Callers match against the conversation's calls in this order."""
+    out: list[tuple[Any, Any]] = [(name, args)]
+    if isinstance(args, dict):
+        inner = next((args[k] for k in _WRAPPED_NAME_KEYS if isinstance(args.get(k), str) and args[k]), None)
+        rest = [k for k in args if k not in _WRAPPED_NAME_KEYS]
+        arg_key = next((k for k in _WRAPPED_ARGS_KEYS if k in args), None)
+        if inner is not None and inner != name and (arg_key is not None or not rest):
+            a = args[arg_key] if arg_key is not None else {}
+            if isinstance(a, str):
+                try:
+                    a = json.loads(a)
+                except (json.JSONDecodeError, RecursionError, ValueError):
+                    pass
+            out.append((inner, {} if a is None else a))
+    return out
+
+
 def fill_tool_message_names(messages: list[dict[str, Any]]) -> None:
     """Give tool messages the ``name`` of the call they answer (matched by ``tool_call_id``,
     else by order within the turn), as HF templates expect."""

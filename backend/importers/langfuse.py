@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from backend.importers.common import Conversation, RecordError, fill_tool_message_names, normalize_tools
+from backend.importers.common import Conversation, RecordError, fill_tool_message_names, normalize_tools, tool_run_calls
 from backend.importers.openai_chat import normalize_messages
 from backend.importers.otel import Dialect, add_timing, continues, json_value, register_dialect
 from backend.importers.otlp import Span
@@ -168,12 +168,17 @@ class _Reader:
     def tool_args(self, s: Span) -> Any:
         return _call_args(json_value(s.attributes.get(INPUT)))
 
-    def tool_span_for(self, call: dict[str, Any], after: int | None) -> Span | None:
+    def runs(self, s: Span, call: dict[str, Any]) -> bool:
+        """The tool observation ran ``call``: its name and arguments, or — a generic wrapper's
+        (``call_tool``) — the tool and arguments its input names."""
         fn = call.get("function", {})
+        return any(name == fn.get("name") and args == fn.get("arguments") for name, args in tool_run_calls(s.name, self.tool_args(s)))
+
+    def tool_span_for(self, call: dict[str, Any], after: int | None) -> Span | None:
         for s in self.tools:
             if s.span_id in self.used_tools or (after is not None and (s.start_ns or 0) < after):
                 continue
-            if s.name == fn.get("name") and self.tool_args(s) == fn.get("arguments"):
+            if self.runs(s, call):
                 return s
         return None
 
@@ -254,7 +259,7 @@ class LangfuseDialect(Dialect):
         calls = [c for m in msgs if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
         t0 = min((s.start_ns or 0) for s in ch["spans"])
         tool_spans = [s for s in r.tools
-                      if any(s.name == c["function"]["name"] and r.tool_args(s) == c["function"]["arguments"] for c in calls)
+                      if any(r.runs(s, c) for c in calls)
                       and (not several or (s.start_ns or 0) >= t0)]
         tool_spans.sort(key=lambda s: s.start_ns or 0)
         r.matched.update(s.span_id for s in tool_spans)

@@ -42,7 +42,7 @@ from datetime import datetime
 from typing import Any
 
 from backend.importers.base import Importer, register
-from backend.importers.common import Conversation, RecordError, fill_tool_message_names, normalize_tools
+from backend.importers.common import Conversation, RecordError, fill_tool_message_names, normalize_tools, tool_run_calls
 from backend.trace import LoadProblem, ParseError
 from backend.trace.model import TerminationReason
 
@@ -417,9 +417,12 @@ def assemble(calls: list[ChatCall], tools: list[ToolRun]) -> list[tuple[ChatCall
                     match = k
                     break
             if match is None and not t.call_id:
-                same = [k for k, (_, c) in enumerate(call_list) if k not in used_calls and c.get("function", {}).get("name") == t.name]
-                exact = [k for k in same if _canon(call_list[k][1].get("function", {}).get("arguments")) == _canon(t.args)]
-                match = (exact or same or [None])[0]
+                for name, args in tool_run_calls(t.name, t.args):  # its own name, else the tool a wrapper's inputs name
+                    same = [k for k, (_, c) in enumerate(call_list) if k not in used_calls and c.get("function", {}).get("name") == name]
+                    exact = [k for k in same if _canon(call_list[k][1].get("function", {}).get("arguments")) == _canon(args)]
+                    match = (exact or same or [None])[0]
+                    if match is not None:
+                        break
             if match is None:
                 continue
             claimed.add(ti)
@@ -437,7 +440,8 @@ def assemble(calls: list[ChatCall], tools: list[ToolRun]) -> list[tuple[ChatCall
             end = at + 1
             while end < len(msgs) and msgs[end].get("role") == "tool":
                 end += 1
-            msg = {"role": "tool", "content": t.result, "name": t.name}
+            fn = call_list[[c.get("id") for _, c in call_list].index(cid)][1].get("function", {})
+            msg = {"role": "tool", "content": t.result, "name": fn.get("name") if isinstance(fn.get("name"), str) else t.name}
             if cid:
                 msg["tool_call_id"] = cid
             inserts.setdefault(end, []).append(msg)

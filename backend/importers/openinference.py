@@ -27,7 +27,10 @@ model input: a tool round is a ``tool-call`` message (``"Calling tools:\\n[{...}
 repr) and a ``tool-response`` message (``"Observation:\\n..."``). They are read back as the
 assistant's tool calls (from the earlier LLM span's output with the same call ids, else from
 the repr) and one tool message per call with the TOOL span's output; where no TOOL span matches,
-the observation stays a user message, as smolagents sends it to the model.
+the observation stays a user message, as smolagents sends it to the model. A turn in which the
+model wrote text with its calls is two memory messages (the text as an assistant message, then
+the ``tool-call`` message): read back as the one turn the model produced, so the run's later
+LLM spans continue the earlier ones (one run, one conversation).
 
 Not carried over, reported as losses with the span and attribute: image / audio / video /
 document contents, reasoning signatures and encrypted reasoning, values the instrumentation
@@ -307,6 +310,14 @@ class _Reader:
         for i, (m, raw) in enumerate(zip(ins, roles)):
             if raw == "tool-call":
                 m = self.smolagents_call(m)
+                prev = msgs[-1] if msgs else None
+                if (prev is not None and prev.get("role") == "assistant" and not prev.get("tool_calls") and m.get("tool_calls")
+                        and (m.get("content") or "") in ("", prev.get("content") or "")):
+                    # smolagents writes one model turn as two memory messages: its text (an
+                    # assistant message) and its calls ("Calling tools:"): one turn again, as the
+                    # model produced it (and as the earlier span's output holds it)
+                    m = {**m, "content": prev.get("content") or ""}
+                    msgs.pop()  # its parse errors, if any, stay with the merged turn
             elif raw == "tool-response":
                 prev = msgs[-1] if msgs else None
                 results = self.results_for(prev["tool_calls"], None) if prev and prev.get("tool_calls") else None
@@ -315,7 +326,7 @@ class _Reader:
                     continue
                 m = {"role": "user", "content": m.get("content") or ""}
             if i in in_err:
-                errors[len(msgs)] = in_err[i]
+                errors[len(msgs)] = errors.get(len(msgs), []) + in_err[i]
             msgs.append(m)
         outs, out_err, _ = self.messages(span, OUT)
         n_in = len(msgs)

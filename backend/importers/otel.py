@@ -117,6 +117,27 @@ def _names(spans: list[Span], k: int = 4) -> str:
     return ", ".join(names[:k]) + (f" and {len(names) - k} more" if len(names) > k else "")
 
 
+def _restore_reasoning(conv: Conversation, root_input: Any) -> None:
+    """Our own export leaves out of a ``chat`` span's input the reasoning its prompt did not show
+    the model (``agent_loop_inspector.input.reasoning_not_shown``); the root ``invoke_agent``
+    span keeps the run's input as recorded. Put that reasoning back on the conversation's
+    messages (same place, same role) that lack it."""
+    root = json_value(root_input)
+    if not isinstance(root, list):
+        return
+    rest = list(conv.messages)
+    while rest and rest[0].get("role") == "system":
+        rest.pop(0)
+    for rm, m in zip(root, rest):
+        if not isinstance(rm, dict) or rm.get("role") != m.get("role"):
+            return
+        parts = rm.get("parts") if isinstance(rm.get("parts"), list) else []
+        reasoning = "".join(p.get("content") or "" for p in parts if isinstance(p, dict) and p.get("type") == "reasoning"
+                            and isinstance(p.get("content"), str))
+        if reasoning and not m.get("reasoning_content"):
+            m["reasoning_content"] = reasoning
+
+
 def conversations_of_trace(trace_id: str, spans: list[Span], logs: list[LogRecord], *, dialect: str | None = None) -> tuple[Dialect | None, list[Conversation]]:
     """``(dialect, conversations)`` of one trace's spans and logs (``dialect`` forces one)."""
     spans = sorted(spans, key=_start)
@@ -145,11 +166,18 @@ def conversations_of_trace(trace_id: str, spans: list[Span], logs: list[LogRecor
         tr = ours.get("agent_loop_inspector.termination_reason")
         if isinstance(tr, str) and tr and convs[0].termination_reason is None:
             convs[0].termination_reason = tr
+        if any("agent_loop_inspector.input.reasoning_not_shown" in s.attributes for s in spans):
+            _restore_reasoning(convs[0], ours.get("gen_ai.input.messages"))
+    # the conversation (session) the trace belongs to, as the GenAI conventions name it
+    conv_id = next((s.attributes["gen_ai.conversation.id"] for s in spans
+                    if isinstance(s.attributes.get("gen_ai.conversation.id"), str) and s.attributes["gen_ai.conversation.id"]), None)
     starts = [s.start_ns for s in spans if s.start_ns is not None]
     ends = [s.end_ns for s in spans if s.end_ns is not None]
     for k, conv in enumerate(convs):
         conv.provenance.setdefault("format", chosen.label)
         conv.provenance.setdefault("trace_id", trace_id)
+        if conv_id is not None:
+            conv.provenance.setdefault("conversation_id", conv_id)
         if conv.id is None:
             conv.id = trace_id if len(convs) == 1 else f"{trace_id}-{k}"
         if starts and ends and "duration_s" not in conv.metadata:

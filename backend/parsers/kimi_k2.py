@@ -29,7 +29,10 @@ CALL_END = "<|tool_call_end|>"
 ARG_BEGIN = "<|tool_call_argument_begin|>"
 TAG_PREFIX = "<|tool_call"  # every Kimi tag starts with it
 TAGS = (SECTION_BEGIN, SECTION_END, CALL_BEGIN, CALL_END, ARG_BEGIN)
-_HEADER = re.compile(r"(?:functions\.)?(?P<name>[^\s:<>]{1,256}):(?P<index>\d{1,20})")
+_PREFIX = "functions."
+# NAME:INDEX, after the optional "functions." (taken first: "functions.:1" has no name, it is not
+# a call named "functions.", as vLLM's parser agrees: no call)
+_HEADER = re.compile(r"(?P<name>[^\s:<>]{1,256}):(?P<index>\d{1,20})")
 _ID_OF = re.compile(r"functions\.(?P<name>.+):\d+")
 
 
@@ -89,10 +92,12 @@ class KimiK2Parser(ToolCallParser):
                 col.add_error(start, rstrip_end(text, start, stop), f"tool call without {ARG_BEGIN}")
                 return stop
             header = text[h:a].strip()
-            m = _HEADER.fullmatch(header)
+            m = _HEADER.fullmatch(header.removeprefix(_PREFIX))
             j = skip_ws(text, a + len(ARG_BEGIN))
             err = None
-            if m is None:
+            if m is None and header.startswith(_PREFIX) and header[len(_PREFIX):].startswith(":"):
+                err = f"tool call header {header[:60]!r} has no function name (functions.NAME:INDEX)"
+            elif m is None:
                 err = f"tool call header {header[:60]!r} is not functions.NAME:INDEX"
             value: Any = None
             end = j

@@ -24,7 +24,10 @@ Files: ``agent`` (three traces: one call with a system prompt; parallel calls wi
 escaped / nested arguments and a second tool round; a plain answer with no tools and no system
 prompt), ``manual`` (generations recorded by hand with ``start_as_current_observation``: two
 independent calls in one trace) and ``image`` (a user message with a base64 image part, replaced by the SDK with a media
-reference: a loss to report).
+reference: a loss to report), and ``wrapped_tools`` (the first two ``agent`` conversations again, the
+tools run through one generic ``@observe(as_type="tool", name="call_tool")`` wrapper taking
+``name`` and ``arguments``, as apps dispatching tools by name write it; written alone by
+``gen_langfuse.py wrapped_tools``, the other files left as they are).
 
 The scenario (user texts, scripted model replies, tool results) is held in ``SCENARIOS`` and
 ``MANUAL``; the
@@ -275,7 +278,7 @@ def provider(seed: int, service: str):
 # ---- the app, traced by Langfuse ---------------------------------------------------------
 
 
-def run(base_url: str, script: Script) -> dict[str, list]:
+def run(base_url: str, script: Script, wrapped: bool = False) -> dict[str, list]:
     from langfuse import Langfuse, observe, propagate_attributes
     from langfuse.openai import OpenAI
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -297,6 +300,10 @@ def run(base_url: str, script: Script) -> dict[str, list]:
 
     impls = {"get_weather": get_weather, "plan_trip": plan_trip}
 
+    @observe(as_type="tool", name="call_tool")
+    def call_tool(name: str, arguments: dict):  # the app's one tool observation: dispatches by name
+        return current["results"][current["call"]]
+
     @observe(as_type="agent", name="travel-agent")
     def agent(question, system: str | None = None, tool_names: tuple = ()) -> str:
         sc = current["scenario"]
@@ -314,12 +321,17 @@ def run(base_url: str, script: Script) -> dict[str, list]:
                 return msg.content
             for call in msg.tool_calls:
                 current.update(results=sc["results"], call=call.id)
-                result = impls[call.function.name](**json.loads(call.function.arguments))
+                if wrapped:
+                    result = call_tool(name=call.function.name, arguments=json.loads(call.function.arguments))
+                else:
+                    result = impls[call.function.name](**json.loads(call.function.arguments))
                 text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
 
     files: dict[str, list] = {}
-    for sc in SCENARIOS:
+    for sc in (SCENARIOS[:2] if wrapped else SCENARIOS):
+        if wrapped:
+            sc = {**sc, "file": "wrapped_tools"}
         exporter.clear()
         script.replies = list(sc["rounds"])
         with propagate_attributes(trace_name=sc["trace_name"], session_id="session-1", user_id="user-1"):
@@ -327,6 +339,9 @@ def run(base_url: str, script: Script) -> dict[str, list]:
             agent(sc["user"], system=sc["system"], tool_names=tuple(sc["tools"]))
         langfuse.flush()
         files.setdefault(sc["file"], []).extend(sorted(exporter.get_finished_spans(), key=lambda s: s.start_time))
+    if wrapped:
+        langfuse.shutdown()
+        return files
     exporter.clear()
     with propagate_attributes(trace_name=MANUAL["trace_name"]):
         with langfuse.start_as_current_observation(as_type="span", name="batch"):
@@ -340,13 +355,13 @@ def run(base_url: str, script: Script) -> dict[str, list]:
     return files
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     os.makedirs(OUT, exist_ok=True)
     script = Script()
     srv = serve(script)
     base_url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
     try:
-        for name, spans in run(base_url, script).items():
+        for name, spans in run(base_url, script, wrapped=argv == ["wrapped_tools"]).items():
             write_files(name, spans)
         assert not script.replies, script.replies
         assert not script.other, f"unexpected calls to the Langfuse API: {script.other}"
@@ -357,4 +372,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(sys.argv[1:])

@@ -22,7 +22,11 @@ Files:
 * ``langchain_runs.jsonl`` — LangChain's ``ChatOpenAI.bind_tools`` + ``StructuredTool``s under a
   ``@traceable`` root, traced by LangChain's tracer: ``llm`` runs with LangChain-serialised
   messages (``inputs.messages`` = ``[[{"lc": 1, "type": "constructor", ...}]]``,
-  ``outputs.generations``), tool runs whose outputs are ``ToolMessage``s; one run per line.
+  ``outputs.generations``), tool runs whose outputs are ``ToolMessage``s; one run per line;
+* ``wrapped_tools.jsonl`` — the ``runs.jsonl`` agent again with its tools run through one generic
+  ``@traceable(run_type="tool", name="call_tool")`` wrapper taking ``name`` and ``arguments``
+  (tool runs named ``call_tool``, inputs ``{"name", "arguments"}``), the conversations with
+  tools, one run per line (written alone by ``gen_langsmith.py wrapped_tools``).
 """
 
 from __future__ import annotations
@@ -153,7 +157,7 @@ def write_jsonl(path: Path, rows: list[Any]) -> None:
     print(f"wrote {path} ({len(rows)} lines, {path.stat().st_size} bytes)")
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     srv = Server()
     os.environ.update(LANGSMITH_ENDPOINT=srv.url, LANGSMITH_API_KEY="fixture-key", LANGSMITH_TRACING="true",
@@ -181,6 +185,31 @@ def main() -> None:
                 out = tools[c.function.name](**json.loads(c.function.arguments))
                 msgs.append({"role": "tool", "tool_call_id": c.id, "content": out})
         return None  # stopped at the limit
+
+    if argv == ["wrapped_tools"]:
+        @traceable(run_type="tool", name="call_tool", client=client)
+        def call_tool(name: str, arguments: dict[str, Any]) -> str:  # the app's one tool run: dispatches by name
+            return sc.TOOL_FUNCTIONS[name](**arguments)
+
+        @traceable(name="travel_agent", client=client)
+        def run_wrapped(system: str | None, user: str, max_llm_calls: int = 10) -> str | None:
+            msgs = first_messages(system, user)
+            for _ in range(max_llm_calls):
+                m = oa.chat.completions.create(model=sc.MODEL, messages=list(msgs), tools=sc.TOOLS).choices[0].message
+                msgs.append(m.model_dump(exclude_none=True))
+                if not m.tool_calls:
+                    return m.content
+                for c in m.tool_calls:
+                    msgs.append({"role": "tool", "tool_call_id": c.id, "content": call_tool(name=c.function.name, arguments=json.loads(c.function.arguments))})
+            return None
+
+        for conv in sc.CONVERSATIONS:
+            if conv["tools"]:
+                run_wrapped(conv["system"], conv["user"], conv.get("max_llm_calls", 10))
+        client.flush()
+        write_jsonl(OUT / "wrapped_tools.jsonl", srv.runs)
+        srv.httpd.shutdown()
+        return
 
     trees: list[Any] = []
     for conv in sc.CONVERSATIONS:
@@ -226,4 +255,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -19,7 +19,10 @@ Files:
   (a whole JSON file is one trace);
 * ``responses.jsonl`` — the one-call conversation through ``client.responses.create`` (the
   server answers ``/v1/responses`` too): a chat span whose inputs are Responses ``input`` items
-  and whose outputs are the ``Response`` with its ``output`` items.
+  and whose outputs are the ``Response`` with its ``output`` items;
+* ``wrapped_tools.jsonl`` — the conversations with tools again, the tools run through one generic
+  ``@mlflow.trace(name="call_tool", span_type="TOOL")`` wrapper taking ``name`` and ``arguments``
+  (written alone by ``gen_mlflow.py wrapped_tools``).
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ def serve() -> tuple[ThreadingHTTPServer, str]:
     return httpd, f"http://127.0.0.1:{httpd.server_port}"
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     store = tempfile.mkdtemp(prefix="mlflow-fixtures-")
     os.environ.update(MLFLOW_ALLOW_FILE_STORE="true", MLFLOW_ENABLE_ASYNC_TRACE_LOGGING="false",
@@ -96,6 +99,34 @@ def main() -> None:
                 out = tools[c.function.name](**json.loads(c.function.arguments))
                 msgs.append({"role": "tool", "tool_call_id": c.id, "content": out})
         return None  # stopped at the limit
+
+    if argv == ["wrapped_tools"]:
+        @mlflow.trace(name="call_tool", span_type="TOOL")
+        def call_tool(name: str, arguments: dict[str, Any]) -> str:  # the app's one tool span: dispatches by name
+            return sc.TOOL_FUNCTIONS[name](**arguments)
+
+        @mlflow.trace(name="travel_agent", span_type="AGENT")
+        def run_wrapped(system: str | None, user: str, max_llm_calls: int = 10) -> str | None:
+            msgs: list[dict[str, Any]] = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+            for _ in range(max_llm_calls):
+                m = client.chat.completions.create(model=sc.MODEL, messages=list(msgs), tools=sc.TOOLS).choices[0].message
+                msgs.append(m.model_dump(exclude_none=True))
+                if not m.tool_calls:
+                    return m.content
+                for c in m.tool_calls:
+                    msgs.append({"role": "tool", "tool_call_id": c.id, "content": call_tool(name=c.function.name, arguments=json.loads(c.function.arguments))})
+            return None
+
+        path = OUT / "wrapped_tools.jsonl"
+        with open(path, "w", encoding="utf-8") as f:
+            for conv in sc.CONVERSATIONS:
+                if conv["tools"]:
+                    run_wrapped(conv["system"], conv["user"], conv.get("max_llm_calls", 10))
+                    t = mlflow.get_trace(mlflow.get_last_active_trace_id())
+                    f.write(json.dumps(json.loads(t.to_json()), ensure_ascii=False) + "\n")
+        print(f"wrote {path} ({path.stat().st_size} bytes)")
+        httpd.shutdown()
+        return
 
     traces = []
     for conv in sc.CONVERSATIONS:
@@ -137,4 +168,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

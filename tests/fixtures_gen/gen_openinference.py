@@ -26,6 +26,10 @@ Files:
   ``ToolCallingAgent`` whose model is an ``OpenAIServerModel`` pointed at the loopback server.
   Two agent runs (two traces): one tool call then ``final_answer``; parallel calls then
   ``final_answer``.
+* ``smolagents_two_rounds``: one smolagents run with two tool rounds before ``final_answer``,
+  the model writing a line of text with each call (smolagents' memory then holds the text as an
+  assistant message and the calls as a ``tool-call`` message after it) (``SMOL_TWO_ROUNDS``; written alone by ``gen_openinference.py smolagents_two_rounds``, the
+  other files left as they are).
 * ``smolagents_openai``: the first run again with both instrumentations on, as Phoenix users
   often have them: each smolagents LLM span has the openai instrumentation's LLM span inside it
   (the same call seen twice, once as the agent's memory, once as the wire request).
@@ -147,6 +151,16 @@ SMOL_RUNS = [
         "rounds": [
             (None, [("call_s3", "get_weather", {"city": "Zürich"}), ("call_s4", "get_weather", {"city": "東京"})]),
             (None, [("call_s5", "final_answer", {"answer": "Zürich: 12°C, 東京: 22°C."})]),
+        ],
+    },
+]
+SMOL_TWO_ROUNDS = [
+    {
+        "task": "Is it warmer in Zürich or in 東京?",
+        "rounds": [
+            ("Zürich first.", [("call_t1", "get_weather", {"city": "Zürich"})]),
+            ("Now 東京.", [("call_t2", "get_weather", {"city": "東京"})]),
+            (None, [("call_t3", "final_answer", {"answer": "東京 (22°C) is warmer than Zürich (12°C)."})]),
         ],
     },
 ]
@@ -351,12 +365,20 @@ def run_smolagents(base_url: str, script: Script, runs: list, seed: int, with_op
     return spans
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     os.makedirs(OUT, exist_ok=True)
     script = Script()
     srv = serve(script)
     base_url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    if argv == ["smolagents_two_rounds"]:
+        try:
+            write_files("smolagents_two_rounds", run_smolagents(base_url, script, SMOL_TWO_ROUNDS, 17))
+            assert not script.replies, script.replies
+        finally:
+            srv.shutdown()
+        return
     try:
+        write_files("smolagents_two_rounds", run_smolagents(base_url, script, SMOL_TWO_ROUNDS, 17))
         for name, spans in run_openai(base_url, script).items():
             write_files(name, spans)
         write_files("smolagents", run_smolagents(base_url, script, SMOL_RUNS, 11))
@@ -369,4 +391,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(sys.argv[1:])

@@ -21,12 +21,15 @@ Written to ``tests/data/import/smolagents/``:
 * ``run_result.json``: ``agent.run(task, return_full_result=True).dict()`` of ``one_call``, with
   ``"tools": [get_tool_json_schema(t) for t in agent.tools.values()]`` added (the memory holds no
   tool schemas).
+* ``broken_arguments.json``: the ``broken_arguments`` run as a whole document (written alone by
+  ``gen_smolagents.py broken_arguments``, the other files left as they are).
 
 Scenarios (the tests re-state what they expect from here): ``tool_calling`` (parallel calls with
 unicode arguments, one given as a JSON string; a second round with escaped and nested arguments;
 a tool that raises, so the step has an error; ``final_answer``); ``one_call``; ``plain`` (the
 model answers at once with ``final_answer``); ``code`` (a plan, a code action, a code action that
-raises, ``final_answer`` in code).
+raises, ``final_answer`` in code); ``broken_arguments`` (a call whose arguments are a JSON
+string cut short, as a provider passes on a model's broken output, then ``final_answer``).
 """
 
 from __future__ import annotations
@@ -97,6 +100,14 @@ SCENARIOS = {
         "task": "Say hello in French.",
         "replies": [reply(calls=[("call_hello", "final_answer", {"answer": "Bonjour !"})])],
     },
+    "broken_arguments": {
+        "agent": "ToolCallingAgent",
+        "task": "What's the weather in Paris?",
+        "replies": [
+            reply(calls=[("call_bad", "get_weather", '{"city": "Par')]),
+            reply(calls=[("call_end", "final_answer", {"answer": "I could not read the weather."})]),
+        ],
+    },
     "code": {
         "agent": "CodeAgent",
         "task": "How warm is it in Zürich?",
@@ -142,14 +153,19 @@ def run(name: str) -> list:
     return json.loads(json.dumps(agent.memory.get_full_steps(), default=str))
 
 
-def main() -> None:
-    os.makedirs(OUT, exist_ok=True)
-    dumps = {name: run(name) for name in SCENARIOS}
+def write(fn: str, obj) -> None:
+    with open(os.path.join(OUT, fn), "w", encoding="utf-8") as f:
+        json.dump(obj, f, ensure_ascii=False, indent=1)
+        f.write("\n")
 
-    def write(fn: str, obj) -> None:
-        with open(os.path.join(OUT, fn), "w", encoding="utf-8") as f:
-            json.dump(obj, f, ensure_ascii=False, indent=1)
-            f.write("\n")
+
+def main(argv: list[str]) -> None:
+    os.makedirs(OUT, exist_ok=True)
+    if argv == ["broken_arguments"]:
+        write("broken_arguments.json", run("broken_arguments"))
+        return
+    dumps = {name: run(name) for name in SCENARIOS}
+    write("broken_arguments.json", dumps["broken_arguments"])
 
     write("tool_calling.json", dumps["tool_calling"])
     write("code_agent.json", dumps["code"])
@@ -165,4 +181,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(sys.argv[1:])
