@@ -36,8 +36,9 @@ thread id an import carried, else the trace's id. Times are the steps' recorded
 ``started_at`` / ``duration_s``. A trace that did not record them, or whose
 ``metadata.timings`` says they are made up (the samples'), gets synthetic times, and every one
 of its spans says so (``agent_loop_inspector.synthetic_time = true``): the first such trace of
-an export starts at the export's ``synthetic_start`` (Unix seconds; by default the moment of
-the export, so a viewer's "last 7 days" shows it), each next one 1 ms after the previous one
+an export starts at the export's ``synthetic_start`` (Unix seconds; by default one hour before
+the export, so a viewer's "last 7 days" shows it and an export of up to an hour of synthetic time
+(3.6 M tokens) stays in the past), each next one 1 ms after the previous one
 ends (turn 2 after turn 1); made-up recorded times keep their durations, a trace without any
 lasts 1 ms per token. Ids are derived from the trace id: a SHA-256 of it, never all-zero; a
 trace id met again in one export gets ids of its own. Exporting twice with the same
@@ -75,9 +76,13 @@ STATUS_CODE_ERROR = 2
 
 # Synthetic times (a trace that recorded no step times, or whose metadata.timings says its times
 # are synthetic, as the samples' do): the first such trace of an export starts at the export's
-# anchor (its ``synthetic_start``, by default the moment of the export), each next one 1 ms after
+# anchor (its ``synthetic_start``, by default SYNTHETIC_LEAD_S before the export), each next one 1 ms after
 # the previous one ends; synthetic steps last 1 ms per token (at least 1 ms)
 _SYNTHETIC_NS_PER_TOKEN = 1_000_000
+# how far before the export the default anchor sits: the traces laid out from it end before the
+# export's moment unless they hold more than an hour of synthetic time (a viewer's time window
+# ends at "now" and would hide spans dated in the future)
+SYNTHETIC_LEAD_S = 3600.0
 _SYNTHETIC_GAP_NS = 1_000_000
 DEFAULT_AGENT_NAME = "agent-loop"
 
@@ -163,7 +168,7 @@ class _Ids:
 
     def __init__(self, synthetic_start: float | None = None) -> None:
         self._seen: dict[str, int] = {}
-        start = synthetic_start if synthetic_start is not None else time.time()
+        start = synthetic_start if synthetic_start is not None else time.time() - SYNTHETIC_LEAD_S
         if not isinstance(start, (int, float)) or isinstance(start, bool) or not math.isfinite(start) or start < 0:
             raise ValueError(f"synthetic_start must be a time in Unix seconds (a finite number ≥ 0), not {synthetic_start!r}")
         self.cursor_ns = _ns(float(start))
@@ -608,7 +613,7 @@ def _request(spans: list[dict[str, Any]], service_name: str) -> dict[str, Any]:
 def traces_to_otlp(traces: Iterable[Trace], *, service_name: str = DEFAULT_SERVICE_NAME,
                    synthetic_start: float | None = None) -> dict[str, Any]:
     """One OTLP ``ExportTraceServiceRequest`` (JSON mapping) holding the spans of every trace.
-    ``synthetic_start`` (Unix seconds): where synthetic times begin, by default now."""
+    ``synthetic_start`` (Unix seconds): where synthetic times begin, by default an hour before now."""
     ids = _Ids(synthetic_start)
     spans: list[dict[str, Any]] = []
     for t in traces:

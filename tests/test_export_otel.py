@@ -418,7 +418,8 @@ def roots(req: dict) -> list[dict]:
 
 def test_synthetic_times_are_recent_ordered_and_said(sample_traces, no_turns, engine_traces):
     """Traces without real times (the samples' are made up: ``metadata.timings``; a run that
-    recorded none) start at the export's moment by default, one after another, each span saying
+    recorded none) start an hour before the export by default (recent, and in the past: a viewer's
+    window ends now), one after another, each span saying
     its time is synthetic; real times are kept; a given anchor gives the same bytes."""
     import time
 
@@ -434,9 +435,11 @@ def test_synthetic_times_are_recent_ordered_and_said(sample_traces, no_turns, en
     rs = roots(req)
     assert len(rs) == len(traces)
     synthetic = [r for r, t in zip(rs, traces) if t is not engine_traces["plain"]]
-    for r in synthetic:  # inside a viewer's "last 7 days" window: from the export on, not 2026-01-01
-        assert int(r["startTimeUnixNano"]) >= int(before * 1e9) - 1000
-    assert int(synthetic[0]["startTimeUnixNano"]) <= int(after * 1e9) + 1000
+    hour = 3600 * 10**9
+    for r in synthetic:  # inside a viewer's "last 7 days" window, not 2026-01-01, and none in the future
+        assert int(before * 1e9) - hour - 1000 <= int(r["startTimeUnixNano"])
+        assert int(r["endTimeUnixNano"]) <= int(after * 1e9)
+    assert int(synthetic[0]["startTimeUnixNano"]) <= int(after * 1e9) - hour + 1000
     for a, b in zip(synthetic, synthetic[1:]):  # each after the previous one's end (turn 2 after turn 1)
         assert int(b["startTimeUnixNano"]) > int(a["endTimeUnixNano"])
     for sp in spans_of(req):

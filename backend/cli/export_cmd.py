@@ -18,7 +18,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="output file (hf/verl: .parquet for Parquet, else JSONL; otel: OTLP JSON lines)")
     p.add_argument("--synthetic-start", metavar="TIME", type=synthetic_start,
                    help="otel: where the times of traces that recorded none (or made-up ones, as the samples) begin: "
-                        "Unix seconds or an ISO 8601 time such as 2026-01-01T00:00:00Z (default: now; the same value "
+                        "Unix seconds or an ISO 8601 time such as 2026-01-01T00:00:00Z (default: an hour before now; the same value "
                         "gives the same bytes)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=run)
