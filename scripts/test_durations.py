@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(r[0] for r in rows)
     files = by_file(rows)
     if args.markdown:
-        print(f"| file | tests | total s | share | set-up s | call s | tear-down s |\n|---|---|---|---|---|---|---|")
+        print("| file | tests | total s | share | set-up s | call s | tear-down s |\n|---|---|---|---|---|---|---|")
         for f, v, n in files[: args.top]:
             print(f"| `{f}` | {n} | {v['total']:.0f} | {100 * v['total'] / total:.1f} % | {v.get('setup', 0):.0f} | "
                   f"{v.get('call', 0):.0f} | {v.get('teardown', 0):.0f} |")
