@@ -531,6 +531,10 @@ def _drift_cause(trace: Trace, bundle: Any, ix: _Index, loop: list[int], rendere
     ltxt, rtxt = _tok_repr(tok, loop[i1:i2]), _tok_repr(tok, rendered[j1:j2])
     if tag == "insert" and i1 > 0 and loop[i1 - 1] in end_ids and not rtxt.strip():
         return "trailing_separator" if i1 == len(loop) else "turn_separator"
+    if tag == "delete" and i2 == len(loop) and j1 == len(rendered) and all(t in end_ids for t in loop[i1:i2]):
+        # the stop token the last turn ended on, which the template writes only when a message
+        # follows it (GLM's <|user|> opens the next message): nothing follows the last turn
+        return "trailing_separator"
     if tag == "replace" and ltxt == rtxt:
         return "bpe_retokenization"
     if any(m in ltxt and m not in rtxt for m in reasoning):
@@ -551,7 +555,8 @@ class Difference:
     """One difference between the loop's ids and a full re-render of the final messages:
     difflib's op over both token sequences, the loop and re-render spans, and its cause
     (:data:`DRIFT_CAUSES`, or ``trailing_separator``: what the template writes after the last
-    turn, which no generation has)."""
+    turn, which no generation has, or the stop token the last turn ended on where the template
+    writes it only before a next message, as GLM's ``<|user|>``)."""
 
     op: str
     loop: tuple[int, int]
@@ -744,9 +749,23 @@ def _check_mask(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
         # the loop has it as context: the separator continuous tokens insert
         return d["loop_mask"] == 0 and d["training_mask"] == 1 and d["loop_token"] > 0 and loop[d["loop_token"] - 1] in eos_ids
 
-    expected = all(after_eos_separator(d) for d in diffs)
+    # a stop token the model wrote that also opens the next message (GLM's <|observation|>): the
+    # continuous junction edit kept it once and relabelled it context, as verl 0.9.1's GLM builder does
+    relabelled = {int(b["position"]) + k for s in trace.steps for b in [getattr(s.info, "boundary", None) or {}]
+                  if b.get("relabeled") and isinstance(b.get("position"), int) for k in range(int(b["relabeled"]))}
+
+    def relabelled_stop(d: dict[str, Any]) -> bool:
+        return d["loop_token"] in relabelled and d["loop_mask"] == 0 and d["training_mask"] == 1
+
+    expected = all(after_eos_separator(d) or relabelled_stop(d) for d in diffs)
     details["expected"] = expected
-    if expected:
+    if expected and all(relabelled_stop(d) for d in diffs):
+        msg = (f"expected mask difference: trl's {tname!r} marks the '{_show(diffs[0]['token'])}' the model stopped at as "
+               f"assistant ({len(diffs)}×): its mask {fmt(t_runs)} (assistant turns {ones(t_runs)}), the loop's "
+               f"{fmt(loop_runs)} (assistant turns {ones(loop_runs)}). The model generated it, and it also opens the next "
+               "message in the template: the loop keeps it once, as context (mask 0), as verl 0.9.1's GLM builder does. "
+               "A trainer on trl's mask trains the model to stop there; a verl-style trainer does not")
+    elif expected:
         msg = (f"expected mask difference: trl's {tname!r} marks the '{_show(diffs[0]['token'])}' it writes after "
                f"{tok.eos_token!r} as assistant ({len(diffs)}×): its mask {fmt(t_runs)} (assistant turns {ones(t_runs)}), the "
                f"loop's {fmt(loop_runs)} (assistant turns {ones(loop_runs)}). "

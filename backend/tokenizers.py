@@ -155,7 +155,7 @@ class TokenizerBundle:
         key = (self.template_sha256, id(self.tokenizer))
         cached = self.__dict__.get("_fit")
         if cached is None or cached[0] != key:
-            found = template_fit_warnings(self.tokenizer, self.chat_template)
+            found = template_fit_warnings(self.tokenizer, self.chat_template, self.stop_tokens)
             written_for = template_vocabularies(self.template_name)
             if self.vocabulary and written_for and self.vocabulary not in written_for:
                 found.insert(0, f"template {self.template_name!r} is written for the {' / '.join(written_for)} "
@@ -203,11 +203,13 @@ _JINJA_COMMENT = re.compile(r"\{#.*?#\}", re.S)  # a comment is never written (g
 _SPECIAL_LIKE = re.compile(r"<\|[A-Za-z0-9_.:-]{1,48}\|>|<｜[^｜<>\s]{1,48}｜>|\[/?[A-Z][A-Z_]{1,24}\]")
 
 
-def template_fit_warnings(tokenizer: Any, template: str | None) -> list[str]:
+def template_fit_warnings(tokenizer: Any, template: str | None, stop_tokens: tuple[str, ...] = ()) -> list[str]:
     """Ways ``template`` does not fit ``tokenizer`` that would silently give wrong ids: a
     special token the template writes that this vocabulary splits into pieces (a Llama template
     over a Qwen vocabulary turns ``<|start_header_id|>`` into 6 ordinary tokens), and an EOS the
-    template never writes (the model would end its turns with a token the template does not use)."""
+    template never writes (the model would end its turns with a token the template does not use)
+    unless it writes one of the model's other ``stop_tokens`` (GLM's templates write no
+    ``<|endoftext|>``: its turns end at ``<|user|>`` / ``<|observation|>``, which open the next message)."""
     if not template:
         return []
     out: list[str] = []
@@ -231,7 +233,8 @@ def template_fit_warnings(tokenizer: Any, template: str | None) -> list[str]:
         out.append(f"the template writes special tokens that this tokenizer does not have as single tokens ({shown}): "
                    "the template is probably for another model family, and its ids are not what that model sees")
     eos = getattr(tokenizer, "eos_token", None)
-    if isinstance(eos, str) and eos and eos not in template and "eos_token" not in template:
+    if (isinstance(eos, str) and eos and eos not in template and "eos_token" not in template
+            and not any(t and t in template for t in stop_tokens)):
         out.append(f"the tokenizer's EOS {eos} never appears in the template: the model would end its turns with a "
                    "token the template does not write (another family's template?)")
     return out
@@ -264,7 +267,9 @@ def load_tokenizer(name: str = "qwen3", template: str | None = None) -> Tokenize
                                  stop_tokens=profile.stop_tokens, vocabulary=profile.vocabulary, renderer=renderer)
     elif profile is not None:
         tok = _profile_tokenizer(profile)
-        if profile.trl_template is None:
+        if profile.template_text is not None:
+            tname, ttext = profile.template, profile.template_text()
+        elif profile.trl_template is None:
             tname, ttext = profile.template, own_template(profile.template)
         else:
             tname = profile.trl_template[: -len(".jinja")]

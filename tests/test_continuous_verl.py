@@ -14,6 +14,12 @@ parallel calls (engine and verl both stop there); trl's ``gptoss`` renders only 
 parallel calls (verl encodes gpt-oss tool responses directly, so the tool turn is unaffected);
 trl's ``deepseekv3`` never resets ``is_first``, so a full re-render of a second round differs
 (verl renders each tool group in a fresh synthetic context, so its tool turns do not).
+
+GLM-4.5 / GLM-5 (verl's ``glm47`` / ``glm5``: ``GLMContinuousTokenBuilder``) and MiniMax-M2
+(``minimaxm2``) run on their real vocabularies and templates. verl's GLM builder removes the
+generated <|observation|> and appends the template's; the loop keeps it once as context: the same
+ids and mask. Where a call turn ends on <|user|> instead, verl still removes it and the loop keeps
+it (it never removes a generated id): that one difference is asserted below.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from pathlib import Path
 import pytest
 from test_engine import ANSWER as SEED_ANSWER
 from test_engine import CALL_SEATTLE, SEATTLE, get_current_temperature
-from test_families import ANSWER, CALL, QUESTION, REASONING_OPEN
+from test_families import ANSWER, CALL, QUESTION, answer_text, call_text
 from verl_oracle import (
     ORACLE_DIR,
     VERL_FAMILY,
@@ -45,7 +51,12 @@ from backend.tools import ToolRegistry
 from backend.trace import Trace
 from backend.trace.builder import mask_runs
 
-PROFILES = ["qwen3", "qwen3.5", "llama3", "gpt-oss", "deepseek-v3"]
+PROFILES = ["qwen3", "qwen3.5", "llama3", "gpt-oss", "deepseek-v3", "glm4.5", "glm5", "minimax-m2"]
+# what verl's builder does at each tool turn's junction, per profile: the ids it inserts (named by
+# their text) and how many generated ids it removes (GLM's stop token, which the template's tool
+# turn writes again as its opening)
+INSERTS = {"qwen3": "\n", "qwen3.5": "\n", "minimax-m2": "\n"}
+REMOVES = {"glm4.5": 1, "glm5": 1}
 CALL_ZURICH = {"name": CALL["name"], "arguments": {"city": "Zürich"}}
 # scenario -> (the calls of each tool-calling turn, max_parallel_calls); a final answer follows
 SCENARIOS = {
@@ -88,16 +99,16 @@ def qwen3():
 
 
 def call_turn(profile: str, bundle, calls: list[dict]) -> str:
-    text = get_parser(bundle.parser).format_calls(calls)
     if bundle.parser == "harmony":
+        text = get_parser(bundle.parser).format_calls(calls)
         return "<|channel|>analysis<|message|>I should look it up.<|end|><|start|>assistant" + text + "<|call|>"
-    return REASONING_OPEN.get(profile, "") + text
+    return call_text(profile, bundle, calls)
 
 
 def answer_turn(profile: str, bundle) -> str:
     if bundle.parser == "harmony":
         return "<|channel|>final<|message|>" + ANSWER
-    return REASONING_OPEN.get(profile, "").replace("look it up", "answer") + ANSWER
+    return answer_text(profile)
 
 
 def script_for(profile: str, bundle, scenario: str) -> list[str]:
@@ -253,8 +264,9 @@ def test_seed_scenario_through_verl_is_25_29_16(qwen3):
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_verl_alone_on_every_family(family, scenario):
     """verl's builders on their own: the prompt is the template's render, the generated ids sit
-    unchanged at mask 1, and only the Qwen builders insert a token (the "\\n" after <|im_end|>);
-    no builder removes one here (DeepSeek's removal is for a user message after tool outputs)."""
+    unchanged at mask 1, the Qwen and MiniMax builders insert a token (the "\\n" after <|im_end|> /
+    [e~[), the GLM builders remove the generated <|observation|> (the template's tool turn opens with
+    it); no other builder edits here (DeepSeek's removal is for a user message after tool outputs)."""
     profile, bundle = family
     turns = handmade_turns(profile, bundle, scenario)
     if (profile, scenario) in REFUSED:
@@ -271,13 +283,16 @@ def test_verl_alone_on_every_family(family, scenario):
         if bit:
             generated.append(response[pos:pos + n])
         pos += n
-    assert generated == [ids for ids, _, _ in turns]
+    removed = REMOVES.get(profile, 0)
+    assert generated == [ids[: len(ids) - removed] if tools else ids for ids, _, tools in turns]
     contexts = [m for m in record[1:] if m.kind == "context"]
     assert len(contexts) == len(turns) - 1
-    newline = bundle.tokenizer.encode("\n", add_special_tokens=False)
-    for m in contexts:
-        assert m.inserted_token_ids == (newline if profile in ("qwen3", "qwen3.5") else [])
-        assert m.removed_prefix_token_count == 0
+    inserted = bundle.tokenizer.encode(INSERTS[profile], add_special_tokens=False) if profile in INSERTS else []
+    for m, (ids, _, _) in zip(contexts, turns):
+        assert m.inserted_token_ids == inserted
+        assert m.removed_prefix_token_count == removed
+        if removed:  # what it removed is the stop token the model wrote, and the context starts with it again
+            assert ids[-1] in bundle.stop_token_ids and m.token_ids[-m.appended_token_count] == ids[-1]
 
 
 # ---- the engine against verl ------------------------------------------------------------------
@@ -336,6 +351,32 @@ def test_engine_seed_scenario_equals_verl_and_legacy_does_not(qwen3):
                                  apply_chat_template_kwargs=kwargs)
     assert [tuple(r) for r in mask_runs(legacy.response_mask)] == [(1, 25), (0, 28), (1, 16)]
     assert legacy.prompt_ids == verl[0] and legacy.response_mask != verl[2]
+
+
+@pytest.mark.parametrize("profile", ["glm4.5"])
+def test_glm_call_turn_ending_on_user_verl_removes_a_generated_token(profile):
+    """Where GLM ends a call turn on <|user|> instead of <|observation|>, verl 0.9.1's GLM builder
+    still removes it (any trailing <|observation|> / <|user|>) and appends the template's tool turn,
+    which opens with <|observation|>. The loop never removes a generated id: it keeps <|user|> at
+    mask 1, so the two differ by that one token, and check reports it as drift there."""
+    from backend.diagnostics import check
+
+    bundle = load_tokenizer(profile)
+    user = bundle.tokenizer.convert_tokens_to_ids("<|user|>")
+    script = [call_turn(profile, bundle, [CALL]).replace("<|observation|>", "<|user|>"), answer_turn(profile, bundle)]
+    trace, outputs = run_engine(bundle, script, REGISTRY, QUESTION, tool_turns="continuous")
+    assert trace.termination_reason == "no_tool_calls"
+    assert outputs[0][-1] == user and not trace.steps[2].info.boundary  # no edit: the tool turn does not open with it
+    record = []
+    prompt, response, mask = verl_rollout(bundle, VERL_FAMILY[profile], prompt_messages(trace), trace.tools,
+                                          trace_turns(trace, outputs), record=record)
+    assert record[2].kind == "context" and record[2].removed_prefix_token_count == 1
+    at = len(outputs[0]) - 1  # the <|user|> in the response
+    assert prompt == trace.prompt_ids and trace.response_ids[at] == user and trace.response_mask[at] == 1
+    assert trace.response_ids[:at] + trace.response_ids[at + 1:] == response
+    assert trace.response_mask[:at] + trace.response_mask[at + 1:] == mask
+    (drift,) = [f for f in check(trace, bundle) if f.code == "retokenization_drift"]
+    assert drift.details["first_divergence"] == len(trace.prompt_ids) + at
 
 
 # ---- Gemma 2 / 3: verl 0.9.1 has no builder for them --------------------------------------------

@@ -133,6 +133,8 @@ FAMILY_FIRST_TOKENS = {  # how each family's prompt opens (its own special token
     "llama3": ["<|begin_of_text|>", "<|start_header_id|>", "system", "<|end_header_id|>"],
     "gpt-oss": ["<|start|>", "system", "<|message|>"], "gpt-oss-harmony": ["<|start|>", "system", "<|message|>"],
     "deepseek-v3": ["<｜begin▁of▁sentence｜>"], "mistral": ["<s>", "[AVAILABLE_TOOLS]"],
+    "glm4.5": ["[gMASK]", "<sop>", "<|system|>"], "glm5": ["[gMASK]", "<sop>", "<|system|>"],
+    "minimax-m2": ["]~!b[", "]~b]", "system"],
     "gemma3": ["<bos>", "<start_of_turn>", "user"], "gemma2": ["<bos>", "<start_of_turn>", "user"],
 }
 

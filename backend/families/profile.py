@@ -37,8 +37,12 @@ class Profile:
     reasoning: tuple[str, str] | None = None  # the reasoning block's open and close markers
     template_kwargs: tuple[str, ...] = ()  # the template's own switches (enable_thinking, ...)
     # without a trl template: one of ours (backend/templates/<name>.jinja), or, with a renderer,
-    # what the profile table calls that renderer (openai-harmony, mistral-common)
+    # what the profile table calls that renderer (openai-harmony, mistral-common), or, with
+    # ``template_text``, the name of a template the vocabulary's package ships
     template: str | None = None
+    # the text of the default template when a registry package ships it (read from the installed
+    # package at run time, never copied here): ``template`` names it
+    template_text: Callable[[], str] | None = field(default=None, compare=False, repr=False)
     # the family's reference renderer, where its encoder is not a Jinja template: the bundle
     # renders through it and takes its tokenizer (its class names the bundle's template)
     renderer: Callable[[], Any] | None = field(default=None, compare=False, repr=False)

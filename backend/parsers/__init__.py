@@ -5,7 +5,7 @@
 >>> res.content, [(c.name, c.arguments) for c in res.tool_calls]
 ('Hi', [('f', {'x': 1})])
 
-Native formats: ``hermes``, ``qwen3_xml``, ``harmony``, ``llama3_json``, ``mistral``, ``deepseek_v3``, ``deepseek_v31``, ``glm45``, ``kimi_k2``, ``pythonic``, ``granite``, ``phi4_mini_json``, ``hunyuan``. Adapters: ``transformers``
+Native formats: ``hermes``, ``qwen3_xml``, ``harmony``, ``llama3_json``, ``mistral``, ``deepseek_v3``, ``deepseek_v31``, ``glm45``, ``minimax_m2``, ``kimi_k2``, ``pythonic``, ``granite``, ``phi4_mini_json``, ``hunyuan``. Adapters: ``transformers``
 (``tokenizer.parse_response``) and ``vllm:<name>`` (vLLM's own parser, when vLLM is installed).
 
 Each native parser declares its format (:class:`~backend.parsers.format.ToolCallFormat`);

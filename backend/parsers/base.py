@@ -31,6 +31,7 @@ PARSER_MODULES: dict[str, str] = {
     "hunyuan": "backend.parsers.hunyuan",
     "kimi_k2": "backend.parsers.kimi_k2",
     "llama3_json": "backend.parsers.llama3_json",
+    "minimax_m2": "backend.parsers.minimax_m2",
     "mistral": "backend.parsers.mistral",
     "phi4_mini_json": "backend.parsers.phi4_mini",
     "pythonic": "backend.parsers.pythonic",

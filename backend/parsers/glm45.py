@@ -180,9 +180,12 @@ class Glm45Parser(ToolCallParser):
     )
     call_begin, call_end = OPEN, CLOSE
 
-    def __init__(self, tokenizer: Any = None, tools: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, tokenizer: Any = None, tools: list[dict[str, Any]] | None = None, compact: bool = False) -> None:
+        """``compact``: write calls as GLM-4.7 / GLM-5's templates do, with no line breaks between
+        the tags (reading takes both layouts)."""
         super().__init__(tokenizer, tools)
         self._props = _properties(tools)
+        self.compact = compact
 
     def _parse(self, text: str) -> ParseResult:
         text = as_doc(text)
@@ -246,11 +249,12 @@ class Glm45Parser(ToolCallParser):
         return scan_tagged(text, OPEN, handle, "<think>", "</think>").result()
 
     def format_calls(self, calls: list[dict[str, Any]]) -> str:
+        nl = "" if self.compact else "\n"
         out = []
         for c in calls:
             lines = [f"{OPEN}{c['name']}"]
             for k, v in (c.get("arguments") or {}).items():
-                lines.append(f"{KEY_OPEN}{k}{KEY_CLOSE}\n{VALUE_OPEN}{v if isinstance(v, str) else dumps(v)}{VALUE_CLOSE}")
+                lines.append(f"{KEY_OPEN}{k}{KEY_CLOSE}{nl}{VALUE_OPEN}{v if isinstance(v, str) else dumps(v)}{VALUE_CLOSE}")
             lines.append(CLOSE)
-            out.append("\n".join(lines))
-        return "\n".join(out)
+            out.append(nl.join(lines))
+        return nl.join(out)
