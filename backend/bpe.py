@@ -129,11 +129,13 @@ def build_bpe_files(
 
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=32)
 def load_folder_tokenizer(folder: str):
     """A tokenizer folder a family's recipe wrote (with this module's builder, or a tokenizer.json
     copied as is), constructed straight from its tokenizer.json: much faster than AutoTokenizer
-    (which imports torch and re-checks the vocabulary)."""
+    (which imports torch and re-checks the vocabulary). Cached per folder, with room for every
+    family's vocabulary (12 today): with fewer slots than vocabularies, a pass over every profile
+    evicted each one before its next use and re-read 10-33 MB files over and over."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 

@@ -192,6 +192,7 @@ def test_settings_object_fills_what_it_leaves_out_and_refuses_unknown_fields():
 # ---- the real app through gradio_client --------------------------------------------------------------
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_empty_settings_run_the_pages_default_turn_and_its_trace_downloads(scripted_app, tmp_path):
     chat, status, box, trace_file, model = client(scripted_app, tmp_path).predict(
         "What's the weather in Paris?", {}, api_name="/playground_run")

@@ -83,6 +83,7 @@ def test_traces_that_cannot_be_audited_are_listed(qwen3):
     assert "not audited" in rep.sentence()
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_cli_audit(qwen3, tmp_path):
     f = tmp_path / "rollouts.jsonl"
     traces = [run(qwen3, [CALL, "done"]), run(qwen3, [CALL, "done"], "legacy")]

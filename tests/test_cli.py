@@ -63,6 +63,7 @@ def test_run_seed_scenario_writes_trace_with_seed_mask(seed_files, tmp_path):
     assert t.config["max_parallel_calls"] == 3
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_render_matches_prompt_of_run(seed_files):
     p = cli("render", "--tokenizer", "qwen3", "--messages", str(seed_files / "messages.json"),
             "--tools", str(seed_files / "tools.py"), "--json")
@@ -115,6 +116,7 @@ def test_bad_json_inputs_name_the_file_and_position(tmp_path):
 # ---- tool_choice ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_tool_choice_flag_is_enforced_on_the_scripted_backend(seed_files, tmp_path):
     """The scripted backend checks its script against the choice: a script that calls a tool is
     refused under --tool-choice none (a real backend could not have produced it)."""
@@ -312,6 +314,7 @@ def test_import_with_bad_lines_writes_the_good_ones_and_exits_1(trace_files):
     assert out.read_bytes() == before
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_import_of_another_tools_file_lists_what_it_did_not_carry_and_exits_1(tmp_path):
     """An Anthropic file (written by the anthropic SDK, tests/fixtures_gen/gen_anthropic.py) imports
     completely (exit 0); with an image block added, the traces are written, the image is listed

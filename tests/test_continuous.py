@@ -94,6 +94,7 @@ def test_trace_round_trip_keeps_the_boundary(qwen3, tmp_path):
 STOP_OPENS_NEXT = ("glm4.5", "glm5")
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 @pytest.mark.parametrize("calls", [1, 2])
 def test_every_family_continuous_equals_the_templates_own_render(calls):
     """One and two rounds of calls on every profile: the loop's ids equal the family's own render of
@@ -243,6 +244,7 @@ async def test_glm_trace_explains_its_mask_and_its_last_stop_token():
     assert t.input_ids[-1] == b.tokenizer.convert_tokens_to_ids("<|user|>")
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_cli_tool_turns_flag_and_variable(tmp_path):
     (tmp_path / "messages.json").write_text(json.dumps(SEATTLE))
     (tmp_path / "tools.json").write_text(json.dumps(SEED_TOOLS))

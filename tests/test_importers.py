@@ -450,6 +450,7 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_cli_import(tmp_path):
     out = tmp_path / "t.jsonl"
     r = _cli("import", "--from", "openai-chat", os.path.join(DATA, "openai_chat.jsonl"), "--out", str(out), "--json")

@@ -176,6 +176,7 @@ def test_verl_probs_diff_definitions(weather, scorer16):
     assert c.rollout_probs_diff_std == pytest.approx(float(diff.std()), rel=1e-9)
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_raw_logprobs_at_temperature_07_are_flagged_processed_ones_are_not(smol, smol_processed, bundle, scorer32):
     raw = run(smol, bundle, ESSAY, temperature=0.7)
     processed = run(smol_processed, bundle, ESSAY, temperature=0.7)
@@ -201,6 +202,7 @@ def test_semantics_rules():
     assert "constraint" in semantics_problem(LogprobSemantics(backend="vllm", mode="raw", constrained=True))
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_constrained_turns_raw_logprobs_are_raw_processed_ones_are_the_grammars(weather, smol_processed, bundle, scorer32):
     """transformers' raw logprobs of a tool_choice-constrained turn are taken before the grammar
     mask (they match the trainer: test_float32_...); processed ones are renormalised over the
@@ -230,6 +232,7 @@ def test_logprob_mismatch_points_at_the_token_and_thresholds_are_configurable(we
     assert not [f for f in check(st, logprob_thresholds=LogprobThresholds(token=3.0, step_mean=1.0)) if f.code == FindingCode.LOGPROB_MISMATCH]
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_verl_rows_carry_both_columns_and_import_without_recomputing(weather, scorer16, tmp_path):
     from backend.importers import import_file
 

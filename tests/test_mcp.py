@@ -375,6 +375,7 @@ def _offline_env() -> dict[str, str]:
     return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 async def test_app_py_serves_mcp_with_the_flag(tmp_path):
     from test_browser import running_app
 
@@ -390,6 +391,7 @@ async def test_app_py_serves_mcp_with_the_flag(tmp_path):
     assert "MCP server" in (tmp_path / "app.log").read_text()
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 async def test_app_py_without_the_flag_has_no_endpoint(tmp_path):
     from test_browser import running_app
 

@@ -269,6 +269,7 @@ def _cli(*args, timeout=600):
     return subprocess.run([sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_cli_scripted(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n".join(json.dumps({"id": f"q{i}", "prompt": f"Weather {i}?"}) for i in range(5)) + "\n{bad\n")

@@ -94,6 +94,7 @@ def wait_for(pred, timeout_s: float = 60.0) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_a_trivial_render_is_not_queued_behind_a_looping_one(make_pool):
     pool = make_pool(size=2, timeout_s=10)
     assert pool.start() == 2

@@ -80,6 +80,7 @@ def cell(html_text: str, metric: str) -> float:
     return float(m.group(1))
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_the_button_scores_with_the_traces_own_model(weather, scored):
     assert L.trace_model(weather) == weather.metadata["generator"]["model"]
     assert scored is not weather and weather.scorer is None  # a new Trace; the session's old one untouched
@@ -282,6 +283,7 @@ def ctx_samples():
     return samples
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_score_cli_end_to_end_matches_the_lens(weather, scored, tmp_path):
     """``python -m backend score --scorer transformers`` on a small trace file (no --model: the
     embedded model): the file it writes shows in the lens with the numbers the CLI printed, and

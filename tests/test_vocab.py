@@ -490,3 +490,11 @@ def test_describe_reports_every_vocabulary():
 def test_unknown_vocabulary():
     with pytest.raises(models.ModelBuildError, match="choose one of"):
         families.vocab_dir("gpt-5")
+
+
+def test_the_folder_tokenizer_cache_holds_every_familys_vocabulary():
+    """A pass over every profile (the family tests, the Template lab, MCP's render) must not evict
+    a vocabulary before its next use: with 8 slots and 10+ folder vocabularies it did, and every
+    pass re-read 10-33 MB tokenizer.json files (issue 32)."""
+    folders = set(families.VOCABULARIES) | {v.name for v in families.OWN_VOCABULARIES.values()}
+    assert load_folder_tokenizer.cache_info().maxsize >= len(folders) + 4, (load_folder_tokenizer.cache_info(), folders)

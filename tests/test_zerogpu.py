@@ -232,6 +232,7 @@ def test_lens_scoring_in_a_forked_gpu_process(monkeypatch, smollm2_model_dir):
         L.score_sync(ctx, trace, "float32")
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_preload_loads_the_model_before_the_server_starts(tiny_model_dir, tmp_path):
     """On ZeroGPU the app loads the model before launch (the weights on the GPU at start are the
     ones moved to each lent slice); a failure is kept as the model's status, the app opens."""

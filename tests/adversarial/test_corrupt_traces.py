@@ -857,6 +857,7 @@ def _refusals(path: Path, monkeypatch) -> dict[str, str]:
     return out
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_unreadable_files_are_refused_everywhere_with_one_clear_line(tmp_path, monkeypatch):
     cases = _file_cases(tmp_path)
     cases["other.parquet"] = (_json_parquet(tmp_path), "not a trace Parquet file")

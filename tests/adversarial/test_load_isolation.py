@@ -42,6 +42,8 @@ import pytest
 
 from backend.trace import load_traces
 
+pytestmark = pytest.mark.slow  # the real app with many sessions at once: ≥ 10 s a test (scripts/test_durations.py); CI runs it
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_DIR = ROOT / "sample_traces"
 

@@ -66,6 +66,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the real app in public mode, started per module: minutes (scripts/test_durations.py); CI runs it
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_DIR = ROOT / "sample_traces"
 
