@@ -3,9 +3,8 @@
 # pyproject.toml; any finding fails the run) and run the whole test suite: what CI runs (.ci/run).
 #   bash scripts/test.sh [PYTEST_ARGS...]          everything
 #   bash scripts/test.sh --fast [PYTEST_ARGS...]   the edit loop: no chromium install, and only the
-#       tests marked neither slow, vllm nor browser (pytest.ini); a -m of yours replaces that one;
-#       on ALI_TEST_WORKERS pytest-xdist workers (default 2; 0 runs in this process), a test file
-#       to a worker (its module fixtures built once)
+#       tests marked neither slow, vllm nor browser (pytest.ini); a -m of yours replaces that one
+# Both run on ALI_TEST_WORKERS pytest-xdist workers (default 2; 0 runs in this process).
 #   bash scripts/test.sh --changed [--fast] [...]  only the test files that reach what changed since
 #       main, committed or not (scripts/changed_tests.py --explain says why each is picked)
 set -euo pipefail
@@ -22,7 +21,7 @@ for a in "$@"; do
 done
 if [ "$fast" = 1 ]; then
   bash scripts/setup.sh
-  args=(-m "not slow and not vllm and not browser" -n "${ALI_TEST_WORKERS:-2}" --dist loadfile ${args[@]+"${args[@]}"})
+  args=(-m "not slow and not vllm and not browser" ${args[@]+"${args[@]}"})
 else
   bash scripts/setup.sh --browser
 fi
@@ -38,4 +37,6 @@ if [ "$changed" = 1 ]; then
   echo "running ${#picked[@]} test file(s) that reach the change (scripts/changed_tests.py --explain says why)"
   args+=("${picked[@]}")
 fi
-exec .venv/bin/python -m pytest ${args[@]+"${args[@]}"}
+# ALI_TEST_WORKERS pytest-xdist workers (default 2; 0: one process). A test file runs on one worker,
+# and the files with vLLM tests on one worker together (tests/conftest.py: --dist loadgroup)
+exec .venv/bin/python -m pytest -n "${ALI_TEST_WORKERS:-2}" --dist loadgroup ${args[@]+"${args[@]}"}

@@ -99,3 +99,22 @@ def vllm_server(request, tiny_model_dir):
             print(f"\n---- vLLM server log tail ({server.log_path}) ----\n{server.log_tail(80)}\n----")
         elif server.log_path and os.path.exists(server.log_path):
             os.unlink(server.log_path)
+
+
+# ---- pytest-xdist: which tests share a worker (scripts/test.sh runs -n 2 --dist loadgroup) ----------
+
+VLLM_GROUP = "vllm"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` a group runs on one worker. A test file is a group (its module
+    fixtures, an app or a browser, are built once), and every file with a test marked ``vllm`` is
+    one group together: the session's vLLM engines and server are built by one worker, once, as in
+    a run without workers (two workers would build two of each and hold twice the memory)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    vllm_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("vllm")}
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            path = item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(VLLM_GROUP if path in vllm_files else path))
