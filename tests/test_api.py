@@ -234,6 +234,7 @@ def test_no_arguments_at_all_is_the_pages_send(scripted_app, tmp_path):
     assert "run 2 ended: answered" in status_of(c.predict(api_name="/playground_run"))
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_a_settings_object_naming_some_fields_keeps_every_other_default(scripted_app, tmp_path):
     out = client(scripted_app, tmp_path).predict("What's the weather in Paris?", {"temperature": 0, "system": "Be brief."},
                                                  api_name="/playground_run")

@@ -112,6 +112,7 @@ async def test_cancel_stops_the_worker(tiny_tf):
     assert len(g.token_ids) == 3 and time.perf_counter() - t0 < 10
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 async def test_smollm2_eos_included(smol_tf):
     tok = smol_tf.tokenizer
     g = await smol_tf.generate(chat_ids(tok, [{"role": "user", "content": "What is the capital of France?"}]), SamplingParams(temperature=0.0, max_tokens=40))

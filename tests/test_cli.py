@@ -227,6 +227,7 @@ def test_render_takes_plain_schemas_an_empty_list_and_catalogue_types(tmp_path, 
     assert text.stdout.startswith(_reference(tools, msgs))
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_run_with_a_plain_list_gives_a_marked_placeholder(tmp_path, seed_files):
     """A run that calls a tool with no "mock": the tool message is a placeholder that says so,
     the ToolResult records mock=default, the trace's metadata lists the tool, the summary counts

@@ -182,6 +182,7 @@ def test_a_template_that_refuses_the_synthetic_context_falls_back_to_legacy(qwen
     assert [tuple(r) for r in mask_runs(t.response_mask)] == [(1, 25), (0, 29), (1, 16)]
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_rules_are_picked_from_vocabulary_and_template():
     want = {"qwen3": "chatml", "qwen3-thinking": "chatml", "qwen2.5": "chatml", "qwen3.5": "chatml", "smollm2": "chatml",
             "llama3": "llama3", "gpt-oss": "gpt-oss", "deepseek-v3": "deepseek", "glm4.5": "glm", "glm5": "glm",

@@ -123,6 +123,7 @@ def test_float32_rescoring_matches_the_recorded_logprobs(weather, scorer32):
     assert back.scorer == st.scorer and compare(back).trace == c
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_bfloat16_rescoring_shows_a_larger_mismatch(weather, scorer32, scorer16):
     c32 = compare(score_trace(weather, scorer32)).trace
     c16 = compare(score_trace(weather, scorer16)).trace
@@ -154,6 +155,7 @@ def test_mask0_tokens_never_enter_the_statistics(weather, scorer32):
     assert not [f for f in check(st) if f.code == FindingCode.LOGPROB_MISMATCH]
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_verl_probs_diff_definitions(weather, scorer16):
     """rollout_probs_diff_* as verl's trainer computes them: |exp(rollout) - exp(actor)| over the
     response mask, max / mean / torch.std (unbiased)."""

@@ -114,6 +114,7 @@ def test_a_trivial_render_is_not_queued_behind_a_looping_one(make_pool):
     assert trivial.ended_at - trivial.started_at < (looping.ended_at - trivial.started_at) / 2
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_after_a_kill_the_limit_is_the_configured_one_and_no_start_up_is_paid(make_pool):
     pool = make_pool(size=2, timeout_s=2)
     assert pool.start() == 2

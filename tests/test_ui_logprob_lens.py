@@ -99,6 +99,7 @@ def test_the_button_scores_with_the_traces_own_model(weather, scored):
     assert [int(r) for r in rows] == [i for i in sorted(steps) if steps[i].tokens]
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_charts_plot_the_mask1_tokens(scored):
     cmp = compare(scored)
     n = cmp.trace.tokens
@@ -158,6 +159,7 @@ def test_mask0_tokens_never_reach_what_the_lens_shows(scored, bundle):
     assert not tool_pos & {int(p) for p in re.findall(r'data-pos="(\d+)"', dirty.worst)}
 
 
+@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
 def test_bfloat16_scoring_shows_a_larger_mismatch(weather, scored):
     b16 = L.score_sync(app_ctx(), weather, "bfloat16")
     assert b16.scorer.dtype == "bfloat16"
