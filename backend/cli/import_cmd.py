@@ -87,18 +87,13 @@ def run(args) -> int:
     if ids_how:
         lines.append("token ids: " + ", ".join(f"{k}: {v}" for k, v in sorted(ids_how.items())))
     lines.extend(f"note: {x}" for x in notes)
-    if losses:
-        lines.append(f"{len(losses)} thing(s) not carried over into the traces (the traces were written without them):")
-        for x in losses[: args.max_problems]:
-            lines.append(f"  {unit} {x[unit]}, trace {x['trace']}: {x['what']}")
-        if len(losses) > args.max_problems:
-            lines.append(f"  ... and {len(losses) - args.max_problems} more (--json lists all)")
-    if unreadable:
-        lines.append(f"{len(unreadable)} tool call(s) could not be read (kept as written, a parse error on their turn):")
-        for x in unreadable[: args.max_problems]:
-            lines.append(f"  {unit} {x[unit]}, trace {x['trace']}: {x['what']}")
-        if len(unreadable) > args.max_problems:
-            lines.append(f"  ... and {len(unreadable) - args.max_problems} more (--json lists all)")
+    for rows, head in ((losses, "thing(s) not carried over into the traces (the traces were written without them)"),
+                       (unreadable, "tool call(s) could not be read (kept as written, a parse error on their turn)")):
+        if rows:
+            lines.append(f"{len(rows)} {head}:")
+            lines.extend(f"  {unit} {x[unit]}, trace {x['trace']}: {x['what']}" for x in rows[: args.max_problems])
+            if len(rows) > args.max_problems:
+                lines.append(f"  ... and {len(rows) - args.max_problems} more (--json lists all)")
     if problems:
         lines.append(f"{len(problems)} bad record(s):")
         for p in problems[: args.max_problems]:
