@@ -210,6 +210,16 @@ class TrustPolicy:
             f"{label}: give one of trl's template names ({', '.join(trl_template_names()[:6])}, ...) or Jinja text; "
             "this public server does not read files")
 
+    def check_pickle(self, name: str) -> None:
+        """A visitor's upload that is a pickle (a torch ``.pt``, slime's rollout dumps): refused in
+        public mode, whatever is in it (the restricted reader, :mod:`backend.pickle_guard`, is for
+        the operator's files and a person's own machine)."""
+        if self.public:
+            raise VisitorInputError(
+                f"{name} is a Python pickle (a torch .pt file); this public server does not read pickles, not even "
+                "with a restricted loader. Import it on your own machine (python -m backend import FILE --out "
+                "traces.jsonl) and upload the JSONL")
+
     def number(self, key: str, value: Any, default: Any = None) -> Any:
         return self.ranges[key].check(value, default=default)
 

@@ -329,7 +329,10 @@ def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | No
     ``tokenizer``, and the traces written to ``keep_in`` as our JSONL. No trace is held."""
     from backend import importers
     from backend.importers import load_any
+    from backend.pickle_guard import looks_like_pickle
 
+    if looks_like_pickle(path):  # before anything reads it: a public server never does
+        ctx.trust.check_pickle(os.path.basename(path))
     if fmt not in FILE_FORMATS:
         raise TraceFileError(f"unknown file format {fmt!r}; choose one of {', '.join(FILE_FORMATS)}")
     bundle = lambda: _import_bundle(ctx, tokenizer)  # noqa: E731 - loaded only for an import
@@ -461,7 +464,7 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
     parts = build_set(ctx)
     with gr.Row():
         with gr.Column(scale=2):
-            upload = gr.File(label="Trace file", file_types=[".jsonl", ".json", ".parquet"], type="filepath", elem_id="tf-upload")
+            upload = gr.File(label="Trace file", file_types=[".jsonl", ".json", ".parquet", *([] if ctx.trust.public else [".pt"])], type="filepath", elem_id="tf-upload")
             with gr.Row():
                 import_fmt = gr.Dropdown(FILE_FORMATS, value=AUTO, label="Format", elem_id="tf-import-fmt",
                                          info="auto: our traces, or the other tool's format found in the file")

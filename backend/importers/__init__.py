@@ -8,10 +8,11 @@
 
 Formats (one module each, listed in :data:`FORMAT_TABLE` in detection order): OpenTelemetry
 spans (``otel``: OTel GenAI, OpenInference and Langfuse dialects, :mod:`backend.importers.otel`),
-``langsmith``, ``mlflow``, ``openai-responses``, ``anthropic``, ``agents-sdk``, ``verl``,
-``trl``, ``skyrl``, ``pydantic-ai``, ``langchain``, ``smolagents``, ``sharegpt``,
+``langsmith``, ``mlflow``, ``nemo-gym``, ``openai-responses``, ``anthropic``, ``agents-sdk``, ``verl``,
+``trl``, ``skyrl``, ``nemo-rl``, ``slime``, ``pydantic-ai``, ``langchain``, ``smolagents``, ``sharegpt``,
 ``openai-chat``. Input files: JSONL (one record per line), JSON (one record, or a list of
-records; a format may read a whole list as one record), or Parquet (one record per row). Our own
+records; a format may read a whole list as one record), Parquet (one record per row), or a pickle
+(torch ``.pt``: read in a worker process, :mod:`backend.pickle_guard`, never in this one). Our own
 trace records met in ``auto`` mode are passed through unchanged. Grouped formats (spans of one
 trace over many records) are converted per file, after it is read.
 
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.importers.base import ImportContext, Importer, get_importer, importers
+from backend.pickle_guard import looks_like_pickle
 from backend.importers.common import Conversation, RecordError, trace_from_conversation, unanswered_results
 from backend.tokenizers import TokenizerLoadError
 from backend.trace import (
@@ -51,6 +53,7 @@ from backend.trace import (
     too_many_tokens,
     trace_of,
 )
+from backend.trace import io as _io
 from backend.trace.io import JSON, PARQUET, check_layout, collect, is_trace_parquet, open_parquet
 
 # The formats, one row each: (name, module that registers it). The order is auto-detection's:
@@ -60,12 +63,15 @@ FORMAT_TABLE: tuple[tuple[str, str], ...] = (
     ("otel", "backend.importers.otel"),
     ("langsmith", "backend.importers.langsmith"),
     ("mlflow", "backend.importers.mlflow"),
+    ("nemo-gym", "backend.importers.nemo_gym"),  # Responses objects whose output items carry token ids
     ("openai-responses", "backend.importers.openai_responses"),
     ("anthropic", "backend.importers.anthropic"),
     ("agents-sdk", "backend.importers.agents_sdk"),
     ("verl", "backend.importers.verl"),
     ("trl", "backend.importers.trl"),
     ("skyrl", "backend.importers.skyrl"),
+    ("nemo-rl", "backend.importers.nemo_rl"),
+    ("slime", "backend.importers.slime"),
     ("pydantic-ai", "backend.importers.pydantic_ai"),
     ("langchain", "backend.importers.langchain"),
     ("smolagents", "backend.importers.smolagents"),
@@ -189,7 +195,11 @@ def trace_losses(trace: Trace) -> list[str]:
 
 def _records(path: str, fmt: str | None) -> Iterator[tuple[int, Any]]:
     """``(number, record or LoadProblem)`` of a file, read by :mod:`backend.trace.io`; a JSON list
-    is one record when the chosen format (or, in auto mode, Agents SDK run items) says so."""
+    is one record when the chosen format (or, in auto mode, Agents SDK run items) says so. A
+    pickle (torch ``.pt``) is read by :mod:`backend.pickle_guard` (:func:`pickle_records`)."""
+    if looks_like_pickle(path):
+        yield from pickle_records(path)
+        return
     if fmt in FORMATS:
         whole = get_importer(fmt).whole_file
     else:
@@ -198,12 +208,38 @@ def _records(path: str, fmt: str | None) -> Iterator[tuple[int, Any]]:
         yield n, rec
 
 
+def pickle_records(path: str) -> Iterator[tuple[int, Any]]:
+    """``(number, record or LoadProblem)`` of a pickle, read in a pickle worker (never here): a
+    slime rollout dump (``{"rollout_id", "samples": [...]}``) gives one record per sample, as
+    ``{"slime_sample": sample, "rollout_id": N}``; a list gives its items; anything else is one
+    record. A file the worker refuses is one problem that says why."""
+    from backend.pickle_guard import PickleRefused, read_pickle
+    from backend.trace.limits import check_file_size, max_file_text_bytes, max_file_values
+
+    check_file_size(path, _io.DEFAULT_MAX_FILE_BYTES)
+    try:
+        doc = read_pickle(path, max_bytes=max_file_text_bytes() + 12 * max_file_values())
+    except PickleRefused as e:
+        yield 1, LoadProblem(1, f"{os.path.basename(path)} not read: {e}")
+        return
+    if isinstance(doc, dict) and isinstance(doc.get("samples"), list):
+        top = {k: v for k, v in doc.items() if k != "samples"}
+        for i, sample in enumerate(doc["samples"]):
+            yield i + 1, {"slime_sample": sample, **top}
+    elif isinstance(doc, list):
+        yield from enumerate(doc, start=1)
+    else:
+        yield 1, doc
+
+
 def _whole_in_auto(doc: Any) -> bool:
     """Auto mode: a JSON document (a list) that some format reads as one record as a whole."""
     return any(get_importer(name).whole_file(doc) for name in FORMATS)
 
 
 def _unit_for(path: str) -> str:
+    if looks_like_pickle(path):
+        return "index"
     return "row" if path.endswith(".parquet") else "line"
 
 
@@ -386,9 +422,17 @@ def load_any(path: str, *, import_foreign: bool = False, tokenizer: str = "qwen3
     (Agents SDK, verl, OpenAI chat logs, ShareGPT) is imported when ``import_foreign`` is set
     (an :class:`~backend.importers.ImportResult`, rendered with ``bundle`` if given, else
     ``tokenizer``); otherwise it is refused with the ``import`` command to use."""
-    src = sniff(path)
     def imported(fmt: str) -> LoadResult:
         return import_file(path, fmt, tokenizer=tokenizer, bundle=bundle)
+
+    if looks_like_pickle(path):  # never a trace file: imported (read in a pickle worker) when asked
+        if import_foreign:
+            return imported("auto")
+        res = LoadResult()
+        res.problems.append(LoadProblem(1, f"{os.path.basename(path)} is a pickle (a torch .pt file), not a trace; import "
+                                           f"it: python -m backend import {path} --out TRACES.jsonl"))
+        return res
+    src = sniff(path)
 
     if src.kind == PARQUET:
         pf = open_parquet(path)

@@ -1,0 +1,260 @@
+"""Pickle files (torch ``.pt``, ``.pkl``) of unknown origin: read in a worker process, never here.
+
+A pickle is a program: loading one may call any function it names (``os.system`` ...). slime saves
+its rollouts so (``torch.save({"rollout_id": N, "samples": [sample.to_dict(), ...]})``), and so do
+other trainers. This module reads such a file without ever unpickling it in the app's process:
+
+1. **Where**: a worker of a :class:`backend.worker_pool.WorkerPool` (``spawn``ed, under a memory cap
+   of ``ALI_PICKLE_MEMORY_BYTES``, default 2 GiB; ``ALI_PICKLE_TIMEOUT_S`` seconds a file, default
+   30; ``ALI_PICKLE_WORKERS`` workers, default 1), as :mod:`backend.trace.parquet_guard` decodes Parquet.
+2. **The allow-list, before anything is loaded**: the pickle's opcodes are listed with
+   :func:`pickletools.genops` (which reads, never runs) and every global it names must be in
+   :data:`ALLOWED_GLOBALS`: torch's tensor rebuild function, its typed storages and
+   ``collections.OrderedDict`` (what ``torch.save`` of tensors in plain containers names). Anything
+   else (``os.system``, ``builtins.eval``, a class of the trainer's own) refuses the file, naming the
+   global; a global that cannot be read off the opcodes refuses it too. Nothing was run.
+3. **The restricted unpickler**: a torch zip file is then loaded by ``torch.load(...,
+   weights_only=True)`` (torch's own restricted unpickler, which admits tensors and plain containers
+   only), a bare pickle by :class:`_PlainUnpickler` (``find_class`` admits ``OrderedDict`` alone, no
+   persistent ids). Either refuses what slipped past 2.
+4. **What comes back**: tensors become lists (``tolist``), dict keys must be text, values plain
+   (dict, list, tuple, text, numbers, booleans, None); the worker sends that as JSON, which this
+   process parses: no pickle crosses back either.
+
+``read_pickle`` is for the operator's files and for uploads in local mode; a public server refuses
+pickles before they reach it (:meth:`backend.trust.TrustPolicy.check_pickle`). Legacy (pre-1.6,
+non-zip) torch files are refused with a hint to re-save them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import pickletools
+import zipfile
+from typing import Any
+
+from backend.worker_pool import OVER_MEMORY_EXIT, Lost, Overrun, WorkerPool, send_raw
+
+MEMORY_BYTES = int(os.environ.get("ALI_PICKLE_MEMORY_BYTES", str(2 << 30)))
+TIMEOUT_S = float(os.environ.get("ALI_PICKLE_TIMEOUT_S", "30"))
+WORKERS = max(1, int(os.environ.get("ALI_PICKLE_WORKERS", "1")))
+START_TIMEOUT_S = float(os.environ.get("ALI_PICKLE_START_TIMEOUT_S", "60"))
+QUEUE_TIMEOUT_S = float(os.environ.get("ALI_PICKLE_QUEUE_TIMEOUT_S", "30"))
+MAX_DEPTH = 64  # nesting of containers in what comes back
+
+_STORAGES = ("Double", "Float", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool")
+ALLOWED_GLOBALS = frozenset({
+    ("torch._utils", "_rebuild_tensor_v2"),
+    ("torch._utils", "_rebuild_tensor"),
+    ("collections", "OrderedDict"),
+    *(("torch", f"{s}Storage") for s in _STORAGES),
+})
+_TORCH_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+_STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING", "BINSTRING", "STRING"}
+
+
+class PickleRefused(ValueError):
+    """The file is not read: what it asks for, or why it cannot be read, is in the message."""
+
+
+class PickleWorkerError(RuntimeError):
+    """No pickle worker could be had (none started, all busy, shut down)."""
+
+
+def looks_like_pickle(path: str) -> bool:
+    """Whether ``path`` holds a pickle: a zip with a ``data.pkl`` (torch's format; a zip too damaged
+    to list counts too, so that it is reported as a damaged torch file) or bytes that start as a
+    pickle of protocol 2-5 do. Reads the first bytes and, for a zip, its listing."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    if head[:1] == b"\x80" and len(head) > 1 and 2 <= head[1] <= 5:
+        return True
+    if head == b"PK\x03\x04":
+        try:
+            with zipfile.ZipFile(path) as z:
+                return any(n.endswith("/data.pkl") or n == "data.pkl" for n in z.namelist())
+        except (zipfile.BadZipFile, OSError):
+            return True  # a damaged zip: torch's format cut short (the pickle reader says it is not readable)
+    return False
+
+
+# ---- in the worker ----------------------------------------------------------------------------------
+
+
+def globals_of(data: bytes) -> list[tuple[str, str]]:
+    """The globals a pickle names, read off its opcodes (nothing is run). A ``STACK_GLOBAL`` whose
+    module and name are not the two strings pushed just before it is refused."""
+    found: list[tuple[str, str]] = []
+    strings: list[str] = []
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            if op.name == "GLOBAL":
+                mod, _, name = str(arg).partition(" ")
+                found.append((mod, name))
+            elif op.name == "STACK_GLOBAL":
+                if len(strings) < 2:
+                    raise PickleRefused("the pickle names a global that cannot be read without running it")
+                found.append((strings[-2], strings[-1]))
+            elif op.name == "INST":
+                mod, _, name = str(arg).partition(" ")
+                found.append((mod, name))
+            if op.name in _STRING_OPS:
+                strings.append(arg if isinstance(arg, str) else repr(arg))
+            elif op.name not in ("MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT"):
+                strings = []  # only strings pushed right before a STACK_GLOBAL name it
+    except PickleRefused:
+        raise
+    except Exception as e:  # noqa: BLE001 - truncated or damaged opcodes
+        raise PickleRefused(f"not a readable pickle ({type(e).__name__}: {str(e)[:200]})") from None
+    return found
+
+
+def check_globals(data: bytes) -> None:
+    """Refuse a pickle that names any global outside :data:`ALLOWED_GLOBALS`."""
+    bad = sorted({f"{m}.{n}" for m, n in globals_of(data) if (m, n) not in ALLOWED_GLOBALS})
+    if bad:
+        raise PickleRefused(f"the pickle asks for {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}, which is not "
+                            "allowed (only tensors and plain containers are read); it was not loaded")
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """A bare pickle: plain containers and ``OrderedDict`` only."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("collections", "OrderedDict"):
+            import collections
+
+            return collections.OrderedDict
+        raise PickleRefused(f"the pickle asks for {module}.{name}, which is not allowed; it was not loaded")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise PickleRefused("the pickle refers to outside storage (a persistent id), which is not allowed")
+
+
+def _plain(v: Any, depth: int = 0) -> Any:
+    """What came out of the pickle as JSON-able values: tensors as lists, tuples as lists."""
+    if depth > MAX_DEPTH:
+        raise PickleRefused(f"containers nested more than {MAX_DEPTH} deep")
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, dict):
+        out = {}
+        for k, x in v.items():
+            if not isinstance(k, str):
+                raise PickleRefused(f"a dict key is {type(k).__name__}, not text")
+            out[k] = _plain(x, depth + 1)
+        return out
+    if isinstance(v, (list, tuple)):
+        return [_plain(x, depth + 1) for x in v]
+    if type(v).__module__ == "torch" and type(v).__name__ in ("Tensor", "Parameter"):
+        return v.detach().cpu().tolist()
+    raise PickleRefused(f"a value of type {type(v).__module__}.{type(v).__name__} is not plain data")
+
+
+def _load(path: str) -> Any:
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head == b"PK\x03\x04":
+        with zipfile.ZipFile(path) as z:
+            names = [n for n in z.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
+            if len(names) != 1:
+                raise PickleRefused("a zip file without exactly one data.pkl is not a torch file")
+            check_globals(z.read(names[0]))
+        import torch
+
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            raise PickleRefused(f"torch's restricted loader refused it: {str(e).splitlines()[0][:300]}") from None
+    with open(path, "rb") as f:
+        data = f.read()
+    check_globals(data)
+    buf = io.BytesIO(data)
+    obj = _PlainUnpickler(buf).load()
+    if isinstance(obj, int) and obj == _TORCH_LEGACY_MAGIC:
+        raise PickleRefused("a legacy (pre-1.6) torch file: load and save it again with torch.save to read it here")
+    return obj
+
+
+def _setup() -> Any:  # in the worker, before it says ready
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"t": torch.zeros(2)}, buf)  # warm-up: the first load's imports are not charged to a file
+    buf.seek(0)
+    torch.load(buf, weights_only=True)
+    return _answer
+
+
+def _answer(conn: Any, req: dict[str, Any]) -> None:
+    try:
+        st = os.stat(req["path"])
+        if (st.st_size, st.st_mtime_ns) != tuple(req["stamp"]):
+            raise PickleRefused("the file changed while it was read")
+        body = json.dumps(_plain(_load(req["path"])), ensure_ascii=False).encode("utf-8")
+    except MemoryError:
+        conn.send(("memory",))
+        return
+    except PickleRefused as e:
+        conn.send(("refused", str(e)[:500]))
+        return
+    except Exception as e:  # noqa: BLE001 - damaged bytes: the reason goes back as text
+        conn.send(("refused", f"not a readable pickle ({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''})"))
+        return
+    if len(body) > req["max_bytes"]:
+        conn.send(("refused", f"it holds {len(body):,} bytes of data once read; the limit is {req['max_bytes']:,}"))
+        return
+    conn.send(("json", len(body)))
+    send_raw(conn, body)
+
+
+class PicklePool(WorkerPool):
+    def __init__(self, size: int = WORKERS, *, timeout_s: float = TIMEOUT_S, memory_bytes: int = MEMORY_BYTES) -> None:
+        super().__init__(size, kind="pickle", noun="pickle worker", service="pickle reader", error=PickleWorkerError,
+                         setup=_setup, timeout_s=timeout_s, start_timeout_s=START_TIMEOUT_S,
+                         queue_timeout_s=QUEUE_TIMEOUT_S, memory_bytes=memory_bytes, lazy=True)
+
+
+POOL = PicklePool()  # started by the first pickle read; closed at exit and at the app's shutdown
+
+
+# ---- this process -----------------------------------------------------------------------------------
+
+
+def read_pickle(path: str, *, max_bytes: int, pool: WorkerPool | None = None) -> Any:
+    """The plain data (dicts, lists, text, numbers; tensors as lists) of the pickle at ``path``,
+    read by a pickle worker (see the module's docstring). ``max_bytes``: the most bytes of JSON the
+    data may take once read. Raises :class:`PickleRefused` with the reason."""
+    pool = POOL if pool is None else pool
+    path = os.path.abspath(path)
+    st = os.stat(path)
+    try:
+        lease = pool.lease()
+    except PickleWorkerError as e:
+        raise PickleRefused(f"no pickle worker: {e}") from None
+    with lease:
+        try:
+            lease.send({"path": path, "stamp": (st.st_size, st.st_mtime_ns), "max_bytes": max_bytes})
+            head = lease.recv()
+            if head[0] == "json":
+                body = lease.recv_raw(head[1])
+                return json.loads(bytes(body))
+        except Overrun:
+            raise PickleRefused(f"reading it took longer than the {pool.timeout_s:g} s limit of the pickle worker "
+                                "(ALI_PICKLE_TIMEOUT_S); it was stopped") from None
+        except Lost as e:
+            if e.exitcode in (OVER_MEMORY_EXIT, -9):
+                raise PickleRefused(f"reading it needs more than the {pool.memory_bytes >> 20:,} MiB memory limit of the "
+                                    "pickle worker (ALI_PICKLE_MEMORY_BYTES)") from None
+            raise PickleRefused(f"the pickle worker stopped while reading it ({e})") from None
+        if head[0] == "memory":
+            lease.kill()
+            raise PickleRefused(f"reading it needs more than the {pool.memory_bytes >> 20:,} MiB memory limit of the "
+                                "pickle worker (ALI_PICKLE_MEMORY_BYTES)")
+        raise PickleRefused(head[1])
