@@ -332,10 +332,9 @@ def test_load_any_imports_a_pt_only_when_asked(tmp_path):
 
 
 def test_a_public_server_refuses_pickles_before_reading_them(tmp_path, monkeypatch):
+    import backend.pickle_guard as guard
     from ui import trace_files
     from ui.context import AppContext, Session
-
-    import backend.pickle_guard as guard
 
     with pytest.raises(VisitorInputError, match="does not read pickles"):
         TrustPolicy(Mode.PUBLIC, "test").check_pickle("rollout_7.pt")

@@ -459,7 +459,7 @@ def export_filtered(session: Session, df: pd.DataFrame | None, fmt: str) -> str:
 def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
     gr.Markdown("Upload trace files (JSONL / JSON / Parquet): our traces, or another tool's records (OpenTelemetry / "
                 "OpenInference / Langfuse spans, LangSmith, MLflow, Anthropic and OpenAI logs, Agents SDK, pydantic-ai, "
-                "LangChain, smolagents, verl, TRL, SkyRL, ShareGPT), imported as traces. Bad records and anything not carried "
+                "LangChain, smolagents, verl, TRL, SkyRL, NeMo-RL, NeMo-Gym, slime .pt in local mode, ShareGPT), imported as traces. Bad records and anything not carried "
                 "over are listed with their line numbers; the good ones load. Select a row to open it in the **Inspector**.")
     parts = build_set(ctx)
     with gr.Row():

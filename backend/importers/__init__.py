@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.importers.base import ImportContext, Importer, get_importer, importers
-from backend.pickle_guard import looks_like_pickle
 from backend.importers.common import Conversation, RecordError, trace_from_conversation, unanswered_results
+from backend.pickle_guard import looks_like_pickle
 from backend.tokenizers import TokenizerLoadError
 from backend.trace import (
     LoadProblem,
