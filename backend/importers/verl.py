@@ -33,9 +33,9 @@ from backend.importers.common import (
     tool_responses_in,
     trace_from_ids,
 )
+from backend.importers.rl_ids import set_trainer_logprobs
 from backend.parsers import get_format
 from backend.trace.messages import parse_assistant_text
-from backend.trace.model import Scorer
 
 _ID_KEYS = ("prompt_ids", "response_ids")
 _META_KEYS = ("num_turns", "reward_score", "score", "metrics", "extra_fields", "step", "uid", "data_source", "acc")
@@ -165,11 +165,7 @@ class VerlImporter(Importer):
                 tools=record.get("tools") if isinstance(record.get("tools"), list) else None,
             )
             if old is not None:
-                p = len(prompt_ids)
-                for s in trace.steps:
-                    if s.end > s.start and s.start >= p:
-                        s.info.trainer_logprobs = old[s.start - p : s.end - p]
-                trace.scorer = Scorer(kind="verl old_log_probs")
+                set_trainer_logprobs(trace, old, "verl old_log_probs")
             return [trace]
         inp, out = record.get("input"), record.get("output")
         if not isinstance(inp, str) or not isinstance(out, str):
