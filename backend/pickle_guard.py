@@ -238,13 +238,11 @@ def read_pickle(path: str, *, max_bytes: int, pool: WorkerPool | None = None) ->
         lease = pool.lease()
     except PickleWorkerError as e:
         raise PickleRefused(f"no pickle worker: {e}") from None
-    with lease:
+    with lease:  # a refusal is an answer: the worker goes back to the pool (it never ran the file's code)
         try:
             lease.send({"path": path, "stamp": (st.st_size, st.st_mtime_ns), "max_bytes": max_bytes})
             head = lease.recv()
-            if head[0] == "json":
-                body = lease.recv_raw(head[1])
-                return json.loads(bytes(body))
+            body = lease.recv_raw(head[1]) if head[0] == "json" else None
         except Overrun:
             raise PickleRefused(f"reading it took longer than the {pool.timeout_s:g} s limit of the pickle worker "
                                 "(ALI_PICKLE_TIMEOUT_S); it was stopped") from None
@@ -254,7 +252,10 @@ def read_pickle(path: str, *, max_bytes: int, pool: WorkerPool | None = None) ->
                                     "pickle worker (ALI_PICKLE_MEMORY_BYTES)") from None
             raise PickleRefused(f"the pickle worker stopped while reading it ({e})") from None
         if head[0] == "memory":
-            lease.kill()
-            raise PickleRefused(f"reading it needs more than the {pool.memory_bytes >> 20:,} MiB memory limit of the "
-                                "pickle worker (ALI_PICKLE_MEMORY_BYTES)")
-        raise PickleRefused(head[1])
+            lease.kill()  # its heap is suspect: a fresh worker for the next file
+    if body is not None:
+        return json.loads(bytes(body))
+    if head[0] == "memory":
+        raise PickleRefused(f"reading it needs more than the {pool.memory_bytes >> 20:,} MiB memory limit of the "
+                            "pickle worker (ALI_PICKLE_MEMORY_BYTES)")
+    raise PickleRefused(head[1])

@@ -249,6 +249,17 @@ def test_a_forbidden_global_is_refused_and_never_run(tmp_path):
     assert not marker.exists()
 
 
+def test_a_refusal_keeps_the_worker():
+    from backend import pickle_guard
+
+    with pytest.raises(PickleRefused, match="posix.system"):
+        read_pickle(FORBIDDEN, max_bytes=1 << 20)
+    pids = pickle_guard.POOL.pids()
+    with pytest.raises(PickleRefused, match="posix.system"):
+        read_pickle(FORBIDDEN, max_bytes=1 << 20)
+    assert pickle_guard.POOL.pids() == pids and len(pids) == 1
+
+
 def test_a_global_named_through_the_memo_is_refused():
     """A STACK_GLOBAL whose module and name come back from the memo (not pushed right before it)
     cannot be read off the opcodes: refused, not guessed."""
