@@ -357,3 +357,15 @@ def test_a_public_server_refuses_pickles_before_reading_them(tmp_path, monkeypat
     shutil.copy(SLIME, up)
     status, _ = trace_files.load_file(AppContext(trust=TrustPolicy(Mode.PUBLIC, "test")), Session(), str(up))
     assert "does not read pickles" in status and calls == []
+
+
+def test_the_import_command_reads_a_pt_and_numbers_its_samples(tmp_path, capsys):
+    from backend.cli import main
+
+    out = tmp_path / "traces.jsonl"
+    main(["import", SLIME, "--out", str(out)])
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 4
+    capsys.readouterr()
+    rc = main(["import", FORBIDDEN, "--out", str(tmp_path / "none.jsonl")])
+    said = "".join(capsys.readouterr())
+    assert rc != 0 and "index 1: forbidden_global.pt not read: the pickle asks for posix.system" in said

@@ -40,7 +40,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from backend.cli import read_json_file
-    from backend.importers import iter_import, trace_losses, unreadable_calls
+    from backend.importers import iter_import, trace_losses, unit_of_file, unreadable_calls
     from backend.trace import LoadProblem, TraceFileError
 
     check_paths([args.input], args.out, missing="input file not found", same="--out must not be the input file")
@@ -49,7 +49,7 @@ def run(args) -> int:
         options["tools"] = read_json_file(args.tools, "tools")
     if args.parser:
         options["parser"] = args.parser
-    unit = "row" if args.input.endswith(".parquet") else "line"
+    unit = unit_of_file(args.input)
     problems: list[dict] = []
     losses: list[dict] = []
     unreadable: list[dict] = []

@@ -237,7 +237,8 @@ def _whole_in_auto(doc: Any) -> bool:
     return any(get_importer(name).whole_file(doc) for name in FORMATS)
 
 
-def _unit_for(path: str) -> str:
+def unit_of_file(path: str) -> str:
+    """What a record's number counts in ``path``: ``index`` (a pickle's items), ``row`` (Parquet), ``line``."""
     if looks_like_pickle(path):
         return "index"
     return "row" if path.endswith(".parquet") else "line"
@@ -337,7 +338,7 @@ def iter_import(
     if fmt != "auto" and fmt not in FORMATS:
         raise ValueError(f"unknown import format {fmt!r}; known: {', '.join(FORMATS)}, auto")
     ctx = ctx or ImportContext(tokenizer=tokenizer, template=template, options=dict(options or {}), path=path)
-    unit = _unit_for(path)
+    unit = unit_of_file(path)
     base = os.path.basename(path)
     groups: dict[str, list[tuple[int, Any]]] = {}
     seen_choices: set[tuple[str, tuple[str, ...]]] = set()
@@ -374,7 +375,7 @@ def import_file(
 ) -> ImportResult:
     """Import a whole file. ``bundle``: an already loaded tokenizer bundle to render and decode
     with (else ``tokenizer``/``template`` are loaded when a record first needs them)."""
-    res = ImportResult(unit=_unit_for(path))
+    res = ImportResult(unit=unit_of_file(path))
     ctx = ImportContext(tokenizer=tokenizer, template=template, options=dict(options or {}), path=path, _bundle=bundle)
     for n, item, name in iter_import(path, fmt, ctx=ctx, notes=res.notes):
         if not res.add(n, item, name):
@@ -485,6 +486,7 @@ __all__ = [
     "iter_import",
     "load_any",
     "trace_losses",
+    "unit_of_file",
     "unreadable_calls",
 ]
 
