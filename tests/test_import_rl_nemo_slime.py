@@ -163,6 +163,8 @@ def test_nemo_gym_keeps_each_calls_ids_and_logprobs():
         assert [it.get("id") for it in kept] == [it.get("id") for it in rec["response"]["output"]]
         assert not any("generation_token_ids" in it for it in kept)
         assert md["extra"]["responses_create_params"] == rec["responses_create_params"]
+        assert [x["function"]["name"] for x in t.tools] == [x["name"] for x in rec["responses_create_params"]["tools"]]
+        assert t.tools[0]["function"]["parameters"] == rec["responses_create_params"]["tools"][0]["parameters"]
     assert len(generated(res.traces[0])) == 2  # tool call, then the answer after the tool's output
 
 

@@ -12,7 +12,8 @@ Read as NeMo-RL reads it (``nemo_rl/environments/nemo_gym.py``): the output item
 so far (else the history was re-tokenised or cut: the record is refused, naming the item and the
 first token that differs, as NeMo-RL refuses it); the new prompt tokens are context (mask 0), the
 generated ones are trained on (mask 1) with their logprobs. ``metadata.group`` is the task index,
-``metadata.sample`` the rollout index, ``score`` the reward; the rest of the line (the request,
+``metadata.sample`` the rollout index, ``score`` the reward, the tools those of
+``responses_create_params``; the rest of the line (the request,
 the response without its token arrays, the environment's fields) is in ``metadata.extra``.
 """
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from backend.importers.base import Importer, register
-from backend.importers.common import RecordError, record_id, trace_from_ids
+from backend.importers.common import RecordError, normalize_tools, record_id, trace_from_ids
 from backend.importers.rl_ids import floats_of, ids_of, number_or_none
 from backend.trace.messages import json_type
 
@@ -102,7 +103,9 @@ class NemoGymImporter(Importer):
             meta["sample"] = record[_ROLLOUT]
         tid = (f"task{record[_TASK]}-rollout{record[_ROLLOUT]}" if "group" in meta and "sample" in meta
                else record_id(record.get("response") or {}, keys=("id",)))
+        params = record.get("responses_create_params")
+        tools = normalize_tools(params.get("tools"), "responses_create_params.tools") if isinstance(params, dict) else []
         trace = trace_from_ids(prompt, resp_ids, mask, ctx.bundle, self.name, parser=ctx.parser, trace_id=tid,
-                               metadata=meta, logprobs=lps)
+                               metadata=meta, logprobs=lps, tools=tools or None)
         trace.metadata["provenance"] = {"format": self.label, "library": "nemo-gym"}
         return [trace]
