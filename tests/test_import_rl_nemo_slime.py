@@ -371,3 +371,14 @@ def test_the_import_command_reads_a_pt_and_numbers_its_samples(tmp_path, capsys)
     rc = main(["import", FORBIDDEN, "--out", str(tmp_path / "none.jsonl")])
     said = "".join(capsys.readouterr())
     assert rc != 0 and "index 1: forbidden_global.pt not read: the pickle asks for posix.system" in said
+
+
+def test_a_local_upload_of_a_pt_is_imported(tmp_path):
+    from ui import trace_files
+    from ui.context import AppContext, Session
+
+    up = tmp_path / "rollout_7.pt"
+    shutil.copy(SLIME, up)
+    sess = Session()
+    status, probs = trace_files.load_file(AppContext(), sess, str(up))
+    assert "4 trace(s) imported from <b>slime</b>" in status and probs.empty, status

@@ -331,14 +331,15 @@ def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | No
     from backend.importers import load_any
     from backend.pickle_guard import looks_like_pickle
 
-    if looks_like_pickle(path):  # before anything reads it: a public server never does
+    pickled = looks_like_pickle(path)
+    if pickled:  # before anything reads it: a public server never does
         ctx.trust.check_pickle(os.path.basename(path))
     if fmt not in FILE_FORMATS:
         raise TraceFileError(f"unknown file format {fmt!r}; choose one of {', '.join(FILE_FORMATS)}")
     bundle = lambda: _import_bundle(ctx, tokenizer)  # noqa: E731 - loaded only for an import
     if fmt != AUTO:
         return _rows_of_import(importers.import_file(path, fmt, bundle=bundle()), path, keep_in), fmt
-    if importers.detect(path) in (None, "trace"):
+    if not pickled and importers.detect(path) in (None, "trace"):  # a pickle is never ours: read once, by the import
         return _rows_of(keep_upload(path, keep_in)), None
     res = load_any(path, import_foreign=True, bundle=bundle())
     return _rows_of_import(res, path, keep_in), ", ".join(getattr(res, "formats", None) or {}) or None
