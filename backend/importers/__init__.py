@@ -66,6 +66,7 @@ FORMAT_TABLE: tuple[tuple[str, str], ...] = (
     ("verl", "backend.importers.verl"),
     ("trl", "backend.importers.trl"),
     ("skyrl", "backend.importers.skyrl"),
+    ("agentlightning", "backend.importers.agentlightning"),
     ("pydantic-ai", "backend.importers.pydantic_ai"),
     ("langchain", "backend.importers.langchain"),
     ("smolagents", "backend.importers.smolagents"),
