@@ -67,6 +67,7 @@ FORMAT_TABLE: tuple[tuple[str, str], ...] = (
     ("trl", "backend.importers.trl"),
     ("skyrl", "backend.importers.skyrl"),
     ("agentlightning", "backend.importers.agentlightning"),
+    ("rllm", "backend.importers.rllm"),
     ("pydantic-ai", "backend.importers.pydantic_ai"),
     ("langchain", "backend.importers.langchain"),
     ("smolagents", "backend.importers.smolagents"),
