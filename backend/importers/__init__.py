@@ -68,6 +68,7 @@ FORMAT_TABLE: tuple[tuple[str, str], ...] = (
     ("skyrl", "backend.importers.skyrl"),
     ("agentlightning", "backend.importers.agentlightning"),
     ("rllm", "backend.importers.rllm"),
+    ("art", "backend.importers.art"),
     ("pydantic-ai", "backend.importers.pydantic_ai"),
     ("langchain", "backend.importers.langchain"),
     ("smolagents", "backend.importers.smolagents"),
