@@ -180,6 +180,9 @@ class AgentLightningImporter(Importer):
                     failed.append({"event": k, "reason": why, "data": data})
                     losses.append(f"{where}: {why}; not a turn (Agent Lightning's trainer skips it too), kept under metadata.extra.failed_requests")
                     continue
+                vocab = len(ctx.bundle.tokenizer)
+                token_ids(prompt, f"{where} prompt ids", vocab)
+                token_ids(response, f"{where} response ids", vocab)
                 logprobs = logprob_list(lp, f"{where} logprobs", len(response))
                 if text and text.strip() and text.strip() not in ctx.bundle.tokenizer.decode(response, skip_special_tokens=True):
                     raise RecordError(f"{where}: the response token ids disagree with the response text {text.strip()[:60]!r}")

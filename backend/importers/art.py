@@ -46,7 +46,7 @@ def _is_trajectory(rec: Any) -> bool:
     if isinstance(rec.get("messages_and_choices"), list):
         return True
     msgs = rec.get("messages")
-    return isinstance(msgs, list) and bool(msgs) and all(isinstance(m, dict) and "trainable" in m for m in msgs)
+    return isinstance(msgs, list) and any(isinstance(m, dict) and "trainable" in m for m in msgs)
 
 
 def _is_group(rec: Any) -> bool:
@@ -74,6 +74,8 @@ def _items(traj: dict[str, Any], where: str) -> tuple[list[dict[str, Any]], list
                 flags.append(False)
     else:
         for i, m in enumerate(traj["messages"]):
+            if not isinstance(m, dict):
+                raise RecordError(f"{where}.messages[{i}] is {json_type(m)}, not a message object")
             t = m.get("trainable")
             if not isinstance(t, bool):
                 raise RecordError(f"{where}.messages[{i}].trainable must be true or false, got {json_type(t)}")

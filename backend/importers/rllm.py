@@ -101,8 +101,8 @@ class RllmImporter(Importer):
             w = f"{where}.steps[{si}]"
             if not isinstance(step, dict):
                 raise RecordError(f"{w} is {json_type(step)}, not a step object")
-            prompt = token_ids(step.get("prompt_ids"), f"{w}.prompt_ids")
-            response = token_ids(step.get("response_ids"), f"{w}.response_ids")
+            prompt = token_ids(step.get("prompt_ids"), f"{w}.prompt_ids", len(tok))
+            response = token_ids(step.get("response_ids"), f"{w}.response_ids", len(tok))
             if not response:
                 raise RecordError(f"{w} has no response_ids (an eval-only step without token ids): nothing to import as given ids")
             lp = step.get("logprobs")

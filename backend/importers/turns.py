@@ -42,10 +42,15 @@ class Segment:
     calls: list[Call] = field(default_factory=list)
 
 
-def token_ids(v: Any, where: str) -> list[int]:
-    """A list of token ids, or RecordError naming ``where``."""
+def token_ids(v: Any, where: str, vocab: int | None = None) -> list[int]:
+    """A list of token ids (each below ``vocab`` when given), or RecordError naming ``where``."""
     if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         raise RecordError(f"{where} must be a list of token ids (integers)")
+    if vocab is not None:
+        bad = next((j for j, x in enumerate(v) if not 0 <= x < vocab), None)
+        if bad is not None:
+            raise RecordError(f"{where}[{bad}] = {v[bad]} is outside the vocabulary of the chosen tokenizer ({vocab} tokens); "
+                              "pass the tokenizer the ids came from")
     return v
 
 

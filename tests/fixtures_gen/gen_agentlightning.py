@@ -183,9 +183,8 @@ def run_agent(client, rid: str, data_id: str, sample: int) -> None:
 
 def main() -> None:
     import httpx
-    from transformers import AutoTokenizer
-
     from agentlightning.server.app import create_app
+    from transformers import AutoTokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
         tok = AutoTokenizer.from_pretrained(qwen3_tokenizer_dir(os.path.join(tmp, "tok")))

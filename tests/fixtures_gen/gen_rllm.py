@@ -105,14 +105,13 @@ def solver(tok, task: str, rollout: int):
 
 
 def main() -> None:
-    from transformers import AutoTokenizer
-
     from rllm.eval.episode_store import EvalEpisodeStore
     from rllm.trainer.algorithms.advantage import collect_reward_and_advantage_from_trajectory_groups
     from rllm.trainer.algorithms.config import AlgorithmConfig, TransformConfig
     from rllm.trainer.algorithms.transform import transform_episodes_to_trajectory_groups
     from rllm.types import Episode, Step, Trajectory
     from rllm.workflows.workflow import TerminationReason
+    from transformers import AutoTokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
         tok = AutoTokenizer.from_pretrained(qwen3_tokenizer_dir(os.path.join(tmp, "tok")))
