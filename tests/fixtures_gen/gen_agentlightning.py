@@ -40,15 +40,15 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+from gen_skyrl import call, qwen3_tokenizer_dir  # the same offline tokenizer and Hermes call text
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "data", "import", "agentlightning")
-APP_PY = os.path.join(ROOT, ".venv", "bin", "python")
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Current weather of a city.",
@@ -59,8 +59,6 @@ SUMMARY_Q = "Summarise: the trip to 東京 was sunny."
 WEATHER = {"Zürich": "Zürich: 18°C, light rain"}
 
 
-def call(name: str, arguments: dict) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
 
 
 # (data_id, sample) -> the model's turns, in order
@@ -75,14 +73,6 @@ REWARDS = {("w", 0): 1.0, ("w", 1): 0.0, ("m", 0): 1.0, ("m", 1): 0.0, ("s", 0):
 INPUTS = {"w": WEATHER_Q, "m": MATH_Q, "s": SUMMARY_Q}
 
 
-def qwen3_tokenizer_dir(folder: str) -> str:
-    """The app's offline Qwen3 tokenizer with its default chat template, saved by the app's venv."""
-    code = (
-        "import sys; from backend.tokenizers import load_tokenizer; b = load_tokenizer('qwen3'); "
-        "t = b.tokenizer; t.chat_template = b.chat_template; t.save_pretrained(sys.argv[1])"
-    )
-    subprocess.run([APP_PY, "-c", code, folder], check=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    return folder
 
 
 def free_port() -> int:

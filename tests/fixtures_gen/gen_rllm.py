@@ -32,13 +32,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
+from gen_skyrl import call, qwen3_tokenizer_dir  # the same offline tokenizer and Hermes call text
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "data", "import", "rllm")
-APP_PY = os.path.join(ROOT, ".venv", "bin", "python")
 
 TOOLS = [{"type": "function", "function": {
     "name": "calculator", "description": "Evaluate an arithmetic expression.",
@@ -47,8 +47,6 @@ QUESTIONS = {"w": "What is 123 * 45? Use the calculator.", "m": "What is 9 + 10?
 ANSWERS = {"w": "5535", "m": "19", "j": "23"}
 
 
-def call(name: str, arguments: dict) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
 
 
 # (task, rollout) -> the solver's turns
@@ -62,13 +60,6 @@ SCRIPT = {
 JUDGE = "The answer 23 is prime: correct."
 
 
-def qwen3_tokenizer_dir(folder: str) -> str:
-    code = (
-        "import sys; from backend.tokenizers import load_tokenizer; b = load_tokenizer('qwen3'); "
-        "t = b.tokenizer; t.chat_template = b.chat_template; t.save_pretrained(sys.argv[1])"
-    )
-    subprocess.run([APP_PY, "-c", code, folder], check=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    return folder
 
 
 def model_call(tok, messages, tools, reply: str, seed: int):
