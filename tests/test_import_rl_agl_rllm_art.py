@@ -340,3 +340,24 @@ def test_detection_keeps_other_formats(tmp_path):
     assert detect(load(RLLM_FILES[0])) == "rllm"
     assert detect(_agl_events()[0]) == "agentlightning"
     assert detect({"prompt_ids": [1], "response_ids": [2]}) == "verl"
+
+
+def test_trace_sets_index_and_open_rllm_and_art_rows(qwen3, tmp_path):
+    """A folder of rLLM episode lines and ART records is a trace set: a row per trajectory, each
+    opening to the trace the import gives; Agent Lightning's events (a rollout spread over many
+    records) are refused there with the import command to use."""
+    from backend.trace.catalog import TraceSet
+
+    for src in (os.path.join(RLLM, "episodes_to_dict.jsonl"), os.path.join(ART, "for_logging.jsonl"), os.path.join(AGL, "run.jsonl")):
+        (tmp_path / os.path.basename(src)).write_bytes(open(src, "rb").read())
+    ts = TraceSet(str(tmp_path), final=True, cache=False, import_bundle=lambda: qwen3)
+    ts.refresh()
+    imported = {t.id: t for src in ("episodes_to_dict.jsonl", "for_logging.jsonl")
+                for t in import_file(str(tmp_path / src), bundle=qwen3).traces}
+    assert sorted(ts.df["id"]) == sorted(imported)
+    for k in range(len(ts)):
+        t = ts.read(k)
+        assert (t.prompt_ids, t.response_ids, t.response_mask) == (imported[t.id].prompt_ids, imported[t.id].response_ids,
+                                                                   imported[t.id].response_mask)
+    problems = [p for p in ts.problem_rows() if p[0].endswith("run.jsonl")]
+    assert problems and all("python -m backend import" in p[2] for p in problems)
