@@ -422,7 +422,7 @@ def test_detect_records():
     assert detect({"format_version": 1, "steps": []}) == "trace"
     assert detect({"foo": 1}) is None
     assert set(FORMATS) == {"otel", "langsmith", "mlflow", "openai-responses", "anthropic", "agents-sdk", "verl", "trl", "skyrl",
-                            "agentlightning", "rllm", "art", "pydantic-ai", "langchain", "smolagents", "sharegpt", "openai-chat"}
+                            "agentlightning", "rllm", "art", "areal", "pydantic-ai", "langchain", "smolagents", "sharegpt", "openai-chat"}
     assert FORMATS[-2:] == ("sharegpt", "openai-chat")  # the generic ones are tried last
 
 

@@ -9,7 +9,7 @@
 Formats (one module each, listed in :data:`FORMAT_TABLE` in detection order): OpenTelemetry
 spans (``otel``: OTel GenAI, OpenInference and Langfuse dialects, :mod:`backend.importers.otel`),
 ``langsmith``, ``mlflow``, ``openai-responses``, ``anthropic``, ``agents-sdk``, ``verl``,
-``trl``, ``skyrl``, ``agentlightning``, ``rllm``, ``art``, ``pydantic-ai``, ``langchain``, ``smolagents``, ``sharegpt``,
+``trl``, ``skyrl``, ``agentlightning``, ``rllm``, ``art``, ``areal``, ``pydantic-ai``, ``langchain``, ``smolagents``, ``sharegpt``,
 ``openai-chat``. Input files: JSONL (one record per line), JSON (one record, or a list of
 records; a format may read a whole list as one record), or Parquet (one record per row). Our own
 trace records met in ``auto`` mode are passed through unchanged. Grouped formats (spans of one
@@ -69,6 +69,7 @@ FORMAT_TABLE: tuple[tuple[str, str], ...] = (
     ("agentlightning", "backend.importers.agentlightning"),
     ("rllm", "backend.importers.rllm"),
     ("art", "backend.importers.art"),
+    ("areal", "backend.importers.areal"),
     ("pydantic-ai", "backend.importers.pydantic_ai"),
     ("langchain", "backend.importers.langchain"),
     ("smolagents", "backend.importers.smolagents"),
