@@ -361,3 +361,78 @@ def test_trace_sets_index_and_open_rllm_and_art_rows(qwen3, tmp_path):
                                                                    imported[t.id].response_mask)
     problems = [p for p in ts.problem_rows() if p[0].endswith("run.jsonl")]
     assert problems and all("python -m backend import" in p[2] for p in problems)
+
+
+# ---- AReaL ----------------------------------------------------------------------------------------
+
+AREAL_FILES = sorted(glob.glob(os.path.join(DATA, "areal", "rollout", "*", "*.jsonl")))
+
+
+def lines_of(path):
+    return [json.loads(line) for line in open(path, encoding="utf-8")]
+
+
+@pytest.mark.parametrize("path", AREAL_FILES, ids=lambda p: os.path.relpath(p, DATA))
+def test_areal_dump_recovered_and_rendered(qwen3, path):
+    rows = lines_of(path)
+    assert detect(path) == "areal"
+    res = import_file(path, bundle=qwen3)
+    assert not res.problems and not res.losses and len(res.traces) == len(rows) == 2
+    version = int(os.path.basename(os.path.dirname(path)))
+    for t, row in zip(res.traces, rows):
+        assert t.metadata["ids"] == "rendered" and t.metadata["messages"] == "recovered"
+        assert t.metadata["score"] == row["reward"] and t.metadata["rewards"] == {"reward": row["reward"]}
+        assert t.metadata["group"] == str(row["task_id"]) and t.metadata["sample"] == row["sample_idx"]
+        assert t.metadata["training_step"] == row["tail_version"] == version
+        assert (t.metadata["prompt"], t.metadata["completion"]) == (row["prompt"], row["completion"])
+        # the last assistant turn is the completion's last turn, as AReaL decoded it
+        last = (row["prompt"] + row["completion"]).rsplit("<|im_start|>assistant\n", 1)[1].removesuffix("<|im_end|>")
+        assert t.messages[-1] == {"role": "assistant", "content": last}
+        assert qwen3.tokenizer.decode(t.response_ids).count(last) == 1
+
+
+def test_areal_multi_turn_prompt_len_is_not_the_turn_boundary(qwen3):
+    """AReaL's prompt_len is seqlen minus the loss mask's ones: in a two-turn sample its "prompt"
+    holds the first generated turn; the import recovers the turns from both texts joined."""
+    path = os.path.join(DATA, "areal", "rollout", "4", "0.jsonl")
+    row = lines_of(path)[0]
+    assert "<tool_call>" in row["prompt"] and row["completion"].startswith("<tool_response>")
+    (t, _) = import_file(path, bundle=qwen3).traces
+    assert [m["role"] for m in t.messages] == ["user", "assistant", "tool", "assistant"]
+    assert t.messages[1]["tool_calls"][0]["function"] == {"name": "lookup", "arguments": {"word": "Fernweh"}}
+    assert t.messages[2]["content"] == "Fernweh (German): a longing for far-off places."
+    the_call = '{"name": "lookup", "arguments": {"word": "Fernweh"}}'
+    assert the_call in row["prompt"]  # AReaL's "prompt" holds the generated call ...
+    assert the_call not in qwen3.tokenizer.decode(t.prompt_ids)  # ... the trace's prompt ends before it
+    assert t.prompt_ids[-3:] == qwen3.tokenizer.encode("<|im_start|>assistant\n", add_special_tokens=False)
+    assert the_call in qwen3.tokenizer.decode(t.response_ids)
+    assert [x["function"]["name"] for x in t.tools] == ["lookup"]  # from the <tools> block AReaL's text keeps
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda r: r.__setitem__("prompt_len", r["seqlen"]), "is not below seqlen"),
+    (lambda r: r.__setitem__("reward", "1.0"), "reward must be a finite number"),
+    (lambda r: r.__setitem__("prompt", None), "'prompt' must be text"),
+    (lambda r: r.__setitem__("seqlen", 25.0), "'seqlen' must be an integer"),
+])
+def test_areal_bad_lines_are_reported(qwen3, tmp_path, damage, why):
+    row = lines_of(AREAL_FILES[1])[0]
+    damage(row)
+    res = import_file(write(tmp_path, "1.jsonl", [row]), "areal", bundle=qwen3)
+    assert not res.traces and len(res.problems) == 1 and why in res.problems[0].reason, res.problem_lines()
+
+
+def test_areal_text_that_does_not_give_the_files_token_counts_is_said(qwen3, tmp_path):
+    rows = lines_of(AREAL_FILES[1])
+    rows[0]["prompt_len"] -= 1  # as if another tokenizer had written it
+    res = import_file(write(tmp_path, "1.jsonl", rows), bundle=qwen3)
+    assert len(res.traces) == 2 and len(res.losses) == 1
+    assert "token counts" in res.losses[0].reason and "the file says 15 + 10" in res.losses[0].reason
+
+
+def test_areal_truncated_line_loses_only_its_record(qwen3, tmp_path):
+    text = open(AREAL_FILES[0], encoding="utf-8").read().splitlines()
+    p = tmp_path / "0.jsonl"
+    p.write_text(text[0] + "\n" + text[1][:40] + "\n", encoding="utf-8")
+    res = import_file(str(p), bundle=qwen3)
+    assert len(res.traces) == 1 and len(res.problems) == 1 and res.problems[0].line == 2
