@@ -25,14 +25,15 @@ saved by the app's venv) for scripted replies; the rewards are made up."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import logging
 import os
 import shutil
 import sys
 import tempfile
+import threading
 import types
 
+from bypass_init import register_packages
 from gen_skyrl import call, qwen3_tokenizer_dir  # the same offline tokenizer and Hermes call text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -53,11 +54,7 @@ TOOL_RESULT = "Fernweh (German): a longing for far-off places."
 
 
 def load_executor():
-    root = os.path.dirname(importlib.util.find_spec("areal").origin)
-    for name, path in (("areal", root), ("areal.infra", os.path.join(root, "infra"))):
-        m = types.ModuleType(name)
-        m.__path__ = [path]
-        sys.modules[name] = m
+    register_packages("areal", "infra")
     from areal.infra.workflow_executor import WorkflowExecutor
 
     return WorkflowExecutor
@@ -92,8 +89,6 @@ def main() -> None:
         config = types.SimpleNamespace(fileroot=os.path.join(tmp, "root"), experiment_name="exp", trial_name="trial",
                                        tokenizer_path=tok_dir)
         ex = types.SimpleNamespace(config=config, logger=logging.getLogger("areal-gen"), _tokenizer=None)
-        import threading
-
         ex._tokenizer_lock = threading.Lock()
         ex._get_dump_dir = WorkflowExecutor._get_dump_dir.__get__(ex)
         ex._get_tokenizer = WorkflowExecutor._get_tokenizer.__get__(ex)

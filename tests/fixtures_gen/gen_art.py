@@ -29,12 +29,12 @@ logprobs), as an OpenAI-compatible server would return them."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import sys
-import types
+
+from bypass_init import register_packages
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "data", "import", "art")
@@ -50,11 +50,7 @@ FEW_SHOT_A = "Dana sent the budget on Monday."
 
 def load_art():
     """ART's trajectories and trajectory_logging modules, without art/__init__ (torch, unsloth)."""
-    root = os.path.dirname(importlib.util.find_spec("art").origin)
-    for name, path in (("art", root), ("art.utils", os.path.join(root, "utils"))):
-        m = types.ModuleType(name)
-        m.__path__ = [path]
-        sys.modules[name] = m
+    register_packages("art", "utils")
     import art.trajectories as trajectories
 
     sys.modules["art"].Trajectory = trajectories.Trajectory
