@@ -124,7 +124,8 @@ class AgentLightningImporter(Importer):
     def sniff(self, record: Any) -> Any:
         if _is_event(record):
             return "rollout event (event_type, rollout_id, attempt_id, data)"
-        if _rollout_of(record) is not None and isinstance(_rollout_of(record).get("status", {}).get("state"), str):  # type: ignore[union-attr]
+        r = _rollout_of(record)
+        if r is not None and isinstance(r["status"].get("state"), str):
             return "rollout record (rollout_id, input, status)"
         return False
 
@@ -141,9 +142,8 @@ class AgentLightningImporter(Importer):
                     yield n, LoadProblem(n, "Agent Lightning event: rollout_id and attempt_id must be text and data an object")
                     continue
                 attempts.setdefault((rid, aid), []).append((n, rec))
-            elif _rollout_of(rec) is not None:
-                r = _rollout_of(rec)
-                rollouts[r["rollout_id"]] = (n, r)  # type: ignore[index]
+            elif (r := _rollout_of(rec)) is not None:
+                rollouts[r["rollout_id"]] = (n, r)
             else:
                 yield n, LoadProblem(n, f"not an Agent Lightning event or rollout record ({json_type(rec)})")
         several = {rid for rid, _ in attempts if sum(1 for r, _ in attempts if r == rid) > 1}
