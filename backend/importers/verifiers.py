@@ -33,7 +33,7 @@ from itertools import accumulate
 from typing import Any
 
 from backend.importers.base import Importer, register
-from backend.importers.common import Conversation, RecordError, _results_of, normalize_tools, text_of
+from backend.importers.common import Conversation, RecordError, normalize_tools, results_of, text_of
 from backend.importers.rollout_fields import advantage_of, as_step_floats, bools, floats, ints, is_int, run_path_fields
 from backend.trace import MessageSpan, ParseError, ToolCall
 from backend.trace.builder import TraceBuilder
@@ -276,7 +276,7 @@ class VerifiersImporter(Importer):
             between = [j for j in range(prev_k + 1, k)] if k != first else []
             if cs > prev_end or between:
                 b.add_step(b.step(StepState.PROCESSING_TOOLS, start=prev_end, end=cs, mask=0, text=decode(prev_end, cs),
-                                  messages_added=between, tool_results=_results_of(messages, between)))
+                                  messages_added=between, tool_results=results_of(messages, between)))
             text = decode(cs, ce)
             self._check_text(messages[k], text, f"{where}.nodes[{path[k]}]", bundle.name)
             info: dict[str, Any] = {}
@@ -302,7 +302,7 @@ class VerifiersImporter(Importer):
         rest = list(range(prev_k + 1, len(nodes))) if sampled else []
         if rest or prev_end < len(ids):
             b.add_step(b.step(StepState.PROCESSING_TOOLS, start=prev_end, end=len(ids), mask=0, text=decode(prev_end, len(ids)),
-                              messages_added=rest, tool_results=_results_of(messages, rest)))
+                              messages_added=rest, tool_results=results_of(messages, rest)))
         b.terminate(term)
         trace = b.build(termination_reason=term, tools=tools, tokenizer=bundle.info(),
                         metadata={"source": self.name, **meta, "ids": "given", "mask": "given"}, **({"id": tid} if tid else {}))

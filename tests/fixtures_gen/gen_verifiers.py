@@ -58,15 +58,15 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from gen_skyrl import qwen3_tokenizer_dir  # the app's offline Qwen3 tokenizer, saved by the app's venv (this folder is on sys.path)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "data", "import", "verifiers")
-APP_PY = os.path.join(ROOT, ".venv", "bin", "python")
 MODEL = "Qwen/Qwen3-4B-Instruct-2507"
 
 # ---- the scenario ---------------------------------------------------------------------------
@@ -178,16 +178,6 @@ def serve(engine: Engine) -> ThreadingHTTPServer:
 
 
 # ---- verifiers -----------------------------------------------------------------------------
-
-
-def qwen3_tokenizer_dir(tmp: str) -> str:
-    """The app's offline Qwen3 tokenizer with its default chat template, saved by the app's venv."""
-    code = (
-        "import sys; from backend.tokenizers import load_tokenizer; b = load_tokenizer('qwen3'); "
-        "t = b.tokenizer; t.chat_template = b.chat_template; t.save_pretrained(sys.argv[1])"
-    )
-    subprocess.run([APP_PY, "-c", code, tmp], check=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    return tmp
 
 
 async def run_episode(client, engine: Engine, name: str, user: str, group: str, sample: int, truth: str, step: int):
