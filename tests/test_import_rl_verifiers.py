@@ -140,6 +140,8 @@ def test_verifiers_ids_masks_logprobs_rewards_as_written(path, qwen3):
         assert md["training_step"] == e["run"]["work"]["step"]
         assert md["advantage"] == sampled[0]["advantages"][0]
         assert md["extra"]["stop_condition"] == tr["stop_condition"] and md["extra"]["metrics"] == tr["metrics"]
+        assert md["extra"]["task"] == tr["task"] and md["extra"]["calls"] == tr["calls"]
+        assert md["extra"]["episode"] == {k: v for k, v in e.items() if k != "traces"}
         assert md["provenance"] == {"format": "verifiers", "library": "verifiers", "version": "0.4.0", "trace_id": tr["id"],
                                     "episode_id": e["id"], **({"commit": tr["verifiers"]["commit"]} if "commit" in tr["verifiers"] else {})}
         # the lens compares the two without rescoring: one delta per sampled token

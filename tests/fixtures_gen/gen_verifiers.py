@@ -188,8 +188,16 @@ async def run_episode(client, engine: Engine, name: str, user: str, group: str, 
     from verifiers.v1.trace import AgentInfo, ModelCall, TimeSpan, Trace, TraceTask
     from verifiers.v1.types import AssistantMessage, SamplingConfig, SystemMessage, Tool, ToolMessage, UserMessage
 
-    task = TraceTask(type="ToolTask", data={"question": user, "answer": truth}, key=f"{group}")
-    trace = Trace(task=task, agent=AgentInfo(config=AgentConfig(model=MODEL, max_output_tokens=12)))
+    from verifiers.v1.state import State
+    from verifiers.v1.task import TaskData
+
+    class ToolTaskData(TaskData):
+        question: str
+        answer: str
+
+    Data = ToolTaskData
+    task = TraceTask[Data](type="ToolTask", data=Data(id=name, question=user, answer=truth), key=group)
+    trace = Trace[Data, State, AgentConfig](task=task, agent=AgentInfo(config=AgentConfig(model=MODEL, max_output_tokens=12)))
     engine.sample[trace.id] = sample
     tools = [Tool(**t) for t in TOOLS]
     messages = [SystemMessage(content=SYSTEM), UserMessage(content=user)]
@@ -219,7 +227,7 @@ async def run_episode(client, engine: Engine, name: str, user: str, group: str, 
     trace.record_metric("num_tool_calls", sum(len(m.tool_calls or []) for m in messages if isinstance(m, AssistantMessage)))
     trace.ok = trace.stop_condition == "agent_completed"
     trace.is_completed = True
-    episode = Episode(env=EnvInfo(id="weather-tools", name="weather"), task=task, group=GroupInfo(id=group),
+    episode = Episode[Data, State, AgentConfig](env=EnvInfo(id="weather-tools", name="weather"), task=task, group=GroupInfo(id=group),
                       run=TrainRunInfo(id="run-fixture", name="fixture",
                                        work=TrainWorkInfo(step=step, policy=PolicySpan(start=step - 1, end=step))),
                       ok=trace.ok, traces=[trace])
