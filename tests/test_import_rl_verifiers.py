@@ -370,3 +370,19 @@ def test_copying_a_run_keeps_nothing_of_the_path_but_step_and_rank(tmp_path, qwe
     recs = lines(EXPORTS[1])
     res = import_ok(str(d / "dump.jsonl"), qwen3)
     assert [(t.metadata["training_step"], t.metadata["rank"]) for t in res.traces] == [(r["step"], r["rank"]) for r in recs]
+
+
+def test_trainer_logprobs_win_over_reference_ones(tmp_path, qwen3):
+    e = lines(STORE)[1]
+    nodes = e["traces"][0]["nodes"]
+    for n in nodes:
+        if n.get("logprobs"):
+            n["trainer_logprobs"] = [x - 0.5 for x in n["logprobs"]]
+    p = tmp_path / "t.jsonl"
+    write_lines(str(p), [e])
+    t = import_ok(str(p), qwen3).traces[0]
+    assert t.scorer.kind == "verifiers trainer_logprobs"
+    sampled = [n for n in nodes if n.get("logprobs")]
+    for s, n in zip(gen_steps(t), sampled):
+        assert s.info.trainer_logprobs == n["trainer_logprobs"]
+        assert s.info.model_extra["reference_logprobs"] == n["reference_logprobs"]

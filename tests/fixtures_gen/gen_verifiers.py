@@ -185,11 +185,10 @@ async def run_episode(client, engine: Engine, name: str, user: str, group: str, 
     from verifiers.v1.configs.agent import AgentConfig
     from verifiers.v1.dialects.chat import ChatDialect
     from verifiers.v1.episode import EnvInfo, Episode, GroupInfo, PolicySpan, TrainRunInfo, TrainWorkInfo
-    from verifiers.v1.trace import AgentInfo, ModelCall, TimeSpan, Trace, TraceTask
-    from verifiers.v1.types import AssistantMessage, SamplingConfig, SystemMessage, Tool, ToolMessage, UserMessage
-
     from verifiers.v1.state import State
     from verifiers.v1.task import TaskData
+    from verifiers.v1.trace import AgentInfo, ModelCall, TimeSpan, Trace, TraceTask
+    from verifiers.v1.types import AssistantMessage, SamplingConfig, SystemMessage, Tool, ToolMessage, UserMessage
 
     class ToolTaskData(TaskData):
         question: str
