@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+import gradio as gr
 import pandas as pd
 
 from backend.groups import Group, departure, find_group, group_traces, response_text
@@ -84,7 +85,9 @@ def held(session: Any, source: Callable[..., Any]) -> Held:
 def group_label(g: Group) -> str:
     step = f"step {g.step}" if g.step is not None else "no step"
     prompt = g.prompt if len(g.prompt) <= 60 else g.prompt[:59] + "…"
-    return f"{step} · {prompt} · {len(g.samples)} samples, mean {_fmt(g.mean)}" + (" · no signal" if g.all_equal else "")
+    n = f"{len(g.samples)} sample{'s' if len(g.samples) != 1 else ''}"
+    mean = f"mean {_fmt(g.mean)}" if g.mean is not None else "no reward"
+    return f"{step} · {prompt} · {n}, {mean}" + (" · no signal" if g.all_equal else "")
 
 
 def step_choices(groups: list[Group]) -> list[str]:
@@ -276,8 +279,6 @@ class GroupsUI:
 
 
 def build() -> GroupsUI:
-    import gradio as gr
-
     with gr.Accordion("GRPO groups: the samples of one prompt, ranked by reward", open=False, elem_id="gv-section"):
         with gr.Row():
             step_dd = gr.Dropdown([ALL], value=ALL, label="Training step", elem_id="gv-step", allow_custom_value=True, scale=1)
@@ -297,8 +298,6 @@ def build() -> GroupsUI:
 
 def values(v: dict[str, Any]) -> list[Any]:
     """:func:`view`'s values as the section's outputs (:meth:`GroupsUI.outputs`)."""
-    import gradio as gr
-
     steps, step = v["steps"]
     groups, group = v["groups"]
     pairs, a, b = v["pair"]
@@ -310,8 +309,6 @@ def wire(ctx: Any, ui: GroupsUI, session: Any, source: Callable[..., Any], key_o
     """Regroup when the tab's ``table`` shows other traces (its first change after the page loads
     also reads the page's link: ``?group=&trace=``); the filters and pickers redraw. ``source`` is
     ``ui.trace_files.audit_source``, ``key_of`` its key."""
-    import gradio as gr
-
     from backend.errors import UserError
 
     outs = ui.outputs()
