@@ -342,7 +342,7 @@ def wire(ctx: Any, ui: GroupsUI, session: Any, source: Callable[..., Any], key_o
     def on_filter(sess: Any, step: Any, reward: Any, group: Any, a: Any, b: Any):
         return safe(sess, step, reward, group, None, None)
 
-    def on_group(sess: Any, step: Any, reward: Any, group: Any, a: Any = None, b: Any = None):
+    def on_group(sess: Any, step: Any = ALL, reward: Any = ALL, group: Any = None, a: Any = None, b: Any = None):
         return safe(sess, step, reward, group, a, b)
 
     table.change(on_table, [session, ui.key, ui.step_dd, ui.reward_dd, ui.group_dd, ui.a_dd, ui.b_dd], [*outs, ui.key],
