@@ -126,6 +126,7 @@ def test_trl_prompts_group_the_rows_that_share_them(trl_traces):
         assert len(prompts) == 1
 
 
+@pytest.mark.slow  # ≥ 10 s here (three CLI runs): out of the edit loop, in CI
 def test_cli_groups_table_and_json():
     path = TRL_FILES[0]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

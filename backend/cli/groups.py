@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from backend.cli import CLIError, bad_records_error, emit
+from backend.cli import CLIError, bad_records_error, emit, text_table
 
 
 def register(sub) -> None:
@@ -27,11 +27,6 @@ def register(sub) -> None:
 
 def _fmt(v: float | None) -> str:
     return "" if v is None else f"{v:.4g}"
-
-
-def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
 def run(args) -> int:
@@ -57,7 +52,7 @@ def run(args) -> int:
         for s in g.samples:
             dep = "" if s.departs is None else f"{s.departs_unit} {s.departs}"
             rows.append([str(s.rank), s.id, _fmt(s.reward), _fmt(s.advantage_value), str(s.tokens), s.end_label, dep])
-        text += _table(rows) + [""]
+        text += text_table(rows) + [""]
     for p in problems:
         text.append(f"line {p['line']}: {p['reason']}")
     emit({"file": args.traces, "groups": [g.to_dict() for g in groups], "problems": problems}, args.json, "\n".join(text))
