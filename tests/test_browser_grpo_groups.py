@@ -61,3 +61,23 @@ def test_group_view_of_a_trl_log_light_and_dark(app, shots):  # noqa: F811 - fix
     assert light_bg == "rgb(255, 255, 255)" and dark_bg == "rgb(17, 24, 39)"  # --ali-tv-bg, ui/theme.py
     app.shot(shots, "grpo_groups_dark")
     app.assert_clean()
+
+
+def test_a_link_opens_a_group_with_its_sample(app):  # noqa: F811 - fixtures
+    """``?group=<key>&trace=<id>`` on the samples every session holds: the Trace files tab opens
+    with the group view open on that group, the linked sample as A beside the best one as B."""
+    from urllib.parse import quote
+
+    from backend.groups import group_traces
+    from backend.trace import load_traces
+
+    traces = [t for p in sorted((ROOT / "sample_traces").glob("*.jsonl")) for t in load_traces(str(p)).traces]
+    g = next(g for g in group_traces(traces) if len(g.samples) >= 3)
+    linked = g.samples[-1]
+    app.page.goto(f"{app.url}?group={quote(g.key, safe='')}&trace={quote(linked.id, safe='')}")
+    app.page.wait_for_selector("#tf-table", state="visible")
+    app.page.wait_for_function(f"document.querySelectorAll('#gv-table [data-row][data-col=\"0\"]').length === {len(g.samples)}")
+    assert f"group {g.key}" in app.wait_text("#gv-note", g.key)
+    app.wait_text("#gv-aligned", f"A: rank {linked.rank} · {linked.id}")
+    assert "B: rank 1" in app.text("#gv-aligned")
+    app.assert_clean()

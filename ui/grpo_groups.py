@@ -273,13 +273,14 @@ class GroupsUI:
     b_dd: Any
     aligned: Any
     key: Any  # gr.State: what the groups were made from ("" none yet)
+    section: Any = None  # the accordion (a link opens it)
 
     def outputs(self) -> list[Any]:
         return [self.step_dd, self.reward_dd, self.group_dd, self.note, self.table, self.a_dd, self.b_dd, self.aligned]
 
 
 def build() -> GroupsUI:
-    with gr.Accordion("GRPO groups: the samples of one prompt, ranked by reward", open=False, elem_id="gv-section"):
+    with gr.Accordion("GRPO groups: the samples of one prompt, ranked by reward", open=False, elem_id="gv-section") as section:
         with gr.Row():
             step_dd = gr.Dropdown([ALL], value=ALL, label="Training step", elem_id="gv-step", allow_custom_value=True, scale=1)
             reward_dd = gr.Dropdown(REWARD_CHOICES, value=ALL, label="Reward", elem_id="gv-reward", scale=1)
@@ -293,7 +294,7 @@ def build() -> GroupsUI:
             b_dd = gr.Dropdown([], value=None, label="Sample B", elem_id="gv-b", allow_custom_value=True)
         aligned = gr.HTML("", elem_id="gv-aligned", css_template=CSS)
         key = gr.State("")
-    return GroupsUI(note, step_dd, reward_dd, group_dd, table, a_dd, b_dd, aligned, key)
+    return GroupsUI(note, step_dd, reward_dd, group_dd, table, a_dd, b_dd, aligned, key, section)
 
 
 def values(v: dict[str, Any]) -> list[Any]:
@@ -328,16 +329,17 @@ def wire(ctx: Any, ui: GroupsUI, session: Any, source: Callable[..., Any], key_o
         except UserError:
             now = ""
         if key and now == key:  # a filter or a page of the same traces
-            return [gr.skip()] * (len(outs) + 1)
-        note = ""
+            return [gr.skip()] * (len(outs) + 2)
+        note, section = "", gr.skip()
         if not key and request is not None:  # the page's first listing: the link's group and sample
             g, t = link_params(dict(request.query_params))
             if g:
-                group, step, reward = g, ALL, ALL
+                group, step, reward, section = g, ALL, ALL, gr.update(open=True)
                 a = rank_of(sess, source, g, t)
+                b = "1" if a and a != "1" else None  # the linked sample beside the best one
                 if find_group(held(sess, source).groups, g) is None:
                     note = "the link names a group that is not among these traces: showing the first group"
-        return [*safe(sess, step, reward, group, a, b, note), now]
+        return [*safe(sess, step, reward, group, a, b, note), now, section]
 
     def on_filter(sess: Any, step: Any, reward: Any, group: Any, a: Any, b: Any):
         return safe(sess, step, reward, group, None, None)
@@ -345,7 +347,7 @@ def wire(ctx: Any, ui: GroupsUI, session: Any, source: Callable[..., Any], key_o
     def on_group(sess: Any, step: Any = ALL, reward: Any = ALL, group: Any = None, a: Any = None, b: Any = None):
         return safe(sess, step, reward, group, a, b)
 
-    table.change(on_table, [session, ui.key, ui.step_dd, ui.reward_dd, ui.group_dd, ui.a_dd, ui.b_dd], [*outs, ui.key],
+    table.change(on_table, [session, ui.key, ui.step_dd, ui.reward_dd, ui.group_dd, ui.a_dd, ui.b_dd], [*outs, ui.key, ui.section],
                  api_visibility="private", trigger_mode="always_last")
     for dd in (ui.step_dd, ui.reward_dd):
         dd.input(on_filter, inputs, outs, api_visibility="private")
