@@ -9,7 +9,7 @@ the light and the dark theme (``ALI_SCREENSHOT_DIR``: grpo_groups_light.png, grp
 from __future__ import annotations
 
 import pandas as pd
-from test_browser import ROOT, app, app_url, browser, pytestmark, shots  # noqa: F401 - fixtures, used by name
+from test_browser import ROOT, App, app, app_url, browser, pytestmark, shots  # noqa: F401 - fixtures, used by name
 
 TRL_STEP1 = ROOT / "tests" / "data" / "import" / "trl" / "completions" / "completions_00001.parquet"
 
@@ -63,9 +63,10 @@ def test_group_view_of_a_trl_log_light_and_dark(app, shots):  # noqa: F811 - fix
     app.assert_clean()
 
 
-def test_a_link_opens_a_group_with_its_sample(app):  # noqa: F811 - fixtures
-    """``?group=<key>&trace=<id>`` on the samples every session holds: the Trace files tab opens
-    with the group view open on that group, the linked sample as A beside the best one as B."""
+def test_a_link_opens_a_group_with_its_sample(browser, app_url):  # noqa: F811 - fixtures
+    """``?group=<key>&trace=<id>`` on the samples every session holds, opened in a new page: the
+    Trace files tab opens with the group view open on that group, the linked sample as A beside the
+    best one as B."""
     from urllib.parse import quote
 
     from backend.groups import group_traces
@@ -74,10 +75,14 @@ def test_a_link_opens_a_group_with_its_sample(app):  # noqa: F811 - fixtures
     traces = [t for p in sorted((ROOT / "sample_traces").glob("*.jsonl")) for t in load_traces(str(p)).traces]
     g = next(g for g in group_traces(traces) if len(g.samples) >= 3)
     linked = g.samples[-1]
-    app.page.goto(f"{app.url}?group={quote(g.key, safe='')}&trace={quote(linked.id, safe='')}")
-    app.page.wait_for_selector("#tf-table", state="visible")
-    app.page.wait_for_function(f"document.querySelectorAll('#gv-table [data-row][data-col=\"0\"]').length === {len(g.samples)}")
-    assert f"group {g.key}" in app.wait_text("#gv-note", g.key)
-    app.wait_text("#gv-aligned", f"A: rank {linked.rank} · {linked.id}")
-    assert "B: rank 1" in app.text("#gv-aligned")
-    app.assert_clean()
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        app = App(ctx.new_page(), f"{app_url}?group={quote(g.key, safe='')}&trace={quote(linked.id, safe='')}")
+        app.page.wait_for_selector("#tf-table", state="visible")
+        app.page.wait_for_function(f"document.querySelectorAll('#gv-table [data-row][data-col=\"0\"]').length === {len(g.samples)}")
+        assert f"group {g.key}" in app.wait_text("#gv-note", g.key)
+        app.wait_text("#gv-aligned", f"A: rank {linked.rank} · {linked.id}")
+        assert "B: rank 1" in app.text("#gv-aligned")
+        app.assert_clean()
+    finally:
+        ctx.close()

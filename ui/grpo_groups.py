@@ -274,6 +274,7 @@ class GroupsUI:
     aligned: Any
     key: Any  # gr.State: what the groups were made from ("" none yet)
     section: Any = None  # the accordion (a link opens it)
+    opened: Any = None  # gr.State: the section was opened once (grouping waits for that, or a link)
 
     def outputs(self) -> list[Any]:
         return [self.step_dd, self.reward_dd, self.group_dd, self.note, self.table, self.a_dd, self.b_dd, self.aligned]
@@ -294,7 +295,8 @@ def build() -> GroupsUI:
             b_dd = gr.Dropdown([], value=None, label="Sample B", elem_id="gv-b", allow_custom_value=True)
         aligned = gr.HTML("", elem_id="gv-aligned", css_template=CSS)
         key = gr.State("")
-    return GroupsUI(note, step_dd, reward_dd, group_dd, table, a_dd, b_dd, aligned, key, section)
+        opened = gr.State(False)
+    return GroupsUI(note, step_dd, reward_dd, group_dd, table, a_dd, b_dd, aligned, key, section, opened)
 
 
 def values(v: dict[str, Any]) -> list[Any]:
@@ -307,9 +309,11 @@ def values(v: dict[str, Any]) -> list[Any]:
 
 
 def wire(ctx: Any, ui: GroupsUI, session: Any, source: Callable[..., Any], key_of: Callable[[Any], str], table: Any) -> None:
-    """Regroup when the tab's ``table`` shows other traces (its first change after the page loads
-    also reads the page's link: ``?group=&trace=``); the filters and pickers redraw. ``source`` is
-    ``ui.trace_files.audit_source``, ``key_of`` its key."""
+    """Group when the section is first opened, and again when the tab's ``table`` shows other traces
+    (not before: a page that never opens the section reads no trace for it); a link
+    (``?group=&trace=``, read at the table's first change after the page loads) opens the section on
+    its group. The filters and pickers redraw. ``source`` is ``ui.trace_files.audit_source``,
+    ``key_of`` its key."""
     from backend.errors import UserError
 
     outs = ui.outputs()
@@ -323,23 +327,31 @@ def wire(ctx: Any, ui: GroupsUI, session: Any, source: Callable[..., Any], key_o
                     f'<div class="gv"><div class="ali-warn">no groups: {html.escape(str(e)[:300])}</div></div>',
                     pd.DataFrame([], columns=COLUMNS), gr.update(choices=[], value=None), gr.update(choices=[], value=None), ""]
 
-    def on_table(sess: Any, key: str, step: Any, reward: Any, group: Any, a: Any, b: Any, request: gr.Request):
+    def current(sess: Any) -> str:
         try:
-            now = key_of(sess)
+            return key_of(sess)
         except UserError:
-            now = ""
+            return ""
+
+    def on_table(sess: Any, key: str, opened: bool, step: Any, reward: Any, group: Any, a: Any, b: Any, request: gr.Request):
+        now = current(sess)
+        skip = [gr.skip()] * (len(outs) + 3)
         if key and now == key:  # a filter or a page of the same traces
-            return [gr.skip()] * (len(outs) + 2)
-        note, section = "", gr.skip()
-        if not key and request is not None:  # the page's first listing: the link's group and sample
-            g, t = link_params(dict(request.query_params))
-            if g:
-                group, step, reward, section = g, ALL, ALL, gr.update(open=True)
-                a = rank_of(sess, source, g, t)
-                b = "1" if a and a != "1" else None  # the linked sample beside the best one
-                if find_group(held(sess, source).groups, g) is None:
-                    note = "the link names a group that is not among these traces: showing the first group"
-        return [*safe(sess, step, reward, group, a, b, note), now, section]
+            return skip
+        g = link_params(dict(request.query_params))[0] if not key and request is not None else None
+        if not g:
+            return [*safe(sess, step, reward, group, a, b), now, gr.skip(), gr.skip()] if opened else skip
+        # the page's first listing names a group: open the section on it, the linked sample beside the best
+        a = rank_of(sess, source, g, link_params(dict(request.query_params))[1])
+        b = "1" if a and a != "1" else None
+        note = "" if find_group(held(sess, source).groups, g) else "the link names a group that is not among these traces: showing the first group"
+        return [*safe(sess, ALL, ALL, g, a, b, note), now, gr.update(open=True), True]
+
+    def on_open(sess: Any, key: str, step: Any, reward: Any, group: Any, a: Any, b: Any):
+        now = current(sess)
+        if key and now == key:
+            return [*[gr.skip()] * (len(outs) + 1), True]
+        return [*safe(sess, step, reward, group, a, b), now, True]
 
     def on_filter(sess: Any, step: Any, reward: Any, group: Any, a: Any, b: Any):
         return safe(sess, step, reward, group, None, None)
@@ -347,8 +359,10 @@ def wire(ctx: Any, ui: GroupsUI, session: Any, source: Callable[..., Any], key_o
     def on_group(sess: Any, step: Any = ALL, reward: Any = ALL, group: Any = None, a: Any = None, b: Any = None):
         return safe(sess, step, reward, group, a, b)
 
-    table.change(on_table, [session, ui.key, ui.step_dd, ui.reward_dd, ui.group_dd, ui.a_dd, ui.b_dd], [*outs, ui.key, ui.section],
+    pickers = [ui.step_dd, ui.reward_dd, ui.group_dd, ui.a_dd, ui.b_dd]
+    table.change(on_table, [session, ui.key, ui.opened, *pickers], [*outs, ui.key, ui.section, ui.opened],
                  api_visibility="private", trigger_mode="always_last")
+    ui.section.expand(on_open, [session, ui.key, *pickers], [*outs, ui.key, ui.opened], api_visibility="private")
     for dd in (ui.step_dd, ui.reward_dd):
         dd.input(on_filter, inputs, outs, api_visibility="private")
     # API name, kept stable: /trace_groups (step, reward, group key, sample A rank, sample B rank; each
