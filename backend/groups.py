@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -226,9 +227,11 @@ def rank(samples: list[Sample]) -> list[Sample]:
 
 def group_traces(traces: Iterable[Trace]) -> list[Group]:
     """The groups of ``traces`` (in the order of their first sample, steps ascending, the traces
-    with no step last), each ranked by reward, with each sample's departure from the best one."""
+    with no step last), each ranked by reward, with each sample's departure from the best one.
+    ``traces`` is read once, one at a time: what is kept of each until the departures are known is
+    its response ids (4 bytes a token) and response text."""
     groups: dict[tuple[int | None, str], Group] = {}
-    seqs: dict[int, tuple[list[int], str]] = {}
+    seqs: dict[int, tuple[array, str]] = {}
     for row, t in enumerate(traces):
         md = t.metadata if isinstance(t.metadata, dict) else {}
         step = training_step_of(md)
@@ -237,7 +240,7 @@ def group_traces(traces: Iterable[Trace]) -> list[Group]:
         if g is None:
             g = groups[(step, gid)] = Group(group_key(step, gid), step, gid, by, _preview(prompt_messages(t)))
         g.samples.append(_sample(row, t))
-        seqs[row] = (list(t.response_ids), response_text(t))
+        seqs[row] = (array("i", t.response_ids), response_text(t))
     for g in groups.values():
         g.samples = rank(g.samples)
         best_ids, best_text = seqs[g.samples[0].row]

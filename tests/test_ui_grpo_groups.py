@@ -143,3 +143,14 @@ def test_a_trace_set_is_grouped(ctx, tmp_path):
     v = _view(ctx, sess)
     assert len(v["groups"][0]) == 2 and len(v["table"]) == 2
     assert json.loads(json.dumps(list(v["table"]["id"])))[0] in {t.id for t in res.traces}
+
+
+def test_grouping_is_bounded_and_says_so(ctx, monkeypatch):
+    """At most MAX_READ_TOKENS response tokens are read: past them the rest is not grouped, and the
+    note says how many of how many traces were."""
+    sess = _upload(ctx, TRL_STEP1)
+    first = trace_files.file_trace(sess, 0)
+    monkeypatch.setattr(gv, "MAX_READ_TOKENS", len(first.response_ids))  # the first trace uses it up
+    v = _view(ctx, sess)
+    assert list(v["table"]["id"]) == [first.id]
+    assert "of the first 1 of 4 traces" in v["note"]

@@ -37,6 +37,7 @@ from ui import assets
 from ui.token_view import fragments
 
 MAX_TRACES = 2_000  # traces grouped at most (the first ones the tab shows); the note says when cut
+MAX_READ_TOKENS = 8_000_000  # and response tokens read for it at most (about 64 MB kept while grouping)
 MAX_TOKENS = 4_096  # response tokens shown per side of the aligned view
 ALL = "(all)"
 SIGNAL = "rewards differ (learning signal)"
@@ -68,16 +69,27 @@ def held(session: Any, source: Callable[..., Any]) -> Held:
     h = getattr(session, "groups", None)
     if isinstance(h, Held) and h.key == src.key and h.total == src.total:
         return h
-    traces, opens, rows, skipped = [], [], [], []
-    for item in src.items:
-        try:
-            traces.append(item.open())
-        except Exception as e:  # noqa: BLE001 - a bad record: said in the note, the rest grouped
-            skipped.append(f"{item.id}: {str(e)[:200]}")
-            continue
-        opens.append(item.open)
-        rows.append(item.row)
-    h = Held(src.key, group_traces(traces), opens, rows, src.total, skipped)
+    opens: list[Callable[[], Any]] = []
+    rows: list[int] = []
+    skipped: list[str] = []
+
+    def read():  # one trace at a time, within MAX_READ_TOKENS
+        budget = MAX_READ_TOKENS
+        for item in src.items:
+            if budget <= 0:
+                return
+            try:
+                t = item.open()
+            except Exception as e:  # noqa: BLE001 - a bad record: said in the note, the rest grouped
+                skipped.append(f"{item.id}: {str(e)[:200]}")
+                continue
+            budget -= len(t.response_ids) or sum(len(str(m.get("content") or "")) for m in t.messages) // 4
+            opens.append(item.open)
+            rows.append(item.row)
+            yield t
+
+    groups = group_traces(read())
+    h = Held(src.key, groups, opens, rows, src.total, skipped)
     session.groups = h
     return h
 
@@ -141,7 +153,10 @@ def link(g: Group, sample_id: str | None) -> str:
 def note_html(g: Group | None, h: Held, shown: int, a_id: str | None = None, extra: str = "") -> str:
     e = html.escape
     bits = []
-    cut = f" (the first {len(h.open):,} of {h.total:,} traces)" if h.total > len(h.open) + len(h.skipped) else ""
+    cut = ""
+    if h.total > len(h.open) + len(h.skipped):
+        cut = (f" of the first {len(h.open):,} of {h.total:,} traces (at most {MAX_TRACES:,} traces and "
+               f"{MAX_READ_TOKENS:,} response tokens are grouped)")
     bits.append(f"{len(h.groups):,} group(s){cut}; {shown:,} match the filters.")
     if h.skipped:
         bits.append(f"{len(h.skipped)} trace(s) could not be read: {e(h.skipped[0])}")
