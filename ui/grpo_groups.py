@@ -3,8 +3,10 @@ side, ranked by reward, and two of them aligned token by token.
 
 What the tab shows (an upload, the samples, or a trace set: ``ui.trace_files.audit_source`` gives
 them, read one at a time, the first :data:`MAX_TRACES`) is grouped by :func:`backend.groups.group_traces`
-(``metadata.group``, else verl's ``uid``, else the prompt, within a training step). The groups are
-kept in the session (small: numbers and ids, never the traces) until the tab shows other traces.
+(``metadata.group``, else verl's ``uid``, else the prompt, within a training step) when the section
+is first opened (or a link names a group), one trace at a time, at most :data:`MAX_READ_TOKENS`
+response tokens. The groups are kept in the session (small: numbers and ids, never the traces)
+until the tab shows other traces.
 
 * filters: training step, reward (the groups whose rewards differ, or those whose rewards are all
   equal: no learning signal), and the group itself;

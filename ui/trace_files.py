@@ -5,6 +5,7 @@ good ones load.
 A trace set (``--traces`` / ``ALI_TRACES``, or in local mode the folder field) is listed instead
 of the upload: that mode is ``ui/trace_sets.py``; this module builds the tab and wires both.
 
+The GRPO group view of the tab's traces (an accordion under the table) is ``ui/grpo_groups.py``.
 The re-render audit of the tab's traces (an accordion under the charts) is ``ui/trace_audit.py``;
 which traces it audits and how its rows open are here (:func:`audit_source`, :func:`open_audit_row`).
 """
