@@ -8,8 +8,9 @@
 
 Formats (one module each, listed in :data:`FORMAT_TABLE` in detection order): OpenTelemetry
 spans (``otel``: OTel GenAI, OpenInference and Langfuse dialects, :mod:`backend.importers.otel`),
-``langsmith``, ``mlflow``, ``openai-responses``, ``anthropic``, ``agents-sdk``, ``verl``,
-``trl``, ``skyrl``, ``agentlightning``, ``rllm``, ``art``, ``areal``, ``pydantic-ai``, ``langchain``, ``smolagents``, ``sharegpt``,
+``langsmith``, ``mlflow``, ``openai-responses``, ``anthropic``, ``agents-sdk``, ``verifiers``, ``prime-rl``, ``verl``,
+``trl``, ``skyrl``, ``agentlightning``, ``rllm``, ``art``, ``areal``, ``pydantic-ai``, ``langchain``, ``smolagents``,
+``sharegpt``,
 ``openai-chat``. Input files: JSONL (one record per line), JSON (one record, or a list of
 records; a format may read a whole list as one record), or Parquet (one record per row). Our own
 trace records met in ``auto`` mode are passed through unchanged. Grouped formats (spans of one
@@ -63,6 +64,8 @@ FORMAT_TABLE: tuple[tuple[str, str], ...] = (
     ("openai-responses", "backend.importers.openai_responses"),
     ("anthropic", "backend.importers.anthropic"),
     ("agents-sdk", "backend.importers.agents_sdk"),
+    ("verifiers", "backend.importers.verifiers"),
+    ("prime-rl", "backend.importers.prime_rl"),
     ("verl", "backend.importers.verl"),
     ("trl", "backend.importers.trl"),
     ("skyrl", "backend.importers.skyrl"),
