@@ -35,6 +35,11 @@ Codes (severity):
   decoded around it.
 * ``mask_mismatch`` (warning; info when expected) — the loop's mask differs from the assistant mask of trl's
   ``*_training.jinja`` variant (``return_assistant_tokens_mask``), per turn and per position.
+* ``mask_structure`` (warning) — the stored loss mask disagrees with the sequence's structure,
+  read from the ids alone (:mod:`backend.mask_audit`): tool output or template text trained on
+  (1 where the structure says context), generated tokens or the end-of-turn token masked out.
+  One finding per run of such tokens (at most 20, then one that counts the rest), naming the
+  tokens and the message they render. Runs on any trace with ids; it needs no re-render.
 * ``thinking_stripped`` (warning) — reasoning of an assistant turn (``reasoning_content`` /
   ``<think>``) that the template drops on re-render, so training on the re-render would not see it.
 * ``step_error`` (error) — a step that failed (generation, template, tool timeout ...).
@@ -921,6 +926,8 @@ def _token_checks(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
                 "token-level findings compare against the template given", Location(), {"check": "template", "trace_template": info.template},
             )
         )
+    if trace.response_ids:
+        out += _check_mask_structure(trace, bundle, ix)
     try:
         text, rendered = rerender(trace, bundle)
     except RenderError as e:
@@ -931,6 +938,31 @@ def _token_checks(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
         return out
     out += _check_drift(trace, bundle, ix, rendered)
     out += _check_mask(trace, bundle, ix)
+    return out
+
+
+_MASK_RUNS_SHOWN = 20
+
+
+def _check_mask_structure(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
+    """The stored mask against the structure of the ids (:func:`backend.mask_audit.audit_mask`)."""
+    from backend.mask_audit import audit_mask, describe
+
+    rep = audit_mask(trace, bundle)
+    if rep.skipped:
+        return [Finding(C.CHECK_SKIPPED, "info", f"mask_structure not checked: {rep.skipped}", Location(), {"check": "mask_structure"})]
+    out: list[Finding] = []
+    for r in rep.runs[:_MASK_RUNS_SHOWN]:
+        loc = Location(step=ix.step_at_token(r.start), message=r.message if r.message is not None and r.message >= 0 else None, token=r.start)
+        details = {**r.to_dict(), "turns": rep.turns}
+        if rep.starts_from_mask:
+            details["starts_from_mask"] = rep.starts_from_mask
+        out.append(Finding(C.MASK_STRUCTURE, "warning", describe(r), loc, details))
+    if len(rep.runs) > _MASK_RUNS_SHOWN:
+        rest = rep.runs[_MASK_RUNS_SHOWN:]
+        out.append(Finding(C.MASK_STRUCTURE, "warning",
+                           f"{len(rest)} more run(s) of mis-masked tokens ({sum(r.end - r.start for r in rest)} tokens) not listed",
+                           Location(token=rest[0].start), {"more": len(rest)}))
     return out
 
 

@@ -5,17 +5,21 @@
 #   bash scripts/test.sh --fast [PYTEST_ARGS...]   the edit loop: no chromium install, and only the
 #       tests marked neither slow, vllm nor browser (pytest.ini); a -m of yours replaces that one
 # --fast runs on ALI_TEST_WORKERS pytest-xdist workers (default 2), everything on 0 (one process) unless set.
+#   bash scripts/test.sh --fast --cov [...]    the edit loop with line coverage of backend/, ui/ and
+#       app.py (.cache/coverage.json; scripts/coverage_zero.py lists the modules left at 0 %)
 #   bash scripts/test.sh --changed [--fast] [...]  only the test files that reach what changed since
 #       main, committed or not (scripts/changed_tests.py --explain says why each is picked)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fast=0
 changed=0
+cov=0
 args=()
 for a in "$@"; do
   case "$a" in
     --fast) fast=1 ;;
     --changed) changed=1 ;;
+    --cov) cov=1 ;;
     *) args+=("$a") ;;
   esac
 done
@@ -43,5 +47,11 @@ fi
 workers=${ALI_TEST_WORKERS:-$([ "$fast" = 1 ] && echo 2 || echo 0)}
 if [ "$workers" != 0 ]; then
   args=(-n "$workers" --dist loadgroup ${args[@]+"${args[@]}"})
+fi
+if [ "$cov" = 1 ]; then
+  mkdir -p .cache
+  .venv/bin/python -m pytest --cov=backend --cov=ui --cov=app --cov-report=json:.cache/coverage.json \
+    ${args[@]+"${args[@]}"}
+  exec .venv/bin/python scripts/coverage_zero.py .cache/coverage.json
 fi
 exec .venv/bin/python -m pytest ${args[@]+"${args[@]}"}

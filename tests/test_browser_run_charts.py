@@ -160,10 +160,14 @@ def test_run_charts_follow_a_verl_folder_shown_on_the_tab(app, tmp_path):  # noq
     dump(1, 3)
     dump(2, 5)
     app.tab("Trace files")
+    # the page's own load events (the samples' table, then their charts) finish first: under load
+    # they could land after the Show click and put the samples' charts back over the folder's
+    app.wait_text("#rc-note", "8 trace(s); no trace in this set has a training step")
     box = app.page.locator("#tf-folder textarea, #tf-folder input").first
     if not box.is_visible():  # the trace-set section is collapsed when the app has no --traces
         app.page.locator("#tf-set").get_by_text("Trace set:").first.click()
     box.fill(str(run))
+    assert box.input_value() == str(run)
     app.page.locator("#tf-set-show").click()
     app.wait_text("#rc-note", "8 trace(s) in 2 training step(s)")
     app.page.wait_for_function("document.querySelectorAll('#rc-diff [data-row]').length > 5")

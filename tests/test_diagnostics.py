@@ -637,3 +637,17 @@ def test_import_loss_names_what_the_source_had(qwen3, tmp_path):
     assert "messages[0]: content part 1 (image_url)" in fs[0].message
     assert "'call_gone' answers no tool call" in fs[1].message
     assert not only(check(res.traces[0]), "import_loss")
+
+
+def test_mask_structure_names_tool_output_left_trainable(qwen3):
+    """A tool turn's tokens at mask 1 (slime#1370): one mask_structure finding at its first
+    token, naming the tool message; the loop's own trace has none."""
+    t = run_loop(qwen3, [CALL_SEATTLE, ANSWER])
+    assert not only(check(t, qwen3), "mask_structure")
+    step = next(s for s in t.steps if s.state == "processing_tools")
+    p = len(t.prompt_ids)
+    bad = list(t.response_mask)
+    bad[step.start - p:step.end - p] = [1] * (step.end - step.start)
+    fs = only(check(t.model_copy(update={"response_mask": bad}), qwen3), "mask_structure")
+    assert fs and fs[0].location.token == step.start and fs[0].severity == "warning"
+    assert any("(tool)" in f.message for f in fs)

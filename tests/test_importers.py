@@ -421,9 +421,8 @@ def test_detect_records():
     assert detect({"messages": [{"role": "assistant", "content": "<tool_call>\n{}\n</tool_call>"}]}) == "sharegpt"
     assert detect({"format_version": 1, "steps": []}) == "trace"
     assert detect({"foo": 1}) is None
-    assert set(FORMATS) == {"otel", "langsmith", "mlflow", "nemo-gym", "openai-responses", "anthropic", "agents-sdk", "verl", "trl", "skyrl",
-                            "nemo-rl", "slime",
-                            "pydantic-ai", "langchain", "smolagents", "sharegpt", "openai-chat"}
+    assert set(FORMATS) == {"otel", "langsmith", "mlflow", "nemo-gym", "openai-responses", "anthropic", "agents-sdk", "verifiers", "prime-rl", "verl", "trl", "skyrl", "nemo-rl", "slime",
+                            "agentlightning", "rllm", "art", "areal", "pydantic-ai", "langchain", "smolagents", "sharegpt", "openai-chat"}
     assert FORMATS[-2:] == ("sharegpt", "openai-chat")  # the generic ones are tried last
 
 

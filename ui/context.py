@@ -439,6 +439,7 @@ class Session:
     set_spec: str | None = None
     set_registry: Any = None
     set_view: Any = None  # what the set's table shows: filters, page, the version listed
+    groups: Any = None  # the GRPO groups of what the Trace files tab shows (ui.grpo_groups.Held)
     # playground
     history: list[dict[str, Any]] = field(default_factory=list)  # conversation so far (no system)
     last_run: str | None = None
@@ -512,7 +513,7 @@ class Session:
 
         return dataclasses.replace(
             self, traces=dict(self.traces), file_traces=list(self.file_traces), file_problems=list(self.file_problems),
-            history=copy.deepcopy(self.history, memo), running=False, cancel=None, temp_dirs={}, set_view=None,
+            history=copy.deepcopy(self.history, memo), running=False, cancel=None, temp_dirs={}, set_view=None, groups=None,
             conversation_id=uuid.uuid4().hex,
         )
 

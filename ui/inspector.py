@@ -469,10 +469,13 @@ TAB_IDS = ("playground", "inspector", "files", "lab")
 
 def link_tab(params: Mapping[str, Any], linked: bool) -> str | None:
     """The tab a link opens: the one it names (``tab=``, written with the trace and step), else
-    the Inspector for a link that names a trace, else none (the app's default)."""
+    the Trace files tab for a link that names a GRPO group (``group=``), else the Inspector for a
+    link that names a trace, else none (the app's default)."""
     tab = params.get("tab")
     if isinstance(tab, str) and tab in TAB_IDS:
         return tab
+    if isinstance(params.get("group"), str) and params["group"].strip():
+        return "files"  # a GRPO group (ui/grpo_groups.py) is shown in the Trace files tab
     return "inspector" if linked else None
 
 

@@ -5,6 +5,7 @@ good ones load.
 A trace set (``--traces`` / ``ALI_TRACES``, or in local mode the folder field) is listed instead
 of the upload: that mode is ``ui/trace_sets.py``; this module builds the tab and wires both.
 
+The GRPO group view of the tab's traces (an accordion under the table) is ``ui/grpo_groups.py``.
 The re-render audit of the tab's traces (an accordion under the charts) is ``ui/trace_audit.py``;
 which traces it audits and how its rows open are here (:func:`audit_source`, :func:`open_audit_row`).
 """
@@ -23,7 +24,7 @@ from backend.importers import FORMATS as IMPORT_FORMATS
 from backend.labels import trace_termination_label
 from backend.trace import Trace, TraceFileError, TraceFormatError, TraceIndex
 from backend.trace.index import summary_of_trace
-from ui import charts, run_charts, trace_audit
+from ui import charts, grpo_groups, run_charts, trace_audit
 from ui.context import AppContext, Session, free_label, short_error
 from ui.trace_sets import (
     ALL,
@@ -185,6 +186,7 @@ class TraceFilesUI:
     set_ui: SetUI | None = None
     run: run_charts.RunChartsUI | None = None  # charts by training step (ui/run_charts.py)
     audit: trace_audit.AuditUI | None = None  # the re-render audit of the tab's traces (ui/trace_audit.py)
+    groups: grpo_groups.GroupsUI | None = None  # the GRPO group view (ui/grpo_groups.py)
 
 
 def _source(t: Trace) -> str:
@@ -500,13 +502,15 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
     if parts is not None:
         set_ui = SetUI(parts["folder"], parts["show_btn"], parts["follow"], parts["newest"], parts["status"], step_dd, page,
                        gr.Timer(1.0, active=bool(ctx.traces)))  # ticks once a set is shown
+    # ---- the GRPO group view (ui/grpo_groups.py) ----
+    groups = grpo_groups.build()
     # ---- charts by training step and the two-step comparison (ui/run_charts.py) ----
     run = run_charts.build(ctx)
     # ---- the re-render audit of the tab's traces (ui/trace_audit.py) ----
     audit = trace_audit.build()
     # ----
     return TraceFilesUI(upload, status, problems, reason_dd, source_dd, search, table, dist, export_fmt, export_btn, export_file,
-                        import_fmt, import_tok, count, set_ui, run=run, audit=audit)
+                        import_fmt, import_tok, count, set_ui, run=run, audit=audit, groups=groups)
 
 
 def table_outputs(session: Session, reason: str | None = ALL, source: str | None = ALL, query: str | None = "") -> list[Any]:
@@ -678,6 +682,9 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
     # ---- charts by training step (ui/run_charts.py): redrawn when the table's trace set changes ----
     if ui.run is not None:
         run_charts.wire(ui.run, session, [ui.table])
+    # ---- the GRPO group view (ui/grpo_groups.py): regrouped when the table's traces change ----
+    if ui.groups is not None:
+        grpo_groups.wire(ctx, ui.groups, session, audit_source, audit_key, ui.table)
     # ---- the re-render audit (ui/trace_audit.py): its rows open in the Inspector as the table's do ----
     if ui.audit is not None:
         trace_audit.wire(ctx, ui.audit, session, audit_source, audit_key,

@@ -44,6 +44,12 @@ def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
+def text_table(rows: list[list[str]]) -> list[str]:
+    """Rows of cells as aligned, indented lines (the first row is the header)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
 def print_notes(notes: list[str]) -> None:
     """What the user should know but is not an error, one ``note:`` line each on stderr (stdout
     stays the result, parseable with --json)."""

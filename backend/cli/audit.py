@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from backend.cli import CLIError, bad_records_error, emit
+from backend.cli import CLIError, bad_records_error, emit, text_table
 
 
 def register(sub) -> None:
@@ -28,11 +28,6 @@ def register(sub) -> None:
     p.set_defaults(func=run, no_tokens=False)
 
 
-def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-
-
 def run(args) -> int:
     from backend.audit import CAUSE_LABELS, audit
     from backend.cli.check import bundle_for_trace, load_source
@@ -50,12 +45,12 @@ def run(args) -> int:
     summary = {"file": args.traces, **rep.to_dict(), "problems": problems}
     text = [rep.sentence() + "."]
     if rep.by_cause():
-        text += ["", "by cause (rollouts):"] + _table([[CAUSE_LABELS.get(c, c), str(n)] for c, n in rep.by_cause().items()])
+        text += ["", "by cause (rollouts):"] + text_table([[CAUSE_LABELS.get(c, c), str(n)] for c, n in rep.by_cause().items()])
     turns = rep.by_turn()
     if turns:
         causes = list(dict.fromkeys(c for v in turns.values() for c in v))
         rows = [["turn", *causes]] + [[str(k) if k else "prompt", *(str(v.get(c, "")) for c in causes)] for k, v in turns.items()]
-        text += ["", "by assistant turn (places):"] + _table(rows)
+        text += ["", "by assistant turn (places):"] + text_table(rows)
     if args.rollouts:
         text += ["", "rollouts:"]
         for t in rep.traces:

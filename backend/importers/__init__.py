@@ -8,8 +8,9 @@
 
 Formats (one module each, listed in :data:`FORMAT_TABLE` in detection order): OpenTelemetry
 spans (``otel``: OTel GenAI, OpenInference and Langfuse dialects, :mod:`backend.importers.otel`),
-``langsmith``, ``mlflow``, ``nemo-gym``, ``openai-responses``, ``anthropic``, ``agents-sdk``, ``verl``,
-``trl``, ``skyrl``, ``nemo-rl``, ``slime``, ``pydantic-ai``, ``langchain``, ``smolagents``, ``sharegpt``,
+``langsmith``, ``mlflow``, ``nemo-gym``, ``openai-responses``, ``anthropic``, ``agents-sdk``, ``verifiers``, ``prime-rl``,
+``verl``, ``trl``, ``skyrl``, ``nemo-rl``, ``slime``, ``agentlightning``, ``rllm``, ``art``, ``areal``, ``pydantic-ai``,
+``langchain``, ``smolagents``, ``sharegpt``,
 ``openai-chat``. Input files: JSONL (one record per line), JSON (one record, or a list of
 records; a format may read a whole list as one record), Parquet (one record per row), or a pickle
 (torch ``.pt``: read in a worker process, :mod:`backend.pickle_guard`, never in this one). Our own
@@ -67,11 +68,17 @@ FORMAT_TABLE: tuple[tuple[str, str], ...] = (
     ("openai-responses", "backend.importers.openai_responses"),
     ("anthropic", "backend.importers.anthropic"),
     ("agents-sdk", "backend.importers.agents_sdk"),
+    ("verifiers", "backend.importers.verifiers"),
+    ("prime-rl", "backend.importers.prime_rl"),
     ("verl", "backend.importers.verl"),
     ("trl", "backend.importers.trl"),
     ("skyrl", "backend.importers.skyrl"),
     ("nemo-rl", "backend.importers.nemo_rl"),
     ("slime", "backend.importers.slime"),
+    ("agentlightning", "backend.importers.agentlightning"),
+    ("rllm", "backend.importers.rllm"),
+    ("art", "backend.importers.art"),
+    ("areal", "backend.importers.areal"),
     ("pydantic-ai", "backend.importers.pydantic_ai"),
     ("langchain", "backend.importers.langchain"),
     ("smolagents", "backend.importers.smolagents"),

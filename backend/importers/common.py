@@ -291,7 +291,7 @@ def _calls_of(msg: dict[str, Any]) -> list[ToolCall]:
     return out
 
 
-def _results_of(messages: list[dict[str, Any]], idxs: list[int]) -> list[ToolResult]:
+def results_of(messages: list[dict[str, Any]], idxs: list[int]) -> list[ToolResult]:
     out = []
     for i in idxs:
         m = messages[i]
@@ -412,7 +412,7 @@ def _between_step(b: TraceBuilder, start: int, end: int, text: str, added: list[
         info.roles = roles  # a user/system turn between assistant turns, not only tool output
     b.add_step(b.step(
         StepState.PROCESSING_TOOLS, start=start, end=end, mask=0, text=text, messages_added=added,
-        tool_results=_results_of(b.messages, added), info=info,
+        tool_results=results_of(b.messages, added), info=info,
     ))
 
 
@@ -426,7 +426,7 @@ def _message_only_steps(b: TraceBuilder, conv: Conversation) -> None:
 
     def tool_step() -> None:
         b.add_step(b.step(StepState.PROCESSING_TOOLS, messages_added=pending_tools,
-                          tool_results=_results_of(messages, pending_tools)))
+                          tool_results=results_of(messages, pending_tools)))
 
     for i, m in enumerate(messages):
         if m.get("role") == "assistant":
@@ -609,7 +609,7 @@ def trace_from_ids(
                     new = new_msgs or [{"role": "user", "content": text}]
                 added = b.add_messages(new, start, end)
             b.add_step(b.step(StepState.PROCESSING_TOOLS, start=start, end=end, mask=0, text=text, messages_added=added,
-                              tool_results=_results_of(b.messages, added)))
+                              tool_results=results_of(b.messages, added)))
         a += length
     b.terminate(termination_reason)
     meta = {"source": source, **(metadata or {}), "ids": "given"}

@@ -85,12 +85,16 @@ class _NeedsTokenizer(Exception):
     pass
 
 
-def _one_record(ctx: ImportContext) -> ImportContext:
-    """The set's context for one record: the same tokenizer and parser, none of an import's
-    per-file state (the counter that tells identical rows of one import apart), so a row gets
-    the same id when indexed and when opened, whichever rows were read before it."""
+def _one_record(ctx: ImportContext, path: str | None = None) -> ImportContext:
+    """The set's context for one record of the file ``path``: the same tokenizer and parser, none
+    of an import's per-file state (the counter that tells identical rows of one import apart), so
+    a row gets the same id when indexed and when opened, whichever rows were read before it; and
+    its own file's path (a run folder's ``step_<N>/rank_<R>.jsonl`` names the record's step and
+    rank), not the path of the file the set's context was first made for."""
     c = copy.copy(ctx)
     c.__dict__.pop("_content_ids", None)
+    if path is not None:
+        c.path = path
     return c
 
 
@@ -103,7 +107,7 @@ def summaries_of_record(rec: Any, n: int, path: str, ctx: ImportContext | None =
     if name is None or name == "trace" or get_importer(name).grouped:
         return None
     try:
-        items = get_importer(name).convert(rec, _one_record(ctx) if ctx is not None else _NoTokenizer(path=path))
+        items = get_importer(name).convert(rec, _one_record(ctx, path) if ctx is not None else _NoTokenizer(path=path))
     except RecordError as e:
         return LoadProblem(n, str(e))
     except _NeedsTokenizer:
@@ -274,9 +278,9 @@ def is_span_record(d: Any) -> bool:
 # ---- opening a row ----------------------------------------------------------------------------------
 
 
-def open_record_row(rec: Any, n: int, row_id: str, ctx: ImportContext, where: dict[str, Any]) -> Trace | LoadProblem:
-    """The trace of a per-record row (the conversation whose id is ``row_id``)."""
-    got: list[Trace | LoadProblem] = [item for item, _ in convert_record(n, rec, "auto", _one_record(ctx), where)]
+def open_record_row(rec: Any, n: int, row_id: str, ctx: ImportContext, where: dict[str, Any], path: str | None = None) -> Trace | LoadProblem:
+    """The trace of a per-record row (the conversation whose id is ``row_id``) of the file ``path``."""
+    got: list[Trace | LoadProblem] = [item for item, _ in convert_record(n, rec, "auto", _one_record(ctx, path), where)]
     for item in got:
         if isinstance(item, Trace) and item.id == row_id:
             return item
@@ -404,10 +408,10 @@ class ImporterRows:
             return None
         if is_span_record(d):
             return open_span_row(raw, n, row_id, context(), where)
-        return open_record_row(d, n, row_id, context(), where)
+        return open_record_row(d, n, row_id, context(), where, path)
 
     def open_row(self, row: dict[str, Any], n: int, row_id: str, path: str, context: Callable[[], Any]) -> Trace | LoadProblem:
-        return open_record_row(row, n, row_id, context(), {"file": os.path.basename(path), "row": n})
+        return open_record_row(row, n, row_id, context(), {"file": os.path.basename(path), "row": n}, path)
 
 
 def register() -> None:

@@ -80,8 +80,18 @@ def _leftover(text: str) -> str:
     return _TURNS.sub("", text).strip()
 
 
-def recover_messages(prompt: str, response: str, parser: Any, eos: str | None, losses: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, str]:
-    """Messages (and tools) of a decoded prompt + response; how they were recovered."""
+def recover_messages(prompt: str, response: str, parser: Any, eos: str | None, losses: list[str], *,
+                     joined: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, str]:
+    """Messages (and tools) of a decoded prompt + response; how they were recovered. ``joined``:
+    the split between the two texts need not be a turn boundary (the response may start inside
+    a turn): the ChatML turns are read from the two texts joined."""
+    if joined and _is_chatml(prompt):
+        messages, tools = messages_from_chatml(prompt + response, parser, eos)
+        if _leftover(prompt + response):
+            losses.append(f"text outside the chat turns not carried over ({_leftover(prompt + response)[:60]!r})")
+        for i in link_results(messages, by_name=False):
+            losses.append(f"messages[{i}]: tool result answers no tool call")
+        return messages, tools, "chatml"
     if _is_chatml(prompt):
         msgs, tools = messages_from_chatml(prompt, parser, eos)
         if _leftover(prompt):

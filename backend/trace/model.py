@@ -102,6 +102,7 @@ class FindingCode(StrEnum):
     RETOKENIZATION_DRIFT = "retokenization_drift"
     DROPPED_TURN_SEPARATOR = "dropped_turn_separator"
     MASK_MISMATCH = "mask_mismatch"
+    MASK_STRUCTURE = "mask_structure"
     THINKING_STRIPPED = "thinking_stripped"
     STEP_ERROR = "step_error"
     TOOL_ERROR = "tool_error"
