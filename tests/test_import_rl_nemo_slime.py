@@ -172,7 +172,7 @@ def test_nemo_gym_keeps_each_calls_ids_and_logprobs():
     (lambda r: _trainable(r)[-1]["generation_log_probs"].pop(), "generation_log_probs has"),
     (lambda r: _trainable(r)[-1]["prompt_token_ids"].__setitem__(5, 11), "does not continue the tokens before it: they differ at token 5"),
     (lambda r: [it.pop("generation_token_ids") for it in _trainable(r)], "no output item carries generation_token_ids"),
-    (lambda r: _trainable(r)[0]["generation_token_ids"].__setitem__(0, "x"), "not a token id"),
+    (lambda r: _trainable(r)[0]["generation_token_ids"].__setitem__(0, "x"), "must be a list of token ids"),
 ], ids=["logprobs-short", "retokenised-history", "no-tokens", "bad-id"])
 def test_nemo_gym_bad_lines_are_reported(tmp_path, edit, expect):
     raw = lines(GYM)

@@ -23,7 +23,8 @@ from typing import Any
 
 from backend.importers.base import Importer, register
 from backend.importers.common import RecordError, normalize_tools, record_id, trace_from_ids
-from backend.importers.rl_ids import floats_of, ids_of, number_or_none
+from backend.importers.rl_ids import floats_of, number_or_none
+from backend.importers.rollout_fields import ints
 from backend.trace.messages import json_type
 
 _TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
@@ -71,8 +72,8 @@ class NemoGymImporter(Importer):
             if not isinstance(it, dict) or not it.get("generation_token_ids"):
                 continue  # not a model call's tokens (tool output, or an empty generation NeMo-RL skips too)
             where = f"response.output[{i}]"
-            p = ids_of(it.get("prompt_token_ids"), f"{where}.prompt_token_ids")
-            g = ids_of(it["generation_token_ids"], f"{where}.generation_token_ids")
+            p = ints(it.get("prompt_token_ids"), f"{where}.prompt_token_ids")
+            g = ints(it["generation_token_ids"], f"{where}.generation_token_ids")
             lp = floats_of(it.get("generation_log_probs"), f"{where}.generation_log_probs", len(g))
             if p[: len(seen)] != seen:
                 at = next((j for j, (a, b) in enumerate(zip(seen, p)) if a != b), min(len(seen), len(p)))

@@ -28,7 +28,8 @@ from typing import Any
 
 from backend.importers.base import Importer, register
 from backend.importers.common import RecordError, record_id, trace_from_ids
-from backend.importers.rl_ids import floats_of, ids_of, mask_of, number_or_none, set_trainer_logprobs, step_in_name
+from backend.importers.rl_ids import floats_of, mask_of, number_or_none, set_trainer_logprobs, step_in_name
+from backend.importers.rollout_fields import advantage_of, ints
 from backend.trace.messages import json_type
 
 _STEP = re.compile(r"^train_data_step(\d{1,12})\.jsonl$")
@@ -64,7 +65,7 @@ class NemoRlImporter(Importer):
     def convert(self, record: Any, ctx) -> list[Any]:
         if not isinstance(record, dict):
             raise RecordError(f"expected a JSON object, got {json_type(record)}")
-        ids = ids_of(_one(record, "token_ids"), "token_ids")
+        ids = ints(_one(record, "token_ids"), "token_ids")
         n = len(ids)
         length = n
         if "input_lengths" in record:
@@ -89,9 +90,8 @@ class NemoRlImporter(Importer):
             adv = _one(record, "advantages")
             if isinstance(adv, list):
                 row = floats_of(adv, "advantages", n)
-                if row and len(set(row)) == 1:  # GRPO's: one number expanded over the row
-                    meta["advantage"] = row[0]
-                else:
+                meta["advantage"] = advantage_of(row)  # GRPO's: one number expanded over the row
+                if isinstance(meta["advantage"], list):
                     before, meta["advantage"] = _split(row, first, length)
                     if any(before):
                         extra["advantages_prompt"] = before

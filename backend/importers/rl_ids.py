@@ -1,6 +1,6 @@
-"""What the importers of RL trainers' token files share: checked columns of ids, masks and
-logprobs (kept exactly, refused with the column's name when they are not what the file must hold),
-and the trainer's logprobs put beside the rollout's on the steps."""
+"""What the NeMo-RL, NeMo-Gym and slime importers share, beside :mod:`backend.importers.rollout_fields`
+(ids and per-token columns): a checked 0/1 loss mask, rewards as numbers, the step a file's name
+states, and the trainer's logprobs put beside the rollout's on the steps."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from backend.importers.common import RecordError
+from backend.importers.rollout_fields import floats
 from backend.trace import Trace
 from backend.trace.messages import json_type
 from backend.trace.model import Scorer
@@ -17,16 +18,6 @@ from backend.trace.model import Scorer
 
 def is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def ids_of(v: Any, where: str) -> list[int]:
-    """A list of token ids (non-negative integers), or :class:`RecordError` naming ``where``."""
-    if not isinstance(v, list):
-        raise RecordError(f"{where} must be a list of token ids, got {json_type(v)}")
-    for i, x in enumerate(v):
-        if not isinstance(x, int) or isinstance(x, bool) or x < 0:
-            raise RecordError(f"{where}[{i}] is {x!r}, not a token id")
-    return v
 
 
 def mask_of(v: Any, where: str, n: int) -> list[int]:
@@ -44,16 +35,9 @@ def mask_of(v: Any, where: str, n: int) -> list[int]:
     return out
 
 
-def floats_of(v: Any, where: str, n: int | None) -> list[float]:
-    """A list of numbers (of exactly ``n`` when given), as floats."""
-    if not isinstance(v, list):
-        raise RecordError(f"{where} must be a list of numbers, got {json_type(v)}")
-    if n is not None and len(v) != n:
-        raise RecordError(f"{where} has {len(v)} values for {n} tokens")
-    for i, x in enumerate(v):
-        if not is_num(x):
-            raise RecordError(f"{where}[{i}] is {x!r}, not a number")
-    return [float(x) for x in v]
+def floats_of(v: Any, where: str, n: int) -> list[float]:
+    """A per-token float column of exactly ``n`` numbers, as floats (values kept as written)."""
+    return [float(x) for x in floats(v, where, n)]
 
 
 def number_or_none(v: Any, where: str) -> float | None:

@@ -23,7 +23,8 @@ from typing import Any
 
 from backend.importers.base import Importer, register
 from backend.importers.common import RecordError, trace_from_ids
-from backend.importers.rl_ids import floats_of, ids_of, is_num, mask_of, number_or_none
+from backend.importers.rl_ids import floats_of, is_num, mask_of, number_or_none
+from backend.importers.rollout_fields import ints
 from backend.trace.messages import json_type
 from backend.trace.model import TerminationReason
 
@@ -55,7 +56,7 @@ class SlimeImporter(Importer):
 
     def convert(self, record: Any, ctx) -> list[Any]:
         s, around = _sample(record)
-        tokens = ids_of(s.get("tokens"), "tokens")
+        tokens = ints(s.get("tokens"), "tokens")
         n = s.get("response_length")
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= len(tokens):
             raise RecordError(f"response_length is {n!r} for {len(tokens)} tokens")
