@@ -391,20 +391,20 @@ def render_tool_turn(
 
 def render_warnings(bundle: Bundle, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, text: str, *,
                     add_generation_prompt: bool, chat_template_kwargs: dict[str, Any] | None = None) -> list[str]:
-    """What a rendering left out that its caller asked for, said rather than silently dropped:
-    tool schemas of which the text names none (trl's deepseekv3 templates never write ``tools``),
-    and a generation prompt that adds nothing (the same templates write none after a tool turn).
-    A family rendered by its own encoder answers for itself (its ``render_detailed`` notes)."""
+    """What a template's rendering left out that its caller asked for, said rather than silently
+    dropped: tool schemas that change nothing in the text (trl's deepseekv3 templates never write
+    ``tools``), and a generation prompt that adds nothing (the same templates write none after a
+    tool turn). Each is found by rendering again without it. A family rendered by its own encoder
+    answers for itself (its ``render_detailed`` notes): nothing here."""
+    if bundle.renderer is not None:
+        return []
     out: list[str] = []
-    names = [str(fn.get("name")) for t in tools or [] if isinstance(t, dict)
-             for fn in [t.get("function") if isinstance(t.get("function"), dict) else t] if fn.get("name")]
-    if names and not any(n in text for n in names):
-        out.append(f"the template wrote none of the {len(names)} tool schema(s) given (no {names[0]!r} in the text): "
+    kw = {"chat_template_kwargs": chat_template_kwargs}
+    if tools and render_text(bundle, messages, None, add_generation_prompt=add_generation_prompt, **kw) == text:
+        out.append(f"the template wrote nothing of the {len(tools)} tool schema(s) given (the text is the same without them): "
                    "the model would not be shown its tools")
-    if add_generation_prompt and bundle.renderer is None:
-        closed = render_text(bundle, messages, tools, add_generation_prompt=False, chat_template_kwargs=chat_template_kwargs)
-        if closed == text:
-            last = messages[-1].get("role") if messages else None
-            out.append(f"add_generation_prompt added nothing: the template writes no generation prompt after this "
-                       f"conversation (its last message is {last!r}); the model is not prompted to answer")
+    if add_generation_prompt and render_text(bundle, messages, tools, add_generation_prompt=False, **kw) == text:
+        last = messages[-1].get("role") if messages else None
+        out.append(f"add_generation_prompt added nothing: the template writes no generation prompt after this "
+                   f"conversation (its last message is {last!r}); the model is not prompted to answer")
     return out

@@ -276,7 +276,7 @@ def do_render(ctx: AppContext, messages: Any, tools: Any = None, profile: str = 
         r = bundle.renderer.render_detailed(msgs, schemas, add_generation_prompt=gen,
                                             kwargs={**bundle.chat_template_kwargs, **kwargs})
         text, ids = r.text, list(r.token_ids)
-        warnings = list(r.notes) + render_warnings(bundle, msgs, schemas, text, add_generation_prompt=gen)
+        warnings = list(r.notes)
     shown = list(ids[:limit])
     return RenderOutput(text=text, num_tokens=len(ids), token_ids=shown, tokens=list(bundle.tokenizer.convert_ids_to_tokens(shown)),
                         truncated=len(shown) < len(ids), warnings=warnings, tokenizer=_tokenizer_used(bundle))
