@@ -820,9 +820,12 @@ class LogprobThresholds:
     step_mean: float = 0.1  # a step's mean |Δ| over its mask-1 tokens
 
 
-def check(trace: Trace, bundle: Any = None, *, logprob_thresholds: LogprobThresholds | None = None) -> list[Finding]:
+def check(trace: Trace, bundle: Any = None, *, logprob_thresholds: LogprobThresholds | None = None,
+          template_note: str = "") -> list[Finding]:
     """All findings for ``trace``, most severe first, then by position. Never raises for a
-    trace that loaded; a check that cannot run becomes a ``check_skipped`` info finding."""
+    trace that loaded; a check that cannot run becomes a ``check_skipped`` info finding.
+    ``template_note``: why ``bundle``'s template is not the one the trace was made with
+    (:func:`backend.tokenizers.with_trace_template`), said in that finding."""
     ix = _Index(trace)
     findings: list[Finding] = []
     findings += _check_tool_pairing(trace, ix)
@@ -832,7 +835,7 @@ def check(trace: Trace, bundle: Any = None, *, logprob_thresholds: LogprobThresh
     findings += _check_template_fit(trace, ix)
     findings += _check_import_losses(trace)
     if bundle is not None:
-        findings += _token_checks(trace, bundle, ix)
+        findings += _token_checks(trace, bundle, ix, template_note)
     findings.sort(key=lambda f: (_SEV_ORDER.get(f.severity, 9), f.location.token if f.location.token is not None else 1 << 60, f.location.message if f.location.message is not None else 1 << 30))
     return findings
 
@@ -913,7 +916,7 @@ def _check_logprobs(trace: Trace, ix: _Index, th: LogprobThresholds) -> list[Fin
     return out
 
 
-def _token_checks(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
+def _token_checks(trace: Trace, bundle: Any, ix: _Index, template_note: str = "") -> list[Finding]:
     from backend.rendering import RenderError
 
     out: list[Finding] = []
@@ -922,8 +925,9 @@ def _token_checks(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
         out.append(
             Finding(
                 C.CHECK_SKIPPED, "info",
-                f"the trace was made with template {info.template!r} (sha {info.template_sha256[:12]}), not {bundle.template_name!r}; "
-                "token-level findings compare against the template given", Location(), {"check": "template", "trace_template": info.template},
+                f"the trace was made with template {info.template!r} (sha {info.template_sha256[:12]}), not {bundle.template_name!r}"
+                f"{f' (not used: {template_note})' if template_note else ''}; token-level findings compare against the template given",
+                Location(), {"check": "template", "trace_template": info.template, **({"why": template_note} if template_note else {})},
             )
         )
     if trace.response_ids:

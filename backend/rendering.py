@@ -387,3 +387,24 @@ def render_tool_turn(
     text = _suffix_tool_turn(bundle, base, new_messages, None, chat_template_kwargs)
     info.method = "diff"
     return text, encode(bundle, text), info
+
+
+def render_warnings(bundle: Bundle, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, text: str, *,
+                    add_generation_prompt: bool, chat_template_kwargs: dict[str, Any] | None = None) -> list[str]:
+    """What a template's rendering left out that its caller asked for, said rather than silently
+    dropped: tool schemas that change nothing in the text (trl's deepseekv3 templates never write
+    ``tools``), and a generation prompt that adds nothing (the same templates write none after a
+    tool turn). Each is found by rendering again without it. A family rendered by its own encoder
+    answers for itself (its ``render_detailed`` notes): nothing here."""
+    if bundle.renderer is not None:
+        return []
+    out: list[str] = []
+    kw = {"chat_template_kwargs": chat_template_kwargs}
+    if tools and render_text(bundle, messages, None, add_generation_prompt=add_generation_prompt, **kw) == text:
+        out.append(f"the template wrote nothing of the {len(tools)} tool schema(s) given (the text is the same without them): "
+                   "the model would not be shown its tools")
+    if add_generation_prompt and render_text(bundle, messages, tools, add_generation_prompt=False, **kw) == text:
+        last = messages[-1].get("role") if messages else None
+        out.append(f"add_generation_prompt added nothing: the template writes no generation prompt after this "
+                   f"conversation (its last message is {last!r}); the model is not prompted to answer")
+    return out

@@ -33,7 +33,7 @@ from backend.families import FAMILY_PATTERNS, OWN_VOCABULARIES, PROFILES, VOCABU
 from backend.families.profile import Profile, own_template
 from backend.parsers import DEFAULT_FORMAT, guess_format, guess_parser
 from backend.trace import TokenizerInfo
-from backend.trl_templates import read_trl_template, training_variant, trl_template_names  # noqa: F401 - re-exported
+from backend.trl_templates import read_trl_template, training_variant, trl_template_names, unknown_template_text  # noqa: F401
 
 # ---- templates --------------------------------------------------------------------------------
 
@@ -81,13 +81,9 @@ def _resolve(spec: str, *, allow_files: bool) -> tuple[str, str, str]:
         except UnicodeDecodeError as e:
             raise TokenizerLoadError(f"template file {spec} is not UTF-8 text") from e
     if not allow_files:
-        raise TokenizerLoadError(
-            f"template: give one of trl's templates ({', '.join(trl_template_names()[:12])}, ...) or Jinja text; "
-            "files are not read here")
-    raise TokenizerLoadError(
-        f"template {spec!r} is not a file, not Jinja text, and not one of trl's templates "
-        f"({', '.join(trl_template_names()[:12])}, ...)"
-    )
+        raise TokenizerLoadError(f"template: {unknown_template_text(spec)}; give a trl template name or Jinja text "
+                                 "(files are not read here)")
+    raise TokenizerLoadError(f"template: not a file, not Jinja text, and {unknown_template_text(spec)}")
 
 
 # ---- the bundle -------------------------------------------------------------------------------
@@ -411,3 +407,42 @@ def profiles_by_family() -> dict[str, list[str]]:
 
 def dump_info(bundle: TokenizerBundle) -> str:
     return json.dumps(bundle.info().model_dump(), indent=2)
+
+
+def with_trace_template(bundle: TokenizerBundle, trace: Any, *, allow_files: bool,
+                        load: Any = None) -> tuple[TokenizerBundle, str]:
+    """``bundle`` with the chat template ``trace`` was made with, when it can be found and its
+    sha256 is the one the trace records: the template text kept in the trace's metadata
+    (``chat_template``), else the template the trace names (a trl name; a file only with
+    ``allow_files``). Returns ``(bundle, why)``: ``why`` is empty when the trace's template is
+    used (or the trace records none), else says why the bundle's own template is used instead.
+    One rule for ``check`` on the command line, the MCP tool and the Inspector. ``load(spec)``
+    builds the bundle for one candidate (default: :meth:`TokenizerBundle.with_template`)."""
+    info = trace.tokenizer
+    want = info.template_sha256
+    if not want or want == bundle.template_sha256:
+        return bundle, ""
+    if bundle.renderer is not None:
+        return bundle, f"{bundle.name} renders with {bundle.template_name}, not a chat template"
+    candidates: list[tuple[str, str]] = []
+    text = trace.metadata.get("chat_template") if isinstance(trace.metadata, dict) else None
+    if isinstance(text, str) and text and ("{%" in text or "{{" in text):
+        candidates.append(("the template text in its metadata", text))
+    if info.template and info.template != "custom":
+        candidates.append((f"the template it names, {info.template!r}", info.template))
+    if not candidates:
+        return bundle, "the trace does not carry its template text (metadata.chat_template) nor a template name that can be read"
+    why: list[str] = []
+    for label, spec in candidates:
+        try:
+            hit = load(spec) if load is not None else bundle.with_template(spec, allow_files=allow_files)
+        except Exception as e:  # noqa: BLE001 - not this one; said in the finding
+            reason = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
+            if not allow_files and "files are not read here" in reason:
+                reason = "a file a trace names is not read here"
+            why.append(f"{label} cannot be used ({reason})")
+            continue
+        if hit.template_sha256 == want:
+            return hit, ""
+        why.append(f"{label} has another sha256 ({hit.template_sha256[:12]})")
+    return bundle, "; ".join(why)

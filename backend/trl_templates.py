@@ -49,3 +49,32 @@ def training_variant(template_name: str | None) -> str | None:
         return base
     cand = base + "_training"
     return cand if cand in trl_template_names() else None
+
+
+def closest_template_names(spec: str, n: int = 6) -> list[str]:
+    """trl's template names most like ``spec`` (for an error that names what was probably meant):
+    names that contain it or that it contains, then the closest by spelling; empty when none is close."""
+    import difflib
+
+    names = trl_template_names()
+    base = str(spec).strip().lower()
+    base = base[: -len(".jinja")] if base.endswith(".jinja") else base
+    base = base.replace("-", "_").replace(".", "_")
+    near = [x for x in names if base and (base in x or x in base)]
+    near.sort(key=lambda x: (abs(len(x) - len(base)), x))
+    for x in difflib.get_close_matches(base, names, n=n, cutoff=0.5):
+        if x not in near:
+            near.append(x)
+    return near[:n]
+
+
+def unknown_template_text(spec: str) -> str:
+    """``'qwen3-instruct' is not one of trl's 72 templates (closest: qwen3_instruct_2507, ...)``; a path
+    is not echoed."""
+    s = str(spec).strip()
+    if "/" in s or "\\" in s:  # a path: the same words whatever it names (nothing about the disk)
+        return f"a path is not one of trl's {len(trl_template_names())} templates"
+    shown = s if len(s) <= 60 else s[:57] + "..."
+    near = closest_template_names(s)
+    which = f"closest: {', '.join(near)}" if near else f"e.g. {', '.join(trl_template_names()[:6])}"
+    return f"{shown!r} is not one of trl's {len(trl_template_names())} templates ({which})"

@@ -163,6 +163,8 @@ class TrustPolicy:
     # tokenizer names the operator made available besides the offline profiles (the model's own)
     operator_tokenizers: tuple[str, ...] = ()
     run_timeout_s: float | None = None  # wall-clock limit per agent run; None = none
+    # who refuses, in the messages: a public server, or a local app's MCP endpoint (public rules in every mode)
+    server: str = "this public server"
     ranges: dict[str, Range] = field(default_factory=lambda: dict(RANGES))
 
     @property
@@ -180,7 +182,7 @@ class TrustPolicy:
             raise VisitorInputError(f"choose a {label}")
         if n in PROFILES or n in self.operator_tokenizers or not self.public:
             return n
-        raise VisitorInputError(f"{label}: this public server loads only its offline profiles"
+        raise VisitorInputError(f"{label}: {self.server} loads only its offline profiles"
                                 f"{' and the model' + chr(39) + 's own tokenizer' if self.operator_tokenizers else ''}"
                                 f" ({', '.join([*PROFILES, *self.operator_tokenizers])}); hub ids and paths are not loaded")
 
@@ -194,6 +196,7 @@ class TrustPolicy:
         file path. In public mode nothing is read from the server's disk but trl's folder, and
         the answer for a path is the same whether or not it exists."""
         from backend.tokenizers import MAX_TEMPLATE_CHARS, trl_template_names
+        from backend.trl_templates import unknown_template_text
 
         s = check_text(spec, label, MAX_TEMPLATE_CHARS)
         if not s.strip():
@@ -206,9 +209,8 @@ class TrustPolicy:
             return TemplateChoice("trl", base)
         if not self.public:
             return TemplateChoice("file", name)
-        raise VisitorInputError(
-            f"{label}: give one of trl's template names ({', '.join(trl_template_names()[:6])}, ...) or Jinja text; "
-            "this public server does not read files")
+        raise VisitorInputError(f"{label}: {unknown_template_text(name)}; give a trl template name or Jinja text "
+                                f"({self.server} does not read files)")
 
     def check_pickle(self, name: str) -> None:
         """A visitor's upload that is a pickle (a torch ``.pt``, slime's rollout dumps): refused in

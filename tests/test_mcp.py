@@ -10,6 +10,7 @@ sample trace; tool calls written by hand; findings that the sample trace is name
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import socket
@@ -155,6 +156,9 @@ async def test_every_offline_profile_renders_with_its_own_special_tokens(app_url
             # trl's deepseekv3 templates write the tools only into a system message, and this conversation has
             # none; Google's Gemma templates (trl gemma3 / gemma) write no tools at all
             assert ("get_current_temperature" in out["text"]) is (profile not in ("deepseek-v3", "gemma3", "gemma2")), profile
+            # ... and the answer says so
+            assert any("wrote nothing of the 1 tool schema(s)" in w for w in out["warnings"]) is (
+                profile in ("deepseek-v3", "gemma3", "gemma2")), (profile, out["warnings"])
 
 
 async def test_render_with_a_trl_template_name_and_with_inline_jinja(app_url):
@@ -274,7 +278,14 @@ def _bad_cases():
         ("unknown-format", "parse", {"text": "hi", "format": "vllm:hermes"}, ["unknown tool-call format", "hermes, "]),
         ("not-a-trace", "check", {"trace": {"messages": hi}}, ["not a trace"]),
         ("bad-trace-json", "check", {"trace": "{not json"}, ["trace: invalid JSON"]),
-        ("trace-and-messages", "check", {"trace": MALFORMED_LINE, "messages": hi}, ["either trace", "or messages"]),
+        ("trace-and-messages", "check", {"trace": MALFORMED_LINE, "messages": hi}, ["either trace or messages, not both"]),
+        ("neither-trace-nor-messages", "check", {"profile": "qwen3"}, ["give trace", "or messages (a conversation)"]),
+        ("message-without-role", "render", {"messages": [{"foo": 1}]}, ["messages[0] has no role", "'foo'", "role: system |"]),
+        ("message-with-bad-content", "render", {"messages": [{"role": "user", "content": 3}]}, ["messages[0].content is int"]),
+        ("unknown-template-name", "render", {"messages": hi, "template": "qwen3-instruct"},
+         ["'qwen3-instruct' is not one of trl's", "closest: qwen3_instruct_2507"]),
+        ("control-character-json", "check", {"trace": '{"id": "a' + chr(1) + '"}'},
+         ["trace: invalid JSON: Invalid control character at column"]),
         ("wrong-type", "render", {"messages": "hello"}, ["messages"]),
         ("bad-role", "check", {"messages": [{"role": "robot", "content": "beep"}]}, ["messages", "'robot'"]),
     ]
@@ -288,7 +299,7 @@ async def test_bad_input_is_a_tool_error_and_the_server_still_answers(app_url, c
         text = error_text(res)
         for needle in needles:
             assert needle in text, text
-        assert "Traceback" not in text and str(ROOT) not in text
+        assert "Traceback" not in text and str(ROOT) not in text and " at at " not in text
         ok = await s.call_tool("parse", {"text": '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'})
         assert not ok.is_error and ok.structured_content["tool_calls"][0]["name"] == "f"
 
@@ -328,10 +339,13 @@ def test_local_mode_tools_still_take_no_paths_or_hub_ids(tmp_path):
     assert not ctx.trust.public
     tpl = tmp_path / "t.jinja"
     tpl.write_text("{{ messages[0].content }}", encoding="utf-8")
-    with pytest.raises(VisitorInputError, match="hub ids and paths are not loaded"):
+    with pytest.raises(VisitorInputError, match="hub ids and paths are not loaded") as e:
         do_render(ctx, [{"role": "user", "content": "hi"}], profile=str(tmp_path))
-    with pytest.raises(VisitorInputError, match="does not read files"):
+    # a local app is no public server: the refusal names who refuses
+    assert "the MCP endpoint loads only its offline profiles" in str(e.value) and "public server" not in str(e.value)
+    with pytest.raises(VisitorInputError, match="does not read files") as e:
         do_render(ctx, [{"role": "user", "content": "hi"}], template=str(tpl))
+    assert "(the MCP endpoint does not read files)" in str(e.value) and "public server" not in str(e.value)
     with pytest.raises(VisitorInputError, match="hub ids and paths"):
         do_parse(ctx, "hi", profile="Qwen/Qwen3-4B")
     assert do_render(ctx, [{"role": "user", "content": "hi"}], template="{{ messages[0].content }}").text == "hi"
@@ -400,3 +414,257 @@ async def test_app_py_without_the_flag_has_no_endpoint(tmp_path):
             r = await c.post(url + "mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
                              headers={"accept": "application/json, text/event-stream"})
         assert r.status_code in (404, 405)
+
+
+# ---- issue 31, items 9-13: one check rule, bounded answers, fair lanes, validation, schemas ----------
+
+HUNYUAN = SAMPLES / "05_hunyuan_format.jsonl"
+
+
+def _cli_check(path: Path, *extra: str) -> dict:
+    cli = subprocess.run([sys.executable, "-m", "backend", "check", str(path), "--json", *extra],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=_offline_env())
+    assert cli.returncode == 0, cli.stderr
+    return json.loads(cli.stdout)["traces"][0]
+
+
+async def test_check_gives_the_clis_findings_on_a_trace_with_its_own_template(app_url):
+    """The hunyuan sample carries its template text (metadata.chat_template, template 'custom'): the
+    tool and `check --json` both re-render with it, and give the same findings."""
+    line = HUNYUAN.read_text(encoding="utf-8").splitlines()[0]
+    rec = json.loads(line)
+    out = (await call(app_url, "check", {"trace": line})).structured_content
+    ref = _cli_check(HUNYUAN)
+    assert out["findings"] == ref["findings"] and out["counts"] == ref["counts"]
+    # the template used is the one the trace was made with, by its hash
+    assert out["tokenizer"]["template"] == "custom"
+    assert out["tokenizer"]["template_sha256"] == rec["tokenizer"]["template_sha256"]
+    assert not any(f["code"] == "retokenization_drift" for f in out["findings"])
+
+
+async def test_check_says_when_the_traces_own_template_is_not_used(app_url, tmp_path):
+    rec = json.loads(HUNYUAN.read_text(encoding="utf-8").splitlines()[0])
+    rec["metadata"].pop("chat_template")
+    tpl = tmp_path / "hunyuan.jinja"
+    tpl.write_text(json.loads(HUNYUAN.read_text(encoding="utf-8").splitlines()[0])["metadata"]["chat_template"], encoding="utf-8")
+    rec["tokenizer"]["template"] = str(tpl)  # a path in a file: never read by the MCP tools
+    out = (await call(app_url, "check", {"trace": rec})).structured_content
+    notes = [f for f in out["findings"] if f["code"] == "check_skipped" and f["details"].get("check") == "template"]
+    assert len(notes) == 1, out["findings"]
+    assert "not used:" in notes[0]["message"] and "a file a trace names is not read here" in notes[0]["message"]
+    assert str(tmp_path) not in json.dumps(out["tokenizer"])
+    assert out["tokenizer"]["template"] == "qwen3_instruct_2507"  # the profile's own, said above
+    # the CLI (an operator's machine) reads the file the trace names, and so re-renders with the trace's template
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(rec) + "\n", encoding="utf-8")
+    assert not [f for f in _cli_check(path)["findings"] if f["details"].get("check") == "template"]
+    # a trace that carries neither its text nor a name: said so, by both
+    rec["tokenizer"]["template"] = "custom"
+    path.write_text(json.dumps(rec) + "\n", encoding="utf-8")
+    out = (await call(app_url, "check", {"trace": rec})).structured_content
+    ref = _cli_check(path)
+    assert out["findings"] == ref["findings"]
+    assert any("does not carry its template text" in f["message"] for f in out["findings"])
+
+
+async def test_parse_answer_is_bounded_and_says_what_was_left_out(app_url):
+    from ui.mcp_server import MAX_ITEMS
+
+    text = "<tool_call>\n" * 150_000  # 1.8 MB: one unclosed call per line
+    async with mcp_session(app_url) as s:
+        res = await s.call_tool("parse", {"text": text})
+    out = res.structured_content
+    assert len(out["errors"]) == MAX_ITEMS and out["left_out"] == {"errors": 150_000 - MAX_ITEMS}
+    assert out["errors"][0]["span"] == [0, 11]
+    # the text is a short summary, not the structured content a second time
+    summary = " ".join(c.text for c in res.content)
+    assert len(summary) < 1000 and "150000 parse error(s)" in summary and f"{150_000 - MAX_ITEMS} errors" in summary
+    assert len(json.dumps(out)) < 100_000
+
+
+async def test_answers_text_is_a_summary_of_the_structured_content(app_url):
+    res = await call(app_url, "render", {"messages": WEATHER["messages"][:1], "tools": WEATHER["tools"]})
+    out = res.structured_content
+    text = " ".join(c.text for c in res.content)
+    assert len(res.content) == 1 and "rendered 178 tokens" in text and "qwen3_instruct_2507" in text
+    assert out["text"] not in text and len(text) < 500
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+
+
+async def test_cheap_calls_do_not_wait_behind_slow_ones_and_the_wait_is_bounded():
+    """The lanes themselves (ui.mcp_server._Calls), with work that holds its thread until released:
+    4 slots, 16 waiting per tool; a parse passes 20 held renders; the 21st render is refused."""
+    import threading
+
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from ui.mcp_server import ParseOutput, _Calls
+
+    calls = _Calls(4)
+    release = threading.Event()
+
+    def slow():
+        release.wait(30)
+        return ParseOutput(parser="hermes", content="slow", tool_calls=[], errors=[])
+
+    held = [asyncio.ensure_future(calls.run("render", slow)) for _ in range(20)]
+    await asyncio.sleep(0.2)
+    refused = []
+    for _ in range(30):
+        with pytest.raises(ToolError) as e:
+            await calls.run("render", slow)
+        refused.append(str(e.value))
+    assert all("4 render calls running, 16 waiting" in r for r in refused), refused[0]
+    try:
+        quick = await asyncio.wait_for(calls.run("parse", lambda: ParseOutput(parser="hermes", content="quick", tool_calls=[],
+                                                                              errors=[])), 5)
+        assert quick.structured_content["content"] == "quick"
+        assert not any(h.done() for h in held)
+    finally:
+        release.set()
+        done = await asyncio.gather(*held)
+    assert [d.structured_content["content"] for d in done] == ["slow"] * 20
+
+
+@pytest.mark.slow  # ≥ 10 s here: held renders
+async def test_a_parse_answers_while_renders_hold_the_template_workers(app_url):
+    """Over MCP: five renders of a template that loops until the guard stops it (5 s each, two workers)
+    hold the render lane; a parse sent after them answers at once."""
+    import time
+
+    endless = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    hi = [{"role": "user", "content": "hi"}]
+
+    async def one(tool, args):
+        async with mcp_session(app_url) as s:
+            return await s.call_tool(tool, args), time.monotonic()
+
+    start = time.monotonic()
+    renders = [asyncio.ensure_future(one("render", {"messages": hi, "template": endless})) for _ in range(5)]
+    await asyncio.sleep(0.5)
+    t0 = time.monotonic()
+    res, t1 = await one("parse", {"text": "plain"})
+    assert res.structured_content["content"] == "plain"
+    # one lane for every tool made it wait for the first render to be stopped (≥ 5 s after it started)
+    assert t1 - t0 < 2.5 and t1 - start < 4.5 and not any(r.done() for r in renders), (t1 - t0, t1 - start)
+    for r in await asyncio.gather(*renders):
+        assert r[0].is_error
+
+
+async def test_render_reports_what_the_template_or_encoder_leaves_out(app_url):
+    tools = WEATHER["tools"]
+    name = tools[0]["function"]["name"]
+    after_tool = [{"role": "user", "content": "Weather in Paris?"},
+                  {"role": "assistant", "content": None, "tool_calls": [
+                      {"id": "call_1", "type": "function", "function": {"name": name, "arguments": '{"city": "Paris"}'}}]},
+                  {"role": "tool", "tool_call_id": "call_1", "content": "22"}]
+    out = (await call(app_url, "render", {"messages": after_tool, "tools": tools, "profile": "deepseek-v3"})).structured_content
+    # what trl's deepseekv3_training template does, by transformers: no tool schema, no generation prompt after a tool turn
+    import trl
+
+    from backend.tokenizers import load_tokenizer
+
+    tpl = (Path(trl.__file__).parent / "chat_templates" / "deepseekv3_training.jinja").read_text(encoding="utf-8")
+    tok = load_tokenizer("deepseek-v3").tokenizer
+    with_gp = tok.apply_chat_template(after_tool, tools=tools, chat_template=tpl, add_generation_prompt=True, tokenize=False)
+    assert out["text"] == with_gp and '"description"' not in with_gp
+    assert with_gp == tok.apply_chat_template(after_tool, tools=tools, chat_template=tpl, add_generation_prompt=False, tokenize=False)
+    warnings = " | ".join(out["warnings"])
+    assert "the template wrote nothing of the 1 tool schema(s) given" in warnings
+    assert "add_generation_prompt added nothing" in warnings and "'tool'" in warnings
+    # Mistral: the call id rewritten to mistral-common's 9 characters, and no generation prompt to leave out
+    out = (await call(app_url, "render", {"messages": after_tool, "tools": tools, "profile": "mistral",
+                                          "add_generation_prompt": False})).structured_content
+    mapped = [w for w in out["warnings"] if "'call_1'->" in w]
+    assert len(mapped) == 1
+    new_id = mapped[0].split("'call_1'->'")[1].split("'")[0]
+    assert len(new_id) == 9 and new_id in out["text"] and "call_1" not in out["text"]
+    assert any("writes no generation prompt" in w for w in out["warnings"])
+    # a template that writes the tools and the prompt: no warning
+    out = (await call(app_url, "render", {"messages": after_tool, "tools": tools})).structured_content
+    assert out["warnings"] == []
+
+
+async def test_template_hash_is_of_what_renders_or_null_for_an_encoder(app_url):
+    import hashlib
+
+    import trl
+
+    hi = [{"role": "user", "content": "hi"}]
+    text = (Path(trl.__file__).parent / "chat_templates" / "qwen3_instruct_2507.jinja").read_text(encoding="utf-8")
+    out = (await call(app_url, "render", {"messages": hi})).structured_content
+    assert out["tokenizer"]["template_sha256"] == hashlib.sha256(text.encode("utf-8")).hexdigest()
+    assert out["tokenizer"]["encoder"] is None
+    from importlib import metadata
+
+    for profile, encoder in (("mistral", f"mistral-common {metadata.version('mistral-common')}"), ("gpt-oss-harmony", "openai-harmony")):
+        out = (await call(app_url, "render", {"messages": hi, "profile": profile})).structured_content
+        assert out["tokenizer"]["template_sha256"] is None, profile
+        assert out["tokenizer"]["encoder"].startswith(encoder), out["tokenizer"]
+
+
+@pytest.mark.parametrize(("fmt", "text", "stop"), [
+    ("hermes", "It is 22 degrees.<|im_end|>", "<|im_end|>"),
+    ("llama3_json", "It is 22 degrees.<|eot_id|>", "<|eot_id|>"),
+    ("mistral", "It is 22 degrees.</s>", "</s>"),
+    ("harmony", "<|channel|>final<|message|>It is 22 degrees.<|return|>", "<|return|>"),
+])
+async def test_parse_takes_off_the_final_stop_token_in_every_format(app_url, fmt, text, stop):
+    out = (await call(app_url, "parse", {"text": text, "format": fmt})).structured_content
+    assert out["content"] == "It is 22 degrees." and out["stop_token"] == stop
+    plain = (await call(app_url, "parse", {"text": text[: -len(stop)], "format": fmt})).structured_content
+    assert plain["content"] == "It is 22 degrees." and plain["stop_token"] is None
+
+
+async def test_parse_with_a_profile_uses_its_stop_tokens(app_url):
+    call_text = '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}<|call|>'
+    out = (await call(app_url, "parse", {"text": call_text, "profile": "gpt-oss"})).structured_content
+    assert out["stop_token"] == "<|call|>" and out["tool_calls"][0]["arguments"] == {"city": "Paris"}
+    out = (await call(app_url, "parse", {"text": "Hi<|eom_id|>", "profile": "llama3"})).structured_content
+    assert out["content"] == "Hi" and out["stop_token"] == "<|eom_id|>"
+
+
+def _descriptions(schema: dict):
+    for key, value in schema.items():
+        if key == "description" and isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            yield from _descriptions(value)
+        elif isinstance(value, list):
+            for v in value:
+                if isinstance(v, dict):
+                    yield from _descriptions(v)
+
+
+async def test_schemas_carry_the_limits_and_the_words_are_clean(app_url):
+    import tomllib
+
+    from backend.trust import MAX_FIELD_CHARS
+
+    async with streamable_http_client(app_url + "/mcp") as (read, write):
+        async with ClientSession(read, write) as s:
+            init = await s.initialize()
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    assert init.server_info.name == "agent-loop-inspector" and init.server_info.version == version
+    for t in tools.values():
+        texts = [t.description, *_descriptions(t.input_schema), *_descriptions(t.output_schema)]
+        for d in texts:
+            assert "\n" not in d and "  " not in d, (t.name, d)
+    render, parse, check = tools["render"].input_schema, tools["parse"].input_schema, tools["check"].input_schema
+    assert (render["properties"]["max_ids"]["minimum"], render["properties"]["max_ids"]["maximum"]) == (0, 131072)
+    assert parse["properties"]["text"]["maxLength"] == MAX_FIELD_CHARS
+    items = render["properties"]["messages"]["items"]
+    assert items["required"] == ["role"] and "user" in items["properties"]["role"]["enum"]
+    assert render["properties"]["messages"]["minItems"] == 1
+    # exactly one of trace and messages
+    import jsonschema
+
+    v = jsonschema.Draft202012Validator(check)
+    assert v.is_valid({"trace": "{}"}) and v.is_valid({"messages": [{"role": "user", "content": "hi"}]})
+    assert not v.is_valid({}) and not v.is_valid({"trace": "{}", "messages": []})
+    # a tool call's arguments have a type: an object, or the text when it did not decode
+    call_schema = tools["parse"].output_schema["$defs"]["ToolCallOut"]["properties"]["arguments"]
+    assert {a.get("type") for a in call_schema["anyOf"]} == {"object", "string"}
+    assert tools["render"].output_schema["$defs"]["TokenizerUsed"]["properties"]["template_sha256"]["anyOf"][1] == {"type": "null"}

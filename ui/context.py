@@ -318,27 +318,22 @@ class AppContext:
         return self._with_trace_template(bundle, trace), ""
 
     def _with_trace_template(self, bundle: Any, trace: Trace) -> Any:
-        want = trace.tokenizer.template_sha256
-        if not want or want == bundle.template_sha256:
-            return bundle
-        candidates = []
-        text = trace.metadata.get("chat_template") if isinstance(trace.metadata, dict) else None
-        if isinstance(text, str) and text and ("{%" in text or "{{" in text):
-            candidates.append(text)
-        if trace.tokenizer.template and trace.tokenizer.template != "custom":
-            candidates.append(trace.tokenizer.template)
-        for spec in candidates:
+        return self.trace_template(bundle, trace)[0]
+
+    def trace_template(self, bundle: Any, trace: Trace) -> tuple[Any, str]:
+        """``bundle`` with the template ``trace`` was made with when it can be found, and why
+        not otherwise (:func:`backend.tokenizers.with_trace_template`, the CLI's rule). A name or
+        text from a file: never a path on a public server."""
+        from backend.tokenizers import with_trace_template
+
+        def load(spec: str) -> Any:
             key = f"trace:{spec}"
             hit = self.tokenizers.peek(bundle.name, key)
             if hit is None or hit.tokenizer is not bundle.tokenizer:
-                try:
-                    # a name or text from a file: never a path on a public server
-                    hit = bundle.with_template(spec, allow_files=not self.trust.public)
-                except Exception:  # noqa: BLE001 - not this one
-                    continue
-            if hit.template_sha256 == want:
-                return self.tokenizers.put(bundle.name, key, hit)
-        return bundle
+                hit = self.tokenizers.put(bundle.name, key, bundle.with_template(spec, allow_files=not self.trust.public))
+            return hit
+
+        return with_trace_template(bundle, trace, allow_files=not self.trust.public, load=load)
 
     def warm_up(self) -> threading.Thread:
         """Load, in a background thread, the tokenizers the sample traces and the playground use."""

@@ -40,12 +40,14 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
+from mcp.types import CallToolResult
 from pydantic import BaseModel, Field
 
 from backend.errors import UserError
 from backend.families import PROFILES
 from backend.parsers import available_parsers
 from backend.template_errors import RenderError
+from backend.tokenizers import MAX_TEMPLATE_CHARS
 from backend.trust import MAX_FIELD_CHARS, Mode, Range, check_text, is_loopback
 
 if TYPE_CHECKING:
@@ -59,8 +61,11 @@ SERVER_NAME = "agent-loop-inspector"
 # token ids (and their token strings) one render answers with; the count is always the full one
 DEFAULT_MAX_IDS = 4096
 MAX_IDS = Range("max_ids", 0, 131_072, integer=True)
-# calls waiting for a free slot (beyond the app's --concurrency-limit) before "busy" answers
+# calls of one tool waiting for a free slot (beyond the app's --concurrency-limit) before "busy" answers
 WAITING_PER_SLOT = 4
+# items of each list in an answer (tool calls, parse errors, channels, findings); the rest is counted in left_out
+MAX_ITEMS = 100
+ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 def _instructions() -> str:
@@ -68,7 +73,27 @@ def _instructions() -> str:
             "render: messages (+ tools) through a chat template -> text, token ids, the vocabulary used. "
             "parse: a model's output text -> tool calls and parse errors, with the parser the profile's model uses. "
             "check: a trace (one JSONL line of ours, as JSON) or a message list -> diagnostics findings. "
-            f"Tokenizers: offline profile names only ({', '.join(PROFILES)}); templates: a trl template name or inline Jinja text.")
+            f"Tokenizers: offline profile names only ({', '.join(PROFILES)}); templates: a trl template name or inline Jinja text. "
+            "Each answer's text is a short summary; the result itself is the structured content.")
+
+
+def server_version() -> str:
+    """The package's version (pyproject.toml's ``[project] version``; the installed distribution's
+    when the project is installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("agent-loop-inspector")
+    except metadata.PackageNotFoundError:
+        pass
+    import tomllib
+    from pathlib import Path
+
+    try:
+        with open(Path(__file__).resolve().parent.parent / "pyproject.toml", "rb") as f:
+            return str(tomllib.load(f)["project"]["version"])
+    except (OSError, KeyError, ValueError):
+        return "unknown"
 
 
 def max_request_bytes() -> int:
@@ -92,7 +117,10 @@ class TokenizerUsed(BaseModel):
     vocab_size: int = Field(description="number of ids in the vocabulary")
     eos_token_id: int | None = None
     template: str = Field(description="chat template name: a trl template, the family's renderer, or 'custom' (inline Jinja)")
-    template_sha256: str
+    template_sha256: str | None = Field(description="sha256 of the chat template text rendered with; null when the family is "
+                                                    "rendered by its own encoder (see encoder), which has no template text")
+    encoder: str | None = Field(None, description="the reference encoder and its version, for a family rendered without a "
+                                                  "chat template (mistral-common, openai-harmony)")
     parser: str = Field(description="the tool-call format the template writes (the parser the engine uses)")
     template_warnings: list[str] = Field(default_factory=list,
                                          description="ways the template does not fit the vocabulary (never silently used)")
@@ -104,12 +132,16 @@ class RenderOutput(BaseModel):
     token_ids: list[int] = Field(description="the first max_ids token ids")
     tokens: list[str] = Field(description="the vocabulary's token string of each id in token_ids")
     truncated: bool = Field(description="whether token_ids / tokens stop before num_tokens")
+    warnings: list[str] = Field(default_factory=list, description="what the template or encoder left out or changed of what "
+                                                                  "was sent: tools it does not write, a generation prompt it "
+                                                                  "does not add, rewritten tool-call ids, ignored switches")
     tokenizer: TokenizerUsed
 
 
 class ToolCallOut(BaseModel):
     name: str
-    arguments: Any = Field(description="the decoded arguments (an object; a string when they did not decode)")
+    arguments: dict[str, Any] | str = Field(description="the decoded arguments: an object, or the text as written when they "
+                                                        "did not decode to one")
     span: list[int] | None = Field(None, description="[start, end) character span of the call in the text")
 
 
@@ -121,19 +153,33 @@ class ParseErrorOut(BaseModel):
 
 class ParseOutput(BaseModel):
     parser: str = Field(description="the parser used")
-    content: str = Field(description="text outside tool calls and reasoning")
+    content: str = Field(description="text outside tool calls and reasoning, without the final stop token")
     reasoning: str | None = None
-    tool_calls: list[ToolCallOut]
-    errors: list[ParseErrorOut] = Field(description="text that looked like a call but could not be read, with its span")
-    channels: list[dict[str, Any]] | None = Field(None, description="Harmony only: each message's channel and recipient")
+    stop_token: str | None = Field(None, description="the stop token the text ended with, taken off before parsing (as the "
+                                                     "agent loop does); null when it ended with none")
+    tool_calls: list[ToolCallOut] = Field(description=f"the calls read, at most {MAX_ITEMS} (left_out counts the rest)")
+    errors: list[ParseErrorOut] = Field(description="text that looked like a call but could not be read, with its span; at most "
+                                                    f"{MAX_ITEMS}")
+    channels: list[dict[str, Any]] | None = Field(None, description=f"Harmony only: each message's channel and recipient; at "
+                                                                    f"most {MAX_ITEMS}")
+    left_out: dict[str, int] = Field(default_factory=dict, description="items not returned, per list (only lists that were cut)")
 
 
 class CheckOutput(BaseModel):
     id: str = Field(description="the trace's id")
-    counts: dict[str, int] = Field(description="findings by severity: error, warning, info")
+    counts: dict[str, int] = Field(description="findings by severity: error, warning, info (all of them)")
     findings: list[dict[str, Any]] = Field(
-        description="each finding: code, severity, message, location {step, message, token}, details (as `check --json`)")
+        description=f"each finding: code, severity, message, location {{step, message, token}}, details (as `check --json`); at "
+                    f"most {MAX_ITEMS}, most severe first")
+    left_out: dict[str, int] = Field(default_factory=dict, description="items not returned, per list (only lists that were cut)")
     tokenizer: TokenizerUsed | None = Field(None, description="what the token-level checks re-rendered with (None: skipped)")
+
+
+def _capped(items: list[Any], key: str, left_out: dict[str, int]) -> list[Any]:
+    if len(items) > MAX_ITEMS:
+        left_out[key] = len(items) - MAX_ITEMS
+        return items[:MAX_ITEMS]
+    return items
 
 
 # ---- the tools' work (plain functions: they run in a worker thread) ------------------------------
@@ -144,7 +190,8 @@ def _public(ctx: AppContext) -> AppContext:
     every mode (the MCP tools take no paths, hub ids or URLs). Shares the tokenizer cache."""
     if ctx.trust.public:
         return ctx
-    return dataclasses.replace(ctx, trust=dataclasses.replace(ctx.trust, mode=Mode.PUBLIC, why="MCP tools"))
+    return dataclasses.replace(ctx, trust=dataclasses.replace(ctx.trust, mode=Mode.PUBLIC, why="MCP tools",
+                                                              server="the MCP endpoint"))
 
 
 def _bounded_json(value: Any, label: str) -> None:
@@ -159,11 +206,43 @@ def _list_of_objects(value: Any, label: str) -> list[dict[str, Any]]:
     return value
 
 
+def _messages(value: Any) -> list[dict[str, Any]]:
+    """Chat messages: a non-empty list of objects, each with a role and text (or parts) content."""
+    msgs = _list_of_objects(value, "messages")
+    if not msgs:
+        raise ToolInputError("messages is empty: send at least one {role, content} message")
+    for i, m in enumerate(msgs):
+        role = m.get("role")
+        if role not in ROLES:
+            what = f"has role {role!r}" if "role" in m else f"has no role (keys: {', '.join(map(repr, list(m)[:6])) or 'none'})"
+            raise ToolInputError(f"messages[{i}] {what}; each message is {{role: {' | '.join(ROLES)}, content: ...}}")
+        content = m.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise ToolInputError(f"messages[{i}].content is {type(content).__name__}; send text, a list of parts, or null")
+        if content is None and role != "assistant":
+            raise ToolInputError(f"messages[{i}] ({role}) has no content")
+    return msgs
+
+
+def _encoder(bundle: Any) -> str | None:
+    if bundle.renderer is None:
+        return None
+    from importlib import metadata
+
+    name, _, rest = str(bundle.template_name).partition(" ")
+    dists = metadata.packages_distributions().get(name.replace("-", "_"), [])
+    try:
+        version = f" {metadata.version(dists[0])}" if dists else ""
+    except metadata.PackageNotFoundError:
+        version = ""
+    return f"{name}{version}{' ' + rest if rest else ''}"
+
+
 def _tokenizer_used(bundle: Any) -> TokenizerUsed:
     info = bundle.info()
     return TokenizerUsed(name=info.name, vocabulary=bundle.vocabulary, vocab_size=info.vocab_size, eos_token_id=info.eos_token_id,
-                         template=info.template, template_sha256=info.template_sha256, parser=bundle.parser,
-                         template_warnings=list(info.template_warnings or []))
+                         template=info.template, template_sha256=None if bundle.renderer is not None else info.template_sha256,
+                         encoder=_encoder(bundle), parser=bundle.parser, template_warnings=list(info.template_warnings or []))
 
 
 def _bundle(ctx: AppContext, profile: Any, template: Any) -> Any:
@@ -175,10 +254,10 @@ def _bundle(ctx: AppContext, profile: Any, template: Any) -> Any:
 def do_render(ctx: AppContext, messages: Any, tools: Any = None, profile: str = "qwen3", template: str | None = None,
               add_generation_prompt: bool = True, chat_template_kwargs: dict[str, Any] | None = None,
               max_ids: int = DEFAULT_MAX_IDS) -> RenderOutput:
-    from backend.rendering import encode, render_ids, render_text
+    from backend.rendering import encode, render_text, render_warnings
 
     ctx = _public(ctx)
-    msgs = _list_of_objects(messages, "messages")
+    msgs = _messages(messages)
     schemas = _list_of_objects(tools, "tools") if tools else None
     kwargs = chat_template_kwargs or {}
     if not isinstance(kwargs, dict):
@@ -186,16 +265,38 @@ def do_render(ctx: AppContext, messages: Any, tools: Any = None, profile: str = 
     _bounded_json(kwargs, "chat_template_kwargs")
     limit = MAX_IDS.check(max_ids, default=DEFAULT_MAX_IDS)
     bundle = _bundle(ctx, profile, template)
+    gen = bool(add_generation_prompt)
     if bundle.renderer is None:
-        text = render_text(bundle, msgs, schemas, add_generation_prompt=bool(add_generation_prompt), chat_template_kwargs=kwargs)
+        text = render_text(bundle, msgs, schemas, add_generation_prompt=gen, chat_template_kwargs=kwargs)
         # the template's output is bounded like the input before it is tokenized
         check_text(text, "the rendered text")
         ids = encode(bundle, text)
-    else:  # a family rendered by its own encoder (Mistral, Harmony): its ids, their decode
-        text, ids = render_ids(bundle, msgs, schemas, add_generation_prompt=bool(add_generation_prompt), chat_template_kwargs=kwargs)
+        warnings = render_warnings(bundle, msgs, schemas, text, add_generation_prompt=gen, chat_template_kwargs=kwargs)
+    else:  # a family rendered by its own encoder (Mistral, Harmony): its ids, their decode, what it changed
+        r = bundle.renderer.render_detailed(msgs, schemas, add_generation_prompt=gen,
+                                            kwargs={**bundle.chat_template_kwargs, **kwargs})
+        text, ids = r.text, list(r.token_ids)
+        warnings = list(r.notes)
     shown = list(ids[:limit])
     return RenderOutput(text=text, num_tokens=len(ids), token_ids=shown, tokens=list(bundle.tokenizer.convert_ids_to_tokens(shown)),
-                        truncated=len(shown) < len(ids), tokenizer=_tokenizer_used(bundle))
+                        truncated=len(shown) < len(ids), warnings=warnings, tokenizer=_tokenizer_used(bundle))
+
+
+def _stop_tokens(bundle: Any, fmt: str) -> list[str]:
+    """The tokens a turn in format ``fmt`` may end on: the profile's EOS and end-of-turn tokens,
+    or, with no profile, those of every profile whose model writes ``fmt``."""
+    from backend.families import OWN_VOCABULARIES, VOCABULARIES
+
+    if bundle is not None:
+        eos = getattr(bundle.tokenizer, "eos_token", None)
+        found = [eos] if isinstance(eos, str) else []
+        return [t for t in dict.fromkeys([*found, *bundle.stop_tokens]) if t]
+    out: list[str] = []
+    for p in PROFILES.values():
+        if p.parser == fmt:
+            v = OWN_VOCABULARIES.get(p.vocabulary) or VOCABULARIES.get(p.vocabulary)
+            out += [getattr(v, "eos", None), *p.stop_tokens]
+    return [t for t in dict.fromkeys(out) if t]
 
 
 def do_parse(ctx: AppContext, text: str, profile: str | None = None, format: str | None = None,  # noqa: A002 - the CLI's name
@@ -211,9 +312,19 @@ def do_parse(ctx: AppContext, text: str, profile: str | None = None, format: str
     if fmt not in native:
         raise ToolInputError(f"unknown tool-call format {fmt!r}; this server parses with one of {', '.join(native)} "
                              "(or name a profile and leave format empty for its model's own)")
+    # one rule for every format: a final stop token is taken off before parsing, as the agent loop does
+    stop = next((t for t in sorted(_stop_tokens(bundle, fmt), key=len, reverse=True) if text.endswith(t)), None)
+    body = text[: len(text) - len(stop)] if stop else text
     parser = get_parser(fmt, tokenizer=bundle.tokenizer if bundle is not None else None, tools=schemas)
-    d = parser.parse(text).to_dict()
-    return ParseOutput(parser=fmt, **d)
+    d = parser.parse(body).to_dict()
+    left_out: dict[str, int] = {}
+    calls = [dict(c, arguments=c["arguments"] if isinstance(c.get("arguments"), (dict, str))
+                  else json.dumps(c.get("arguments"), ensure_ascii=False)) for c in _capped(d.pop("tool_calls"), "tool_calls", left_out)]
+    errors = _capped(d.pop("errors"), "errors", left_out)
+    channels = d.pop("channels", None)
+    if channels is not None:
+        channels = _capped(channels, "channels", left_out)
+    return ParseOutput(parser=fmt, stop_token=stop, tool_calls=calls, errors=errors, channels=channels, left_out=left_out, **d)
 
 
 def do_check(ctx: AppContext, trace: Any = None, messages: Any = None, tools: Any = None, profile: str | None = None,
@@ -221,19 +332,25 @@ def do_check(ctx: AppContext, trace: Any = None, messages: Any = None, tools: An
     from backend.diagnostics import Finding, FindingCode, Location, check, summarize
 
     ctx = _public(ctx)
-    if (trace is None) == (messages is None):
-        raise ToolInputError("give either trace (one of our trace records: a JSONL line, as JSON) or messages, not both")
+    if trace is None and messages is None:
+        raise ToolInputError("give trace (one of our trace records: a JSONL line, as JSON) or messages (a conversation)")
+    if trace is not None and messages is not None:
+        raise ToolInputError("give either trace or messages, not both")
     bundle = None
-    why = ""
+    why = note = ""
     if trace is not None:
         t = _trace_of(trace)
-        if token_checks and (profile or template):
-            bundle = _bundle(ctx, profile or t.tokenizer.name or ctx.default_tokenizer, template)
-        elif token_checks:  # the trace's own tokenizer (and template), as the Inspector tab finds them
-            bundle, _ = ctx.trace_bundle(t)
-            if bundle is None:
-                why = (f"token-level checks skipped: the trace's tokenizer {t.tokenizer.name or '(none named)'!r} is not an "
+        name = profile or t.tokenizer.name or ""
+        own_template = template is None or not str(template).strip()
+        if token_checks and not profile and not ctx.trust.is_operator_tokenizer(name):
+            if own_template:
+                why = (f"token-level checks skipped: the trace's tokenizer {name or '(none named)'!r} is not an "
                        "offline profile here; pass profile")
+            name = "" if own_template else ctx.default_tokenizer
+        if token_checks and name:
+            bundle = _bundle(ctx, name, template)
+            if own_template:  # the trace's own template when it can be found (the CLI's rule)
+                bundle, note = ctx.trace_template(bundle, t)
     else:
         from backend.importers import import_records
 
@@ -247,23 +364,25 @@ def do_check(ctx: AppContext, trace: Any = None, messages: Any = None, tools: An
             raise ToolInputError(f"messages: {reason}")
         t = res.traces[0]
         bundle = rendering if token_checks else None
-    findings = check(t, bundle)
+    findings = check(t, bundle, template_note=note)
     if why:
         findings.append(Finding(FindingCode.CHECK_SKIPPED, "info", why, Location(), {"check": "tokenizer"}))
-    return CheckOutput(id=t.id, counts=summarize(findings), findings=[f.to_dict() for f in findings],
+    left_out: dict[str, int] = {}
+    shown = _capped(findings, "findings", left_out)
+    return CheckOutput(id=t.id, counts=summarize(findings), findings=[f.to_dict() for f in shown], left_out=left_out,
                        tokenizer=_tokenizer_used(bundle) if bundle is not None else None)
 
 
 def _trace_of(trace: Any) -> Any:
     """One of our trace records (a JSON object, or its JSONL line as a string) as a trace."""
-    from backend.trace import LoadProblem, trace_of
+    from backend.trace import LoadProblem, json_error_reason, trace_of
 
     if isinstance(trace, str):
         check_text(trace, "trace")
         try:
             trace = json.loads(trace)
         except json.JSONDecodeError as e:
-            raise ToolInputError(f"trace: invalid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+            raise ToolInputError(f"trace: {json_error_reason(e)}, line {e.lineno}") from None
     if not isinstance(trace, dict):
         raise ToolInputError("trace must be one trace record (a JSON object with format_version and id)")
     _bounded_json(trace, "trace")
@@ -271,6 +390,47 @@ def _trace_of(trace: Any) -> Any:
     if isinstance(t, LoadProblem):
         raise ToolInputError(f"trace: not a trace: {t.reason}")
     return t
+
+
+# ---- the summaries (an answer's text; the result itself is its structured content) ---------------
+
+
+def _more(left_out: dict[str, int]) -> str:
+    return f"; not returned: {', '.join(f'{n} {k}' for k, n in left_out.items())}" if left_out else ""
+
+
+def _summary(out: BaseModel) -> str:
+    """One or two lines saying what the structured content holds: never the content again."""
+    if isinstance(out, RenderOutput):
+        tok = out.tokenizer
+        line = (f"rendered {out.num_tokens} tokens ({len(out.text):,} characters) with {tok.name} / {tok.template}; "
+                f"{len(out.token_ids)} ids returned{' (truncated)' if out.truncated else ''}")
+        notes = [*tok.template_warnings, *out.warnings]
+        return line + (f"; {len(notes)} warning(s), first: {notes[0][:300]}" if notes else "")
+    if isinstance(out, ParseOutput):
+        calls = ", ".join(c.name for c in out.tool_calls[:8]) + (", ..." if len(out.tool_calls) > 8 else "")
+        n_calls = len(out.tool_calls) + out.left_out.get("tool_calls", 0)
+        n_err = len(out.errors) + out.left_out.get("errors", 0)
+        line = f"{out.parser}: {n_calls} tool call(s){f' ({calls})' if calls else ''}, {n_err} parse error(s)"
+        if out.errors:
+            e = out.errors[0]
+            line += f", first at {e.span}: {e.message[:200]}"
+        return line + f"; content {len(out.content):,} characters" + _more(out.left_out)
+    if isinstance(out, CheckOutput):
+        c = out.counts
+        line = f"{out.id}: {c.get('error', 0)} error(s), {c.get('warning', 0)} warning(s), {c.get('info', 0)} info"
+        worst = next((f for f in out.findings if f.get("severity") != "info"), None)
+        if worst is not None:
+            line += f"; first: {worst['code']}: {str(worst['message'])[:200]}"
+        return line + _more(out.left_out)
+    return type(out).__name__
+
+
+def _result(out: BaseModel) -> Any:
+    from mcp.types import TextContent
+
+    return CallToolResult(content=[TextContent(type="text", text=_summary(out))],
+                          structured_content=out.model_dump(mode="json"))
 
 
 # ---- the MCP server -------------------------------------------------------------------------------
@@ -287,24 +447,47 @@ def _clear_error(e: BaseException) -> str | None:
     return None
 
 
-class _Calls:
-    """Runs a tool's work in a worker thread, at most ``limit`` at once and ``limit *
-    WAITING_PER_SLOT`` waiting; a failure becomes a ToolError with a clear message."""
+class _Lane:
+    """One tool's calls: at most ``limit`` running in worker threads and ``waiting`` queued;
+    counted before the first ``await``, so the bound holds exactly under any load."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit = max(1, int(limit))
+    def __init__(self, name: str, limit: int, waiting: int) -> None:
+        self.name, self.limit, self.waiting = name, limit, waiting
+        self.admitted = 0  # running + waiting
         self._limiter: anyio.CapacityLimiter | None = None
 
-    async def run(self, name: str, fn: Callable[[], BaseModel]) -> BaseModel:
+    async def run(self, fn: Callable[[], Any]) -> Any:
         from mcp.server.mcpserver.exceptions import ToolError
 
+        if self.admitted >= self.limit + self.waiting:
+            raise ToolError(f"the server is busy ({self.limit} {self.name} calls running, {self.waiting} waiting, the most it "
+                            "queues); try again")
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(self.limit)
-        stats = self._limiter.statistics()
-        if stats.tasks_waiting >= self.limit * WAITING_PER_SLOT:
-            raise ToolError(f"the server is busy ({stats.borrowed_tokens} calls running, {stats.tasks_waiting} waiting); try again")
+        self.admitted += 1
         try:
             return await anyio.to_thread.run_sync(fn, limiter=self._limiter)
+        finally:
+            self.admitted -= 1
+
+
+class _Calls:
+    """Runs a tool's work in a worker thread, in its own lane (:class:`_Lane`: ``limit`` at once,
+    ``limit * WAITING_PER_SLOT`` waiting, per tool), so cheap calls never wait behind slow ones
+    of another tool; a failure becomes a ToolError with a clear message."""
+
+    def __init__(self, limit: int, tools: tuple[str, ...] = ("render", "parse", "check")) -> None:
+        self.limit = max(1, int(limit))
+        self.lanes = {t: _Lane(t, self.limit, self.limit * WAITING_PER_SLOT) for t in tools}
+
+    async def run(self, name: str, fn: Callable[[], BaseModel]) -> Any:
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        lane = self.lanes[name]
+        try:
+            return _result(await lane.run(fn))
+        except ToolError:
+            raise
         except Exception as e:  # noqa: BLE001 - every failure goes back as a tool error
             msg = _clear_error(e)
             if msg is None:
@@ -317,23 +500,41 @@ JsonObject = dict[str, Any]
 # the argument descriptions name what this server takes, read from the tables themselves
 _PROFILES = ", ".join(PROFILES)
 _FORMATS = ", ".join(n for n in available_parsers() if n != "transformers")
-Messages = Annotated[list[JsonObject], Field(description="chat messages in HF format: {role, content, tool_calls?, ...}")]
+_MESSAGE_SCHEMA = {"type": "object", "required": ["role"], "additionalProperties": True,
+                   "properties": {"role": {"type": "string", "enum": list(ROLES)},
+                                  "content": {"type": ["string", "array", "null"]},
+                                  "tool_calls": {"type": "array", "items": {"type": "object"}},
+                                  "tool_call_id": {"type": "string"}}}
+_TEXT_LIMIT = {"maxLength": MAX_FIELD_CHARS}
+Messages = Annotated[list[JsonObject], Field(description="chat messages in HF format: {role, content, tool_calls?, ...}",
+                                             json_schema_extra={"minItems": 1, "items": _MESSAGE_SCHEMA})]
 Tools = Annotated[list[JsonObject] | None, Field(description="tool JSON schemas (OpenAI style: {type: function, function: {...}})")]
 Profile = Annotated[str, Field(description=f"offline tokenizer profile: {_PROFILES} (or the served model's own tokenizer)")]
 Template = Annotated[str | None, Field(description="chat template override: a trl template name (qwen3, llama3_1, gptoss, ...) "
-                                                   "or inline Jinja text; empty: the profile's own")]
+                                                   "or inline Jinja text; empty: the profile's own",
+                                       json_schema_extra={"maxLength": MAX_TEMPLATE_CHARS})]
+_DESCRIPTIONS = {
+    "render": "Render chat messages (and tools) with a model family's chat template, as the model sees them: the text with "
+              "special tokens, the token count, the token ids and their token strings, and the vocabulary and template used "
+              "(with any template/vocabulary mismatch, and what the template left out). A broken or runaway template is an "
+              "error, not a hang.",
+    "parse": "Parse a model's output into content, reasoning and tool calls, with every malformed call reported with its "
+             "character span (the same parser the agent loop uses for that profile; a final stop token is taken off first).",
+    "check": "Diagnose a trace or a conversation (exactly one of trace and messages): orphan tool messages, calls to unknown "
+             "tools, arguments that do not match the schema, malformed calls, truncation, retokenization drift, mask mismatch, "
+             "... The findings `check --json` gives.",
+}
 
 
 def build_server(ctx: AppContext) -> Any:
     """The MCP server with the three tools, bound to the app context ``ctx``."""
     from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.tools import Tool
     from mcp.types import ToolAnnotations
 
-    server = MCPServer(SERVER_NAME, title="Agent Loop Inspector", instructions=_instructions(), log_level="WARNING")
     calls = _Calls(ctx.concurrency_limit)
     pure = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
-    @server.tool(annotations=pure)
     async def render(
         messages: Messages,
         tools: Tools = None,
@@ -341,45 +542,46 @@ def build_server(ctx: AppContext) -> Any:
         template: Template = None,
         add_generation_prompt: Annotated[bool, Field(description="append the assistant's generation prompt")] = True,
         chat_template_kwargs: Annotated[JsonObject | None, Field(description='template switches, e.g. {"enable_thinking": false}')] = None,
-        max_ids: Annotated[int, Field(description=f"token ids to return (0..{int(MAX_IDS.hi)}); num_tokens is always the full count")]
-        = DEFAULT_MAX_IDS,
-    ) -> RenderOutput:
-        """Render chat messages (and tools) with a model family's chat template, as the model sees them: the text with special
-        tokens, the token count, the token ids and their token strings, and the vocabulary and template used (with any
-        template/vocabulary mismatch). A broken or runaway template is an error, not a hang."""
+        max_ids: Annotated[int, Field(description=f"token ids to return (0..{int(MAX_IDS.hi)}); num_tokens is always the full count",
+                                      json_schema_extra={"minimum": 0, "maximum": int(MAX_IDS.hi)})] = DEFAULT_MAX_IDS,
+    ) -> Annotated[CallToolResult, RenderOutput]:
         return await calls.run("render", lambda: do_render(ctx, messages, tools, profile, template, add_generation_prompt,
                                                            chat_template_kwargs, max_ids))
 
-    @server.tool(annotations=pure)
     async def parse(
-        text: Annotated[str, Field(description="one turn of model output, verbatim (special tokens written out)")],
+        text: Annotated[str, Field(description="one turn of model output, verbatim (special tokens written out)",
+                                   json_schema_extra=_TEXT_LIMIT)],
         profile: Annotated[str | None, Field(description=f"offline profile whose model wrote the text ({_PROFILES}): its parser "
                                                          "is used")] = None,
         format: Annotated[str | None, Field(description=f"tool-call format instead: {_FORMATS} "  # noqa: A002 - the CLI's name
                                                         "(default: the profile's, else hermes)")] = None,
         tools: Tools = None,
-    ) -> ParseOutput:
-        """Parse a model's output into content, reasoning and tool calls, with every malformed call reported with its
-        character span (the same parser the agent loop uses for that profile)."""
+    ) -> Annotated[CallToolResult, ParseOutput]:
         return await calls.run("parse", lambda: do_parse(ctx, text, profile, format, tools))
 
-    @server.tool(annotations=pure)
     async def check(
         trace: Annotated[JsonObject | str | None, Field(description="one trace record of ours (a line of a trace JSONL file), as a "
-                                                                    "JSON object or its text")] = None,
-        messages: Annotated[list[JsonObject] | None, Field(description="or: a conversation (HF/OpenAI chat messages) to check")] = None,
+                                                                    "JSON object or its text", json_schema_extra=_TEXT_LIMIT)] = None,
+        messages: Annotated[list[JsonObject] | None, Field(description="or: a conversation (HF/OpenAI chat messages) to check",
+                                                           json_schema_extra={"minItems": 1})] = None,
         tools: Tools = None,
         profile: Annotated[str | None, Field(description="tokenizer profile for the token-level checks (default: the trace's own "
                                                          "offline profile; for messages, the app's default, qwen3)")] = None,
         template: Template = None,
         token_checks: Annotated[bool, Field(description="also re-render and compare tokens (drift, mask); false: structure only")]
         = True,
-    ) -> CheckOutput:
-        """Diagnose a trace or a conversation: orphan tool messages, calls to unknown tools, arguments that do not match the
-        schema, malformed calls, truncation, retokenization drift, mask mismatch, ... The findings `check --json` gives."""
+    ) -> Annotated[CallToolResult, CheckOutput]:
         return await calls.run("check", lambda: do_check(ctx, trace, messages, tools, profile, template, token_checks))
 
-    return server
+    tools = []
+    for fn in (render, parse, check):
+        tool = Tool.from_function(fn, description=_DESCRIPTIONS[fn.__name__], annotations=pure)
+        if fn is check:  # exactly one of trace and messages, in the schema too
+            tool.parameters["oneOf"] = [{"required": ["trace"], "not": {"required": ["messages"]}},
+                                        {"required": ["messages"], "not": {"required": ["trace"]}}]
+        tools.append(tool)
+    return MCPServer(SERVER_NAME, title="Agent Loop Inspector", instructions=_instructions(), version=server_version(),
+                     log_level="WARNING", tools=tools)
 
 
 # ---- mounting -------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ def run(args) -> int:
     cache: dict = {}
 
     def bundle_for(t):
-        bundle, why = bundle_for_trace(t, args, cache)
+        bundle, why, _ = bundle_for_trace(t, args, cache)
         return bundle if bundle is not None else why
 
     rep = audit(source, bundle_for)

@@ -37,19 +37,22 @@ def register(sub) -> None:
 
 
 def bundle_for_trace(trace, args, cache: dict):
+    """``(bundle, skipped, template_note)`` for the token-level checks of ``trace``: the tokenizer
+    (``--tokenizer``, else the trace's own offline profile) with ``--template``, else with the
+    template the trace was made with when it can be found (:func:`backend.tokenizers.with_trace_template`:
+    the rule the MCP ``check`` tool follows too); ``template_note`` says why the trace's own
+    template was not used. ``bundle`` None: skipped, ``skipped`` says why."""
     from backend.families import PROFILES
-    from backend.tokenizers import load_tokenizer, trl_template_names
+    from backend.tokenizers import load_tokenizer, with_trace_template
 
     if args.no_tokens:
-        return None, None
+        return None, None, ""
     name = args.tokenizer
     template = args.template
     if name is None:
         name = trace.tokenizer.name
         if name not in PROFILES:
-            return None, f"token-level checks skipped: the trace's tokenizer {name!r} is not an offline profile; pass --tokenizer"
-        if template is None and trace.tokenizer.template and trace.tokenizer.template in trl_template_names():
-            template = trace.tokenizer.template
+            return None, f"token-level checks skipped: the trace's tokenizer {name!r} is not an offline profile; pass --tokenizer", ""
     key = (name, template)
     if key not in cache:
         try:
@@ -58,7 +61,15 @@ def bundle_for_trace(trace, args, cache: dict):
             if args.tokenizer:
                 raise CLIError(str(e).splitlines()[0]) from None
             cache[key] = (None, f"token-level checks skipped: {str(e).splitlines()[0]}")
-    return cache[key]
+    bundle, skipped = cache[key]
+    if bundle is None or template is not None:
+        return bundle, skipped, ""
+    own = (name, "trace", trace.tokenizer.template_sha256, trace.tokenizer.template,
+           trace.metadata.get("chat_template") if isinstance(trace.metadata, dict) else None)
+    if own not in cache:
+        cache[own] = with_trace_template(bundle, trace, allow_files=True)
+    found, note = cache[own]
+    return found, None, note
 
 
 def load_source(args):
@@ -101,8 +112,8 @@ def run(args) -> int:
         ids.add(t.id)
         if wanted and t.id not in wanted:
             continue
-        bundle, why = bundle_for_trace(t, args, cache)
-        fs = check(t, bundle, logprob_thresholds=th)
+        bundle, why, note = bundle_for_trace(t, args, cache)
+        fs = check(t, bundle, logprob_thresholds=th, template_note=note)
         if why:
             fs.append(Finding(FindingCode.CHECK_SKIPPED, "info", why, Location(), {"check": "tokenizer"}))
         counts = summarize(fs)
