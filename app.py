@@ -267,10 +267,13 @@ def configure_logging() -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     configure_logging()
-    from backend import hardware
+    from backend import zerogpu
 
-    if hardware.zerogpu():
-        import spaces  # noqa: F401 - before anything touches torch / CUDA (ZeroGPU patches torch on import)
+    # on ZeroGPU: `spaces` before anything touches torch / CUDA (it patches torch on import); with
+    # a CPU build of torch its import would fail: checked first, said in one line, not imported
+    problem = zerogpu.import_spaces()
+    if problem:
+        log.warning("hardware: WARNING: %s", problem)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     from backend.cache import use_space_storage
 
