@@ -112,10 +112,17 @@ _EMULATED_LOCK = threading.Lock()
 def _spaces_torch() -> Any:
     """``spaces.zero.torch`` when ``spaces`` has patched torch in this process (ZeroGPU, the app's
     process), None in a GPU worker (where ``spaces`` has restored torch) and everywhere else."""
+    if not enabled():
+        return None
     wrappers = sys.modules.get("spaces.zero.wrappers")
     if wrappers is not None and getattr(wrappers, "forked", False):
         return None  # the worker forked for a call: real CUDA on the lent slice
     zt = sys.modules.get("spaces.zero.torch")
+    patching = sys.modules.get("spaces.zero.torch.patching")
+    torch = sys.modules.get("torch")
+    raiser = getattr(patching, "_cuda_init_raise", None)
+    if torch is None or raiser is None or getattr(torch._C, "_cuda_init", None) is not raiser:
+        return None  # torch is not patched in this process (anymore)
     return zt if callable(getattr(zt, "enter_mode", None)) else None
 
 

@@ -309,15 +309,18 @@ def test_off_zerogpu_and_in_a_gpu_worker_models_move_in_the_calling_thread(monke
     seen = []
 
     class M(torch.nn.Linear):
-        def to(self, *a, **k):
+        def to(self, *a, **k):  # no CUDA here: where the move would run is what is checked
             seen.append(threading.current_thread().name)
-            return super().to(*a, **k)
+            return self
 
-    zerogpu.to_device(M(2, 2), "cpu")
-    monkeypatch.setitem(sys.modules, "spaces.zero.wrappers", types.SimpleNamespace(forked=True))
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    zerogpu.to_device(M(2, 2), "cuda")  # off ZeroGPU
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     monkeypatch.setitem(sys.modules, "spaces.zero.torch", types.SimpleNamespace(enter_mode=lambda: None))
-    zerogpu.to_device(M(2, 2), "cpu")
-    assert seen == [threading.current_thread().name] * 2
+    zerogpu.to_device(M(2, 2), "cuda")  # ZeroGPU, but torch not patched by spaces in this process
+    monkeypatch.setitem(sys.modules, "spaces.zero.wrappers", types.SimpleNamespace(forked=True))
+    zerogpu.to_device(M(2, 2), "cuda")  # the worker forked for a call
+    assert seen == [threading.current_thread().name] * 3
 
 
 def test_zerogpu_hardware_with_cpu_torch_starts_without_importing_spaces():
