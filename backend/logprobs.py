@@ -85,7 +85,9 @@ class TransformersScorer:
                 raise ScoreError(f"cannot load model {model!r}: {str(e).splitlines()[0]}") from e
         else:
             model_obj = model_obj.to(self.torch_dtype)
-        self.model = model_obj.to(device).eval()
+        from backend import zerogpu
+
+        self.model = zerogpu.to_device(model_obj, device).eval()  # on ZeroGPU from any thread
 
     def forward_logits(self, ids: list[int], keep: int) -> Any:
         """The logits of the last ``keep`` positions (the model's dtype): the plain forward pass."""

@@ -10,20 +10,27 @@ On ZeroGPU the decorated function runs in a process forked for the call, on a GP
   a registry key, never a model; results and streamed ids come back the same way.
 - :func:`duration_s` sizes the lease to the request (tokens asked for, prompt length, the speed
   measured on this Space), capped by ``ALI_ZEROGPU_MAX_DURATION_S``; the generation itself stops
-  a little before the lease ends (transformers' ``max_time``, from a wall-clock deadline set when
-  the lease is asked for: the GPU worker's start-up counts) so the slice is not revoked mid-turn:
-  the turn ends with ``finish_reason`` ``length``.
+  a little before the lease ends (transformers' ``max_time``, from a deadline the GPU task sets
+  when it starts: the time a visitor waited in ZeroGPU's queue is not taken from the turn) so the
+  slice is not revoked mid-turn: the turn ends with ``finish_reason`` ``length``.
+- The weights go to ``"cuda"`` in the app's process (ZeroGPU packs them there and moves them to
+  each lent slice), but ``spaces`` emulates CUDA there only in the thread that imported it: its
+  torch modes are thread-local and ``torch._C._cuda_init`` is replaced by a function that raises.
+  :func:`to_device` moves a model in a thread that has entered those modes (as ``spaces`` itself
+  does for its own threads), so a model loaded lazily, or the lens's scorer, loads from any thread.
 - :func:`gpu_error` turns what the scheduler raises (quota spent, queue timeout, task aborted)
   into one clear sentence for the visitor.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,13 +61,89 @@ def max_duration_s() -> float:
     return max(MIN_DURATION_S, v)
 
 
-def gpu_task(fn: F, duration: Callable[..., float]) -> F:
-    """``spaces.GPU(duration=duration)(fn)`` on ZeroGPU; ``fn`` itself elsewhere."""
+def cpu_torch() -> str | None:
+    """The installed torch's version when it is a CPU build (``2.13.0+cpu``), else None. Read
+    from the package metadata: ``import spaces`` on ZeroGPU reads ``torch.version.cuda`` and
+    fails with a CPU build, so this is asked before that import."""
+    try:
+        v = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return v if "+cpu" in v else None
+
+
+def usable(environ: dict[str, str] | None = None) -> bool:
+    """ZeroGPU hardware with a torch that can use it (not the CPU build: then the app runs on the
+    CPU and says so, :mod:`backend.hardware`)."""
+    return enabled(environ) and cpu_torch() is None
+
+
+def import_spaces() -> str | None:
+    """On ZeroGPU, import ``spaces`` (before anything touches torch or CUDA: it patches torch on
+    import). Returns a one-line warning instead when the installed torch is a CPU build, whose
+    import would fail inside ``spaces``; None otherwise (and off ZeroGPU, where nothing is done)."""
     if not enabled():
+        return None
+    cpu = cpu_torch()
+    if cpu is not None:
+        return (f"ZeroGPU hardware but torch {cpu} is a CPU build: `spaces` not imported, the model runs on the CPU "
+                "(use the zerogpu variant's requirement files: python scripts/space_variant.py zerogpu)")
+    import spaces  # noqa: F401
+
+    return None
+
+
+def gpu_task(fn: F, duration: Callable[..., float]) -> F:
+    """``spaces.GPU(duration=duration)(fn)`` on ZeroGPU; ``fn`` itself elsewhere (and on ZeroGPU
+    hardware with a CPU build of torch, where ``spaces`` cannot be imported)."""
+    if not usable():
         return fn
     import spaces  # the package must be imported before torch touches CUDA: app.main does it first
 
     return spaces.GPU(duration=duration)(fn)
+
+
+# ---- CUDA in the app's process ------------------------------------------------------------------
+
+_EMULATED: dict[int, ThreadPoolExecutor] = {}  # by process id: a fork does not inherit the thread
+_EMULATED_LOCK = threading.Lock()
+
+
+def _spaces_torch() -> Any:
+    """``spaces.zero.torch`` when ``spaces`` has patched torch in this process (ZeroGPU, the app's
+    process), None in a GPU worker (where ``spaces`` has restored torch) and everywhere else."""
+    if not enabled():
+        return None
+    wrappers = sys.modules.get("spaces.zero.wrappers")
+    if wrappers is not None and getattr(wrappers, "forked", False):
+        return None  # the worker forked for a call: real CUDA on the lent slice
+    zt = sys.modules.get("spaces.zero.torch")
+    patching = sys.modules.get("spaces.zero.torch.patching")
+    torch = sys.modules.get("torch")
+    raiser = getattr(patching, "_cuda_init_raise", None)
+    if torch is None or raiser is None or getattr(torch._C, "_cuda_init", None) is not raiser:
+        return None  # torch is not patched in this process (anymore)
+    return zt if callable(getattr(zt, "enter_mode", None)) else None
+
+
+def _emulated_pool(zt: Any) -> ThreadPoolExecutor:
+    pid = os.getpid()
+    with _EMULATED_LOCK:
+        pool = _EMULATED.get(pid)
+        if pool is None:
+            # one thread that enters spaces' (thread-local) CUDA emulation once and keeps it
+            pool = _EMULATED[pid] = ThreadPoolExecutor(1, thread_name_prefix="ali-zerogpu-cuda", initializer=zt.enter_mode)
+        return pool
+
+
+def to_device(module: Any, device: str) -> Any:
+    """``module.to(device)``. On ZeroGPU, in the app's process, a move to CUDA runs in a thread
+    that has entered ``spaces``' CUDA emulation (its torch modes are thread-local: from any other
+    thread the move reaches the real ``_cuda_init``, which ``spaces`` made raise)."""
+    zt = _spaces_torch() if str(device).startswith("cuda") else None
+    if zt is None:
+        return module.to(device)
+    return _emulated_pool(zt).submit(module.to, device).result()
 
 
 class _Speed:

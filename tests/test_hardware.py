@@ -43,20 +43,22 @@ def test_cpu_basic_space_keeps_the_cpu_default():
     assert p.backend in ("vllm", "transformers") and p.engine_opts == {} and p.warnings == [] and p.scorer_device == "cpu"
 
 
-@pytest.mark.parametrize("name,dtype,max_len,tp", [
-    ("t4-small", "float16", 8192, None),  # compute 7.5: no bfloat16; 16 GB
-    ("l4x1", "bfloat16", 16384, None),
-    ("a10g-small", "bfloat16", 16384, None),
-    ("a10g-largex2", "bfloat16", 16384, 2),
-    ("l4x4", "bfloat16", 16384, 4),
-    ("a100-large", "bfloat16", None, None),  # 80 GB: the model's own context length
-    ("h100", "bfloat16", None, None),
+@pytest.mark.parametrize("name,dtype,tp", [
+    ("t4-small", "float16", None),  # compute 7.5: no bfloat16; 16 GB
+    ("l4x1", "bfloat16", None),
+    ("a10g-small", "bfloat16", None),
+    ("a10g-largex2", "bfloat16", 2),
+    ("l4x4", "bfloat16", 4),
+    ("a100-large", "bfloat16", None),
+    ("h100", "bfloat16", None),
 ])
-def test_gpu_space_with_the_gpu_variant_runs_vllm_sized_to_the_card(name, dtype, max_len, tp):
+def test_gpu_space_with_the_gpu_variant_runs_vllm_sized_to_the_card(name, dtype, tp):
+    """max_model_len -1 on every card: vLLM fits the context to the memory left (a 48 GB L40S
+    cannot hold Qwen3-4B-2507's 262k tokens; a fixed table by card size could not know the model)."""
     p = hw.plan(machine(name), None)
     assert p.backend == "vllm" and p.warnings == []
     assert p.engine_opts["dtype"] == dtype
-    assert p.engine_opts.get("max_model_len") == max_len
+    assert p.engine_opts["max_model_len"] == -1 and any("max_model_len -1" in r and "fits" in r for r in p.reasons)
     assert p.engine_opts.get("tensor_parallel_size") == tp
     assert 0.5 < p.engine_opts["gpu_memory_utilization"] < 0.95
     assert p.scorer_device == "cuda"
@@ -98,7 +100,10 @@ def test_zerogpu_uses_transformers_inside_spaces_gpu():
     p = hw.plan(m, "vllm")
     assert p.backend == "transformers" and any("not supported on ZeroGPU" in w for w in p.warnings)
     p = hw.plan(hw.detect(env, torch_version=CPU_TORCH, vllm=""), None)
-    assert any("CPU build" in w for w in p.warnings)
+    # the cpu files on ZeroGPU hardware: `spaces` cannot be imported (app.main checks first), so
+    # no @spaces.GPU and no CUDA: the model runs on the CPU, and the warning says so
+    assert p.backend == "transformers" and not p.zerogpu and p.engine_opts == {"device": "cpu"} and p.scorer_device == "cpu"
+    assert len(p.warnings) == 1 and "CPU build" in p.warnings[0] and "space_variant.py zerogpu" in p.warnings[0]
 
 
 def test_vllm_cuda_build_without_a_gpu_is_reported():
@@ -119,7 +124,7 @@ def test_the_app_builds_its_model_options_from_the_plan(monkeypatch, caplog):
         ctx = app.build_context(app.parse_args(["--model", "Qwen/Qwen3-4B-Instruct-2507"], environ={}))
     o = ctx.model.options
     assert o.backend == "vllm" and o.model == "Qwen/Qwen3-4B-Instruct-2507"
-    assert o.engine_opts == {"dtype": "bfloat16", "gpu_memory_utilization": 0.85, "max_model_len": 16384}
+    assert o.engine_opts == {"dtype": "bfloat16", "gpu_memory_utilization": 0.85, "max_model_len": -1}
     assert o.scorer_device == "cuda" and "NVIDIA A10G" in o.hardware
     assert "dtype bfloat16" in o.describe() or "bfloat16" in o.describe()
     assert "hardware: 1× NVIDIA A10G" in caplog.text
@@ -141,3 +146,51 @@ def test_an_unknown_backend_variable_stops_the_app_with_its_name():
 
     with pytest.raises(SystemExit, match="ALI_BACKEND: unknown backend 'tensorrt'"):
         app.build_context(app.parse_args([], environ={"ALI_BACKEND": "tensorrt"}))
+
+
+def test_unknown_compute_capability_leaves_the_dtype_to_the_engine():
+    """nvidia-smi prints [N/A] for compute_cap on some drivers: unknown is not "before 8.0"."""
+    m = hw.detect({}, smi="NVIDIA L40S, 46068, [N/A]\n", torch_version=GPU_TORCH, vllm=VLLM_CUDA)
+    assert m.gpus[0].capability is None
+    p = hw.plan(m, None)
+    assert p.backend == "vllm" and "dtype" not in p.engine_opts and p.warnings == []
+    assert any("compute capability not reported" in r for r in p.reasons)
+    p = hw.plan(m, "transformers")
+    assert "dtype" not in p.engine_opts and p.engine_opts["device"] == "cuda"
+
+
+# nvidia-smi with the driver's version (the fourth column app's query asks for)
+OLD_DRIVER = "NVIDIA A10G, 23028, 8.6, 550.54.15\n"  # CUDA 12.4's driver
+NEW_DRIVER = "NVIDIA A10G, 23028, 8.6, 580.82.07\n"
+
+
+def test_driver_version_is_read_from_nvidia_smi():
+    assert hw.parse_driver(OLD_DRIVER) == "550.54.15" and hw.parse_driver(SMI["a10g-small"]) is None
+    assert hw.parse_driver("garbage\n") is None and hw.parse_driver(None) is None
+    assert [g.name for g in hw.parse_nvidia_smi(OLD_DRIVER)] == ["NVIDIA A10G"]
+
+
+def test_a_driver_too_old_for_torchs_cuda_build_is_said_in_one_line():
+    """PyPI's torch 2.13.0 is built with CUDA 13.0, which needs driver >= 580.65.06 (NVIDIA's
+    release notes): on an older driver nvidia-smi lists the card and torch sees none."""
+    m = hw.detect({}, smi=OLD_DRIVER, torch_version="2.13.0", vllm=VLLM_CUDA, torch_cuda="13.0")
+    assert m.driver == "550.54.15" and m.torch_cuda_version == "13.0"
+    p = hw.plan(m, None)
+    assert len(p.warnings) == 1 and "\n" not in p.warnings[0]
+    w = p.warnings[0]
+    assert "550.54.15" in w and "CUDA 13.0" in w and "580.65.06" in w and "torch 2.13.0" in w
+    # vLLM's CUDA build cannot run there: transformers on the CPU, the lens too
+    assert p.backend == "transformers" and p.engine_opts == {"device": "cpu"} and p.scorer_device == "cpu"
+    # a new enough driver, or a torch built for CUDA 12 (older drivers run it): the GPU as before
+    for smi, cuda in ((NEW_DRIVER, "13.0"), (OLD_DRIVER, "12.8")):
+        p = hw.plan(hw.detect({}, smi=smi, torch_version="2.13.0", vllm=VLLM_CUDA, torch_cuda=cuda), None)
+        assert p.backend == "vllm" and p.warnings == [] and p.scorer_device == "cuda"
+
+
+def test_torchs_cuda_build_is_read_without_importing_torch():
+    """This machine's torch is the CPU build: torch/version.py says cuda = None."""
+    import sys
+
+    before = "torch" in sys.modules
+    assert hw.torch_cuda_version() is None
+    assert ("torch" in sys.modules) == before

@@ -347,3 +347,47 @@ def test_the_playground_records_logprobs_when_asked_and_the_lens_scores_that_run
     from backend.logprobs import compare
 
     assert compare(scored).trace.tokens == sum(st.end - st.start for st in gen)
+
+
+class _EngineFirst(ModelService):
+    """The app's model service with vLLM on the card the lens would score on (no GPU here: the
+    engine's start is recorded, not run), and the order of what happens."""
+
+    def __init__(self, events: list) -> None:
+        super().__init__(ModelOptions(backend="vllm", scorer_device="cuda"))
+        self.events = events
+
+    async def get(self):
+        self.events.append(("engine start", [k for k in L.SCORERS.keys() if k[2] == "cuda"]))
+        self.generator = self.generator or object()
+        return self.generator, None
+
+
+def test_on_a_card_shared_with_vllm_the_engine_starts_first_and_the_scorer_only_takes_what_is_left(
+        weather, scored, smollm2_model_dir, monkeypatch):
+    """Issue 31 (7): a float32 scorer loaded before the first Playground run took the card and
+    vLLM (0.85 of the free memory) could no longer start. Policy: the engine starts first; the
+    scorer goes on the GPU only if the memory left holds it, else the visitor gets the numbers."""
+    events: list = []
+    ctx = AppContext(model=_EngineFirst(events), trust=TrustPolicy(Mode.LOCAL, "test"))
+    assert L.shares_card_with_vllm(ctx) and not L.shares_card_with_vllm(app_ctx())
+
+    def free() -> int:
+        events.append(("free memory read", None))
+        return 64 << 20
+
+    monkeypatch.setattr(L, "gpu_free_bytes", free)
+    with pytest.raises(L.LensError, match=r"float32 scorer of this model needs about [\d.]+ GiB of GPU memory; 0\.1 GiB "
+                                          r"is free beside the vLLM engine \(bfloat16 halves the weights\)"):
+        asyncio.run(L.score(ctx, weather, "float32"))
+    assert events == [("engine start", []), ("free memory read", None)]  # the engine first, nothing on the card before
+    assert not [k for k in L.SCORERS.keys() if k[2] == "cuda"]
+    # the estimate: the weights (parameters as torch counts them) at 4 bytes, and two float32
+    # logits rows per token of a longest trace
+    cpu = L.SCORERS.get(smollm2_model_dir, "float32", "cpu")  # loaded by the `scored` fixture
+    params = sum(p.numel() for p in cpu.model.parameters())
+    vocab = cpu.model.config.vocab_size
+    assert L.scorer_bytes(smollm2_model_dir, "float32") == params * 4 + 2 * L.MAX_SCORE_TOKENS * vocab * 4
+    assert L.scorer_bytes(smollm2_model_dir, "bfloat16") == params * 2 + 2 * L.MAX_SCORE_TOKENS * vocab * 4
+    assert L.scorer_bytes("some-org/some-model", "float32") is None  # not local: not refused on a guess
+    L.check_fits_beside_vllm(smollm2_model_dir, "float32", 80 << 30)  # an 80 GB card's leftover holds it

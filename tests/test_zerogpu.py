@@ -2,15 +2,23 @@
 ``@spaces.GPU``. There is no ZeroGPU here, so the device is faked at its edge: a stand-in for the
 ``spaces`` package that does what ZeroGPU does to a call and nothing more — pickles the
 arguments, runs the function in a process forked for the call, streams what it yields back, and
-refuses a call whose lease exceeds the visitor's quota with the error ZeroGPU raises. The model,
-the tokenizer, the generation and the scorer are real (the tiny random Llama, on the CPU). The
-real ``spaces`` package is checked for the one thing it must do off ZeroGPU: nothing."""
+refuses a call whose lease exceeds the visitor's quota with the error ZeroGPU raises, and can make
+the visitor wait in ZeroGPU's queue first (a clock moved forward). The model, the tokenizer, the
+generation and the scorer are real (the tiny random Llama, on the CPU). The real ``spaces``
+package is checked for what it must do off ZeroGPU (nothing) and, in a process of its own with
+CPU torch dressed as a CUDA build (``tests/zerogpu_sim.py``), for its thread-local CUDA emulation
+in the app's process, which our stand-in does not model."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import os
 import pickle
+import subprocess
+import sys
 import threading
+import time
 import types
 
 import gradio as gr
@@ -30,6 +38,12 @@ class FakeZeroGPU:
     def __init__(self, quota_s: float | None = None) -> None:
         self.quota_s = quota_s
         self.leases: list[float] = []
+        self.queue_s = 0.0  # how long a call waits in ZeroGPU's queue (the clock below moves on)
+        self.clock_offset = 0.0
+
+    def time(self) -> float:
+        """backend.zerogpu's clock: the wall clock plus the queue waits so far."""
+        return time.time() + self.clock_offset
 
     def GPU(self, task=None, *, duration=None, size=None):  # noqa: N802 - the package's name
         if task is None:
@@ -41,6 +55,7 @@ class FakeZeroGPU:
         def schedule(args, kwargs) -> None:
             lease = duration(*args, **kwargs) if callable(duration) else duration
             fake.leases.append(lease)
+            fake.clock_offset += fake.queue_s  # scheduled on the first next(), after the wait
             if fake.quota_s is not None and lease > fake.quota_s:
                 raise gr.Error(f"You have exceeded your free ZeroGPU quota ({lease:g}s requested vs. {fake.quota_s:g}s left). "
                                "Try again in 0:12:00.", title="ZeroGPU quota exceeded", print_exception=False)
@@ -96,7 +111,9 @@ class FakeZeroGPU:
 def fake_zerogpu(monkeypatch):
     fake = FakeZeroGPU()
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
-    monkeypatch.setitem(__import__("sys").modules, "spaces", types.SimpleNamespace(GPU=fake.GPU))
+    monkeypatch.setattr(zerogpu, "cpu_torch", lambda: None)  # the ZeroGPU Space has the CUDA build of torch
+    monkeypatch.setattr(zerogpu, "time", types.SimpleNamespace(time=fake.time))
+    monkeypatch.setitem(sys.modules, "spaces", types.SimpleNamespace(GPU=fake.GPU))
     fake.wrap = lambda: monkeypatch.setattr(tl, "_gpu_stream", zerogpu.gpu_task(tl._stream_task, duration=tl._lease))
     return fake
 
@@ -170,6 +187,22 @@ async def test_generation_in_a_forked_gpu_process_matches_in_process(tiny_gen, f
     assert fake_zerogpu.leases == [zerogpu.duration_s(12, len(prompt))]
 
 
+async def test_time_waited_in_zerogpus_queue_is_not_taken_from_the_turn(tiny_gen, fake_zerogpu):
+    """ZeroGPU schedules a generator task on its first next() and may queue it (up to 60 s): the
+    deadline must run from the task's start. Here the queue takes ten minutes of the clock; the
+    400-token turn must still end on max_tokens, not on the time limit."""
+    fake_zerogpu.queue_s = 600.0
+    fake_zerogpu.wrap()
+    tiny_gen.zerogpu = True
+    try:
+        g = await tiny_gen.generate([1, 5, 9], SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True))
+    finally:
+        tiny_gen.zerogpu = False
+    assert "time_limit_s" not in g.info, g.info
+    assert len(g.token_ids) == 400 and g.finish_reason == "length"
+    assert fake_zerogpu.leases and fake_zerogpu.clock_offset == 600.0
+
+
 async def test_an_error_inside_the_gpu_process_keeps_its_message(tiny_gen, fake_zerogpu):
     fake_zerogpu.wrap()
     tiny_gen.zerogpu = True
@@ -215,7 +248,8 @@ def test_lens_scoring_in_a_forked_gpu_process(monkeypatch, smollm2_model_dir):
 
     fake = FakeZeroGPU()
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
-    monkeypatch.setitem(__import__("sys").modules, "spaces", types.SimpleNamespace(GPU=fake.GPU))
+    monkeypatch.setattr(zerogpu, "cpu_torch", lambda: None)
+    monkeypatch.setitem(sys.modules, "spaces", types.SimpleNamespace(GPU=fake.GPU))
     monkeypatch.setattr(L, "_score_on_gpu", zerogpu.gpu_task(L._score_task, duration=L._score_lease))
     monkeypatch.setattr(L, "SCORERS", L._Scorers())
     # this thread runs torch before the fork (as a long-lived app or test process has): the GPU
@@ -248,3 +282,95 @@ def test_preload_loads_the_model_before_the_server_starts(tiny_model_dir, tmp_pa
     bad = ModelService(ModelOptions(backend="transformers", model=str(tmp_path / "missing"), tokenizer="smollm2"))
     bad.preload()
     assert bad.generator is None and bad.status().startswith("failed to load")
+
+
+@pytest.mark.slow  # a fresh process importing gradio, torch and the real `spaces`
+def test_models_load_on_cuda_from_worker_threads_under_the_real_spaces_patching(tiny_model_dir):
+    """The real ``spaces`` 0.51.3 in the app's process (tests/zerogpu_sim.py): a move to "cuda" in
+    any thread but the importing one reaches its raising ``_cuda_init``. The lens's scorer (loaded
+    in a worker thread by ``score``) and a model loaded lazily by the first run (the event loop's
+    executor) must load all the same, into spaces' emulated device."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    script = os.path.join(os.path.dirname(__file__), "zerogpu_sim.py")
+    r = subprocess.run([sys.executable, script, tiny_model_dir], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    # the simulation is faithful: the trap is there for code that does nothing about it
+    assert got["plain_thread"].startswith("RuntimeError: Low-level CUDA init (`torch._C._cuda_init`) reached")
+    assert got["generator"] == "ok cuda:0", got["generator"]
+    assert got["scorer"] == "ok cuda:0", got["scorer"]
+
+
+def test_off_zerogpu_and_in_a_gpu_worker_models_move_in_the_calling_thread(monkeypatch):
+    """No ``spaces`` patching in this process (off ZeroGPU, or the worker ZeroGPU forked for a
+    call, where spaces has restored torch): to_device is a plain ``.to`` in the caller's thread."""
+    import torch
+
+    seen = []
+
+    class M(torch.nn.Linear):
+        def to(self, *a, **k):  # no CUDA here: where the move would run is what is checked
+            seen.append(threading.current_thread().name)
+            return self
+
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    zerogpu.to_device(M(2, 2), "cuda")  # off ZeroGPU
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    monkeypatch.setitem(sys.modules, "spaces.zero.torch", types.SimpleNamespace(enter_mode=lambda: None))
+    zerogpu.to_device(M(2, 2), "cuda")  # ZeroGPU, but torch not patched by spaces in this process
+    monkeypatch.setitem(sys.modules, "spaces.zero.wrappers", types.SimpleNamespace(forked=True))
+    zerogpu.to_device(M(2, 2), "cuda")  # the worker forked for a call
+    assert seen == [threading.current_thread().name] * 3
+
+
+def test_zerogpu_hardware_with_cpu_torch_starts_without_importing_spaces():
+    """The cpu files on ZeroGPU hardware: ``import spaces`` reads ``torch.version.cuda`` (None for
+    the CPU build) and raised before the app could say anything. This machine has that torch: the
+    app's start-up, up to launch, must run, say why in one line, and leave `spaces` alone. The
+    queue it builds has an explicit size (gradio makes it 1 on ZeroGPU when none is given)."""
+    code = (
+        "import sys, json, gradio as gr\n"
+        "from backend import lifecycle\n"
+        "seen = {}\n"
+        "def launch(self, **kw):\n"
+        "    seen['max_size'] = self._queue.max_size\n"
+        "gr.Blocks.launch = launch\n"
+        "lifecycle.wait_for_shutdown = lambda *a, **k: None\n"
+        "import app\n"
+        "app.main(['--no-model', '--port', '7999'])\n"
+        "seen['spaces_imported'] = 'spaces.zero.wrappers' in sys.modules\n"
+        "print('RESULT ' + json.dumps(seen), flush=True)\n"
+    )
+    env = dict(os.environ, SPACES_ZERO_GPU="true", SPACES_ZERO_DEVICE_API_URL="http://127.0.0.1:9", HF_HUB_OFFLINE="1",
+               GRADIO_ANALYTICS_ENABLED="False")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env, cwd=root)
+    assert r.returncode == 0, r.stderr[-3000:]
+    line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT "))
+    got = json.loads(line[len("RESULT "):])
+    assert got["max_size"] is not None and got["max_size"] > 1
+    assert not got["spaces_imported"]
+    warn = [x for x in r.stderr.splitlines() if "ZeroGPU hardware but torch" in x]
+    assert len(warn) == 1 and "CPU build" in warn[0] and "space_variant.py zerogpu" in warn[0]
+
+
+def test_the_queue_has_an_explicit_size_on_zerogpu(monkeypatch):
+    """gradio (blocks.py) sets max_size=1 on a ZeroGPU Space when none is given; ours is explicit.
+    GPU events wait in their own concurrency groups, apart from the CPU-only ones."""
+    import ui
+    from ui.context import AppContext
+
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    monkeypatch.delenv("ALI_QUEUE_MAX_SIZE", raising=False)
+    demo = ui.build_app(AppContext())
+    assert demo._queue.max_size == ui.QUEUE_MAX_SIZE > 1
+    fn_name = {d.concurrency_id: [] for d in demo.fns.values()}
+    for d in demo.fns.values():
+        fn_name[d.concurrency_id].append(getattr(d.fn, "__name__", None))
+    by_api = {d.api_name: d.concurrency_id for d in demo.fns.values()}
+    # the agent runs (the API and the widgets' Send) and the lens's scoring: no CPU-only event with them
+    assert set(fn_name[by_api["playground_run"]]) == {"on_send", "on_send_widgets"}
+    assert set(fn_name[by_api["inspector_score"]]) == {"on_score"}
+    assert by_api["playground_run"] != by_api["inspector_score"]
+    monkeypatch.setenv("ALI_QUEUE_MAX_SIZE", "7")
+    assert ui.queue_max_size() == 7 and ui.queue_max_size({"ALI_QUEUE_MAX_SIZE": "x"}) == ui.QUEUE_MAX_SIZE

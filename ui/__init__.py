@@ -90,8 +90,28 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         # and status (the tabs come last: a link opens the tab it names)
         demo.load(on_load, [session], [*insp_outputs, tf.reason_dd, tf.source_dd, tf.table, tf.dist, tf.status, tabs],
                   api_name="app_load")
-    demo.queue(default_concurrency_limit=ctx.concurrency_limit)
+    # an explicit size: with none, gradio sets max_size=1 on a ZeroGPU Space, and every click
+    # (the Trace files and Inspector tabs too) is refused while one event waits. The size counts
+    # the waiting events of every kind together (gradio has one bound); GPU events wait apart,
+    # each in its own concurrency group (agent_run, the lens), so CPU-only events are not held
+    # behind them.
+    demo.queue(default_concurrency_limit=ctx.concurrency_limit, max_size=queue_max_size())
     return demo
+
+
+QUEUE_MAX_SIZE = 64  # waiting events, all kinds together (ALI_QUEUE_MAX_SIZE)
+
+
+def queue_max_size(environ: dict[str, str] | None = None) -> int:
+    """The queue's bound: ``ALI_QUEUE_MAX_SIZE`` (a positive integer), else :data:`QUEUE_MAX_SIZE`."""
+    import os
+
+    raw = (os.environ if environ is None else environ).get("ALI_QUEUE_MAX_SIZE", "").strip()
+    try:
+        n = int(raw) if raw else QUEUE_MAX_SIZE
+    except ValueError:
+        n = QUEUE_MAX_SIZE
+    return n if n > 0 else QUEUE_MAX_SIZE
 
 
 def _end_session(sess: Any) -> None:

@@ -12,6 +12,11 @@ trainer's, for the selected trace.
   so ~0.8 GB at the bound, plus the log-softmax's copy), one scoring at a time in the app (a
   second is refused while one runs), in a worker thread, and the page waits at most
   :data:`SCORE_TIMEOUT_S` seconds.
+* One card with vLLM (:func:`shares_card_with_vllm`): the engine comes first. A scoring asked for
+  before the first Playground run starts the engine (it takes its ``gpu_memory_utilization`` share
+  of the card); the scorer then goes on the GPU only when the memory left holds it (weights at the
+  dtype asked, plus the logits of a longest trace), else the visitor is told the numbers. A scorer
+  never takes the memory the engine needs to start.
 * The numbers (:func:`numbers_html`): per trace and per step, mean / max |Δ|, verl's
   ``rollout_probs_diff_max/mean/std``, the share of tokens whose ratio is outside [1/C, C] and
   the k3 KL, over **mask-1 tokens only** (:func:`backend.logprobs.compare`).
@@ -173,6 +178,64 @@ def scorer_device(ctx: Any) -> str:
     return getattr(options, "scorer_device", None) or "cpu"
 
 
+def shares_card_with_vllm(ctx: Any) -> bool:
+    """Whether the lens's scorer would sit on the GPU that the app's vLLM engine runs on."""
+    options = getattr(getattr(ctx, "model", None), "options", None)
+    return getattr(options, "backend", None) == "vllm" and scorer_device(ctx) == "cuda"
+
+
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def scorer_bytes(model: str, dtype: str) -> int | None:
+    """GPU memory a scorer of ``model`` (a local folder) in ``dtype`` needs, estimated: its weights
+    (the parameters counted from the safetensors headers) and the logits of a longest trace
+    (one float32 row per token, and the log-softmax's copy). None when the files are not local."""
+    import glob
+    import json
+
+    files = sorted(glob.glob(os.path.join(model, "*.safetensors"))) if os.path.isdir(model) else []
+    if not files:
+        return None
+    from safetensors import safe_open
+
+    params = 0
+    for f in files:
+        with safe_open(f, framework="pt") as st:
+            for name in st.keys():
+                n = 1
+                for d in st.get_slice(name).get_shape():
+                    n *= int(d)
+                params += n
+    try:
+        with open(os.path.join(model, "config.json"), encoding="utf-8") as f:
+            vocab = int(json.load(f).get("vocab_size") or 0)
+    except (OSError, ValueError):
+        vocab = 0
+    return params * _DTYPE_BYTES.get(dtype, 4) + 2 * MAX_SCORE_TOKENS * vocab * 4
+
+
+def gpu_free_bytes() -> int | None:
+    """Free memory on the current CUDA device (None when it cannot be read)."""
+    try:
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0])
+    except Exception:  # noqa: BLE001 - no CUDA here
+        return None
+
+
+def check_fits_beside_vllm(model: str, dtype: str, free: int | None) -> None:
+    """:class:`LensError` when the scorer would not fit in the memory vLLM left on the card."""
+    need = scorer_bytes(model, dtype)
+    if need is None or free is None or need <= free:
+        return
+    gib = 1 << 30
+    alt = " (bfloat16 halves the weights)" if dtype == "float32" else ""
+    raise LensError(f"the {dtype} scorer of this model needs about {need / gib:.1f} GiB of GPU memory; {free / gib:.1f} GiB "
+                    f"is free beside the vLLM engine{alt}; score it elsewhere: python -m backend score TRACE.jsonl --model MODEL")
+
+
 def _score_task(model: str, dtype: str, device: str, trace: Trace, lease_s: float | None) -> tuple[str, Any]:
     """Load (once per process) and run the scorer: ``("ok", scored trace)`` or ``("error",
     message)``, data either way (on ZeroGPU this runs in the process forked for the call, and an
@@ -210,13 +273,15 @@ def score_sync(ctx: Any, trace: Trace, dtype: str) -> Trace:
         from backend.logprobs import ScoreError
 
         device = scorer_device(ctx)
+        if device == "cuda" and shares_card_with_vllm(ctx) and (model, dtype, device) not in SCORERS.keys():
+            check_fits_beside_vllm(model, dtype, gpu_free_bytes())
         try:
             # loaded here first: a GPU process forked after this finds it (on ZeroGPU the weights
             # go to the lent slice with the call); one forked before loads its own
             SCORERS.get(model, dtype, device)
         except ScoreError as e:
             raise LensError(str(e)) from None
-        lease = zerogpu.scoring_duration_s(len(trace.input_ids)) if zerogpu.enabled() else None
+        lease = zerogpu.scoring_duration_s(len(trace.input_ids)) if zerogpu.usable() else None
         try:
             tag, value = _score_on_gpu(model, dtype, device, trace, lease)
         except Exception as e:
@@ -234,7 +299,14 @@ def score_sync(ctx: Any, trace: Trace, dtype: str) -> Trace:
 async def score(ctx: Any, trace: Trace, dtype: str, timeout_s: float = SCORE_TIMEOUT_S) -> Trace:
     """:func:`score_sync` in a worker thread, off the event loop, waited for at most ``timeout_s``
     (a forward pass cannot be interrupted: a late one finishes in its thread, unused, and holds
-    the one scoring slot until then)."""
+    the one scoring slot until then). With vLLM on the same card, the engine starts first."""
+    if shares_card_with_vllm(ctx):  # returns at once when the engine is up
+        try:
+            await asyncio.wait_for(ctx.model.get(), timeout_s)
+        except asyncio.TimeoutError:
+            raise LensError(f"the vLLM engine, which starts before the scorer on this card, took longer than {timeout_s:g} s") from None
+        except UserError as e:
+            raise LensError(f"the vLLM engine, which starts before the scorer on this card, did not start: {e}") from None
     try:
         return await asyncio.wait_for(asyncio.to_thread(score_sync, ctx, trace, dtype), timeout_s)
     except asyncio.TimeoutError:

@@ -171,7 +171,7 @@ class TransformersGenerator(Generator):
                 model = AutoModelForCausalLM.from_pretrained(self.model_name, dtype=dtype)
             except Exception as e:  # OSError / ValueError / hub errors
                 raise GenerationError(f"cannot load model {self.model_name!r} with transformers: {first_line(e)}") from e
-            model.to(device)
+            model = zerogpu.to_device(model, device)  # on ZeroGPU from any thread (see there)
             model.eval()
             self.tokenizer, self.model, self.device = tok, model, device
             self.load_seconds = time.perf_counter() - t0
@@ -346,12 +346,11 @@ class TransformersGenerator(Generator):
         """Run :func:`_gpu_stream` (on the lent GPU on ZeroGPU, here otherwise), forwarding the
         new ids to ``relay``; ``cancel`` closes it after the current step."""
         kind = request.constraint and request.constraint.kind
-        lease = deadline = None
-        if self.zerogpu:
-            lease = zerogpu.duration_s(params.max_tokens, len(prompt_ids))
-            deadline = zerogpu.lease_deadline(lease)
+        # the lease's size only: its deadline is set by the GPU task when it starts (ZeroGPU
+        # schedules it on the first next() and may queue it first)
+        lease = zerogpu.duration_s(params.max_tokens, len(prompt_ids)) if self.zerogpu else None
         got: list[int] = []
-        it = _gpu_stream(self._key, list(prompt_ids), params, kind, request.structured, deadline, lease)
+        it = _gpu_stream(self._key, list(prompt_ids), params, kind, request.structured, lease)
         try:
             for tag, value in it:
                 if tag == "ids":
@@ -435,9 +434,11 @@ _KEYS = itertools.count(1)
 
 
 def _stream_task(key: int, prompt_ids: list[int], params: SamplingParams, kind: str | None,
-                 structured: tuple[str, Any] | None, deadline: float | None, lease_s: float | None) -> Iterator[tuple[str, Any]]:
-    """One generation by the model registered under ``key`` (see :meth:`TransformersGenerator.stream`),
-    ended by ``deadline`` (wall clock; the GPU lease's end less a margin) when one is given."""
+                 structured: tuple[str, Any] | None, lease_s: float | None) -> Iterator[tuple[str, Any]]:
+    """One generation by the model registered under ``key`` (see :meth:`TransformersGenerator.stream`).
+    With a lease (ZeroGPU), it ends a margin before ``lease_s`` seconds from now: the task's own
+    start, after ZeroGPU's queue, not the moment the lease was asked for."""
+    deadline = zerogpu.lease_deadline(lease_s) if lease_s else None
     gen = _LIVE.get(key)
     if gen is None or gen.model is None:
         yield ("error", "the model is not loaded in this process (it was closed, or loaded after the GPU worker started)")
@@ -446,7 +447,7 @@ def _stream_task(key: int, prompt_ids: list[int], params: SamplingParams, kind: 
 
 
 def _lease(key: int, prompt_ids: list[int], params: SamplingParams, kind: str | None, structured: Any,
-           deadline: float | None, lease_s: float | None) -> float:
+           lease_s: float | None) -> float:
     """ZeroGPU's ``duration`` for :func:`_stream_task` (sized by the caller: the last argument)."""
     return lease_s or zerogpu.duration_s(params.max_tokens, len(prompt_ids))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import logging
 import os
 import threading
 import time
@@ -27,6 +28,14 @@ from typing import Any
 from backend.constraints import structured_outputs
 from backend.generators.base import Constraint, Generation, GenerationError, Generator, Request, SamplingParams, Stopwatch
 from backend.generators.vllm_cpu import configure_cpu_env, cpu_auto_dtype, on_cpu
+
+log = logging.getLogger(__name__)
+
+
+def _max_model_len(engine: Any) -> int | None:
+    """The context length the engine runs with (after vLLM fitted it to memory, for -1)."""
+    mc = getattr(engine, "model_config", None)
+    return getattr(mc, "max_model_len", None)
 
 
 def to_vllm_sampling_params(params: SamplingParams, constraint: Constraint | None = None, **extra: Any):
@@ -177,6 +186,8 @@ class VLLMEngineGenerator(Generator):
         t0 = time.perf_counter()
         engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kw))
         self.start_seconds = time.perf_counter() - t0
+        if kw.get("max_model_len") == -1:  # fit to memory (backend.hardware's default on a GPU)
+            log.info("vLLM: max_model_len -1 (fit to memory): %s tokens", _max_model_len(engine))
         return engine
 
     async def _create_on_loop(self) -> Any:
@@ -282,7 +293,7 @@ class VLLMEngineGenerator(Generator):
             d["device"] = self._device
             try:
                 mc = self.engine.model_config
-                d["max_model_len"] = mc.max_model_len
+                d["max_model_len"] = _max_model_len(self.engine)
                 d["dtype"] = str(mc.dtype).replace("torch.", "")
             except Exception:  # pragma: no cover
                 pass
