@@ -4,7 +4,7 @@
 #   bash scripts/test.sh [PYTEST_ARGS...]          everything
 #   bash scripts/test.sh --fast [PYTEST_ARGS...]   the edit loop: no chromium install, and only the
 #       tests marked neither slow, vllm nor browser (pytest.ini); a -m of yours replaces that one
-# --fast runs on ALI_TEST_WORKERS pytest-xdist workers (default 2), everything on 0 (one process) unless set.
+# Both run on ALI_TEST_WORKERS pytest-xdist workers (default 2; 0 runs one process).
 #   bash scripts/test.sh --fast --cov [...]    the edit loop with line coverage of backend/, ui/ and
 #       app.py (.cache/coverage.json; scripts/coverage_zero.py lists the modules left at 0 %)
 #   bash scripts/test.sh --changed [--fast] [...]  only the test files that reach what changed since
@@ -41,10 +41,9 @@ if [ "$changed" = 1 ]; then
   echo "running ${#picked[@]} test file(s) that reach the change (scripts/changed_tests.py --explain says why)"
   args+=("${picked[@]}")
 fi
-# ALI_TEST_WORKERS pytest-xdist workers (--fast: default 2; everything: default 0, one process, as
-# CI runs it: a browser test raced under the load of two workers once in three runs). A test file
-# runs on one worker, and the files with vLLM tests on one worker together (tests/conftest.py)
-workers=${ALI_TEST_WORKERS:-$([ "$fast" = 1 ] && echo 2 || echo 0)}
+# ALI_TEST_WORKERS pytest-xdist workers (default 2; 0: one process). A test file runs on one
+# worker, and the files with vLLM tests on one worker together (tests/conftest.py)
+workers=${ALI_TEST_WORKERS:-2}
 if [ "$workers" != 0 ]; then
   args=(-n "$workers" --dist loadgroup ${args[@]+"${args[@]}"})
 fi
