@@ -139,7 +139,8 @@ class TokenizerBundle:
         return TokenizerInfo(
             name=self.name,
             template=self.template_name,
-            template_sha256=self.template_sha256,
+            # a family rendered by its own encoder (Mistral, Harmony) has no template text to hash
+            template_sha256=self.template_sha256 if self.renderer is None or self.chat_template else None,
             eos_token_id=self.eos_token_id,
             vocab_size=len(self.tokenizer),
             template_warnings=self.template_warnings() or None,

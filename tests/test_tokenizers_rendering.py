@@ -284,3 +284,20 @@ def test_hostile_templates_are_stopped_with_a_clear_error(tmpl, needle, monkeypa
 def test_trusted_templates_do_not_use_the_worker():
     assert not load_tokenizer("qwen3").untrusted_template
     assert not load_tokenizer("qwen3", template="qwen2_5").untrusted_template
+
+
+def test_a_trace_of_an_encoder_family_records_no_template_hash():
+    """Mistral (mistral-common) and gpt-oss-harmony (openai-harmony) render with their own
+    encoder: a trace records no sha256 for them (it was the hash of the empty string), while a
+    Jinja profile records its template's."""
+    import hashlib
+
+    from backend.tokenizers import load_tokenizer
+
+    empty = hashlib.sha256(b"").hexdigest()
+    for profile in ("mistral", "gpt-oss-harmony"):
+        b = load_tokenizer(profile)
+        assert b.renderer is not None
+        assert b.info().template_sha256 is None, profile
+    q = load_tokenizer("qwen3")
+    assert q.info().template_sha256 == hashlib.sha256(q.chat_template.encode("utf-8")).hexdigest() != empty
