@@ -14,6 +14,12 @@ registers when imported (:func:`register`).
 * **verl rollout dumps** (``input``/``output`` text rows, agent-loop ``prompt_ids``/``response_ids``
   rows): summarised from the row without converting it (:func:`verl_summary`), converted by the
   verl importer when opened.
+* **prime-rl token exports and verifiers episodes** (a run folder's ``token_exports/step_N/rank_R.jsonl``
+  and ``rollouts/step_N/.../traces.jsonl``): summarised from the row without a tokenizer
+  (:func:`prime_rl_summary`, :func:`verifiers_summaries`: ids counted, score, step and rank from
+  the record or the path, group, end state), converted by their importers when opened. A row the
+  light summary is not sure of (no id it can name, lengths that disagree ...) is converted in full
+  as any other record, so its problem is the importer's.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 from backend.importers import ImportContext, convert_group, convert_record, detect_record, get_importer
 from backend.importers.common import Conversation, RecordError, record_id
 from backend.importers.otlp import hex_id, looks_like_otel
+from backend.importers.rollout_fields import is_int, run_path_fields
 from backend.trace.catalog import register_foreign_rows
 from backend.trace.index import preview_text, summary_of_trace, training_step_of
 from backend.trace.limits import LoadProblem, too_many_tokens
@@ -342,8 +349,10 @@ def verl_summary(raw: bytes, path: str, line: int) -> dict[str, Any] | None:
     or agent-loop output (``prompt_ids``/``response_ids``), without a tokenizer: token counts are
     unknown (null) for text rows, counted for id rows; turns and termination are not known."""
     d = verl_record(raw)
-    if d is None:
-        return None
+    return None if d is None else _verl_summary_of(d, path, line)
+
+
+def _verl_summary_of(d: dict[str, Any], path: str, line: int) -> dict[str, Any] | None:
     ids = isinstance(d.get("prompt_ids"), list) and isinstance(d.get("response_ids"), list)
     p, r = (len(d["prompt_ids"]), len(d["response_ids"])) if ids else (None, None)
     if p is not None and too_many_tokens(p + r):
@@ -373,6 +382,110 @@ def open_verl_row(rec: dict[str, Any], n: int, path: str, ctx: ImportContext) ->
     return LoadProblem(n, "the verl row gave no trace")
 
 
+# ---- prime-rl token exports and verifiers episodes ---------------------------------------------------
+
+
+def _row(rid: str, source: str, p: int, n: int, step: Any, score: float | None = None, **kw: Any) -> dict[str, Any]:
+    return {"id": rid, "source": source, "turns": kw.get("turns"), "tokens": n, "prompt_tokens": p, "response_tokens": n - p,
+            "termination_reason": kw.get("termination_reason") or "", "errors": 0, "messages": kw.get("messages", 0),
+            "tools": kw.get("tools", 0), "duration_s": None, "score": score, "preview": kw.get("preview", ""),
+            "training_step": step if is_int(step) else None, "tool_errors": 0, "parse_errors": 0,
+            "group": kw.get("group"), "rank": kw.get("rank")}
+
+
+def prime_rl_summary(d: dict[str, Any], path: str) -> dict[str, Any] | None:
+    """The row of a prime-rl token export without a tokenizer: its ids counted (the prompt is
+    what comes before the first loss-mask token, as the importer splits it), step and rank from
+    the record, else from ``step_<N>/rank_<R>.jsonl``; turns and messages unknown (the importer
+    decodes them). ``group`` and ``rank`` ride along for callers (not index columns). None when
+    the record is not one the summary is sure of (then it is converted in full, for its reason)."""
+    ids, mask = d.get("token_ids"), d.get("loss_mask")
+    if not isinstance(ids, list) or not isinstance(mask, list) or len(ids) != len(mask) or too_many_tokens(len(ids)):
+        return None
+    p = next((k for k, m in enumerate(mask) if m is True), None)
+    if p is None:
+        return None
+    pf = run_path_fields(path)
+    step = d["step"] if is_int(d.get("step")) else pf.get("training_step")
+    rank = d["rank"] if is_int(d.get("rank")) else pf.get("rank")
+    seq = d.get("export_sequence_idx")
+    if not (is_int(seq) and is_int(step) and is_int(rank)):
+        return None  # the importer's id is then a hash of the whole record
+    return _row(f"prime-rl-s{step}-r{rank}-{seq}", "prime-rl", p, len(ids), step, rank=rank)
+
+
+def verifiers_summaries(d: dict[str, Any], path: str) -> list[dict[str, Any]] | None:
+    """The rows of a verifiers episode (or trace) without a tokenizer, one per branch as the
+    importer makes them: ids counted along the branch, ``score`` (the rewards' score × weight
+    summed), step (``run.work.step``, else the path), ``group``, the end state, messages, turns
+    (sampled nodes) and the first user message as preview. None when the summary is not sure (a
+    branch without ids is rendered; nodes of the wrong shape; no trace id): converted in full."""
+    from backend.importers.verifiers import _paths, _termination, _traces_of
+
+    episode, traces = _traces_of(d)
+    run = (episode or {}).get("run")
+    work = run.get("work") if isinstance(run, dict) else None
+    step = work["step"] if isinstance(work, dict) and is_int(work.get("step")) else run_path_fields(path).get("training_step")
+    group = (episode or {}).get("group")
+    gid = str(group["id"]) if isinstance(group, dict) and isinstance(group.get("id"), str | int) else None
+    out: list[dict[str, Any]] = []
+    try:
+        if not traces:
+            return None
+        for tr in traces:
+            nodes = tr["nodes"]
+            if not tr.get("id") or not isinstance(nodes, list):
+                return None
+            rewards = tr.get("rewards") if isinstance(tr.get("rewards"), dict) else {}
+            vals = [r["score"] * r.get("weight", 1.0) for r in rewards.values() if isinstance(r, dict) and isinstance(r.get("score"), int | float)]
+            finish = {c["node"]: c.get("finish_reason") for c in tr.get("calls") or [] if isinstance(c, dict) and is_int(c.get("node"))}
+            tools = tr.get("tools") or (nodes[0].get("tools") if nodes else None)
+            paths = _paths(nodes, "trace")
+            for bi, br in enumerate(paths):
+                n = p = 0
+                first = None
+                for i in br:
+                    ids, mask = nodes[i].get("token_ids") or [], nodes[i].get("mask") or []
+                    if len(ids) != len(mask):
+                        return None
+                    if first is None and True in mask:
+                        first = p + mask.index(True)
+                    p += len(ids)
+                n, p = p, (p if first is None else first)
+                if not n:
+                    return None  # rendered with the tokenizer when converted
+                msgs = [nodes[i].get("message") for i in br]
+                user = next((m.get("content") for m in msgs if isinstance(m, dict) and m.get("role") == "user"), None)
+                last = next((i for i in reversed(br) if nodes[i].get("sampled")), None)
+                out.append(_row(f"{tr['id']}-b{bi}" if len(paths) > 1 else str(tr["id"]), "verifiers", p, n, step,
+                                float(sum(vals)) if vals else None, group=gid, messages=len(br),
+                                turns=sum(1 for i in br if nodes[i].get("sampled")), tools=len(tools) if isinstance(tools, list) else 0,
+                                termination_reason=_termination(tr, finish.get(last)),
+                                preview=preview_text(user) if isinstance(user, str) else ""))
+    except (RecordError, TypeError, KeyError, AttributeError, ValueError):
+        return None
+    return out
+
+
+def dump_summary(raw: bytes, path: str, line: int) -> dict[str, Any] | list[dict[str, Any]] | None:
+    """The light row(s) of a line of a rollout dump (verl, prime-rl token export, verifiers
+    episode), parsed once and summarised without a tokenizer, or None (not such a row, or one
+    the light summary is not sure of: converted in full)."""
+    try:
+        d = _loads(raw)
+    except (ValueError, RecursionError):
+        return verl_summary(raw, path, line)  # what orjson refuses (a >64-bit int) the json module may read
+    if not isinstance(d, dict):
+        return None
+    if get_importer("verl").sniff(d):
+        return _verl_summary_of(d, path, line)
+    if get_importer("prime-rl").sniff(d):
+        return prime_rl_summary(d, path)
+    if get_importer("verifiers").sniff(d):
+        return verifiers_summaries(d, path)
+    return None
+
+
 # ---- the catalogue's hook ---------------------------------------------------------------------------
 
 
@@ -383,8 +496,8 @@ class ImporterRows:
     def context(self, path: str, tokenizer: str, bundle: Any) -> ImportContext:
         return ImportContext(tokenizer=tokenizer, path=path, _bundle=bundle)
 
-    def dump_summary(self, raw: bytes, path: str, line: int) -> dict[str, Any] | None:
-        return verl_summary(raw, path, line)
+    def dump_summary(self, raw: bytes, path: str, line: int) -> dict[str, Any] | list[dict[str, Any]] | None:
+        return dump_summary(raw, path, line)
 
     def is_span_record(self, d: Any) -> bool:
         return is_span_record(d)
@@ -420,5 +533,5 @@ def register() -> None:
     register_foreign_rows(ImporterRows())
 
 
-__all__ = ["ImporterRows", "SpanGroups", "is_span_record", "open_record_row", "open_span_row", "open_verl_row", "register",
-           "summaries_of_record", "summary_of_conversation", "verl_id", "verl_record", "verl_summary"]
+__all__ = ["ImporterRows", "SpanGroups", "dump_summary", "is_span_record", "open_record_row", "open_span_row", "open_verl_row", "prime_rl_summary", "register",
+           "summaries_of_record", "summary_of_conversation", "verl_id", "verl_record", "verl_summary", "verifiers_summaries"]

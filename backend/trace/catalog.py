@@ -301,9 +301,10 @@ class ForeignRows(Protocol):
         when the app gave one, else the profile named ``tokenizer``)."""
         ...
 
-    def dump_summary(self, raw: bytes, path: str, line: int) -> dict[str, Any] | None:
-        """A light summary (:data:`SUMMARY_COLUMNS`) of a line of a rollout dump that is indexed
-        without converting it (verl's: text rows, token counts unknown), or None."""
+    def dump_summary(self, raw: bytes, path: str, line: int) -> dict[str, Any] | list[dict[str, Any]] | None:
+        """The light summary (:data:`SUMMARY_COLUMNS`), or summaries, of a line of a rollout dump
+        that is indexed without converting it (verl's, prime-rl's token exports, verifiers'
+        episodes: no tokenizer), or None. Tried first on a line that names no ``format_version``."""
         ...
 
     def is_span_record(self, d: Any) -> bool:
@@ -581,6 +582,7 @@ class TraceSet(TraceIndex):
             capped = False
             for lineno, off, n, raw in read_lines(src):
                 ln = st.lines + lineno
+                dumped = False  # the line was given to hook.dump_summary already
                 if not src.last_nl and off + n >= size - start and not take_partial:
                     break  # a line still being written: indexed once complete
                 if hook is not None and not isinstance(raw, LoadProblem) and _SPAN_MARK.search(raw, 0, 256):  # span lines: parsed once
@@ -590,14 +592,15 @@ class TraceSet(TraceIndex):
                         continue
                     if item is None:  # not JSON, or not spans after all: the reason our reader gives
                         item = summary_of_line(ln, raw)
-                else:
-                    item = raw if isinstance(raw, LoadProblem) else summary_of_line(ln, raw)
+                else:  # a line that names no format_version is not our trace's: a rollout dump's row is tried first
+                    dumped = hook is not None and not isinstance(raw, LoadProblem) and b'"format_version"' not in raw
+                    item = raw if isinstance(raw, LoadProblem) else (dumped and hook.dump_summary(raw, st.path, ln)) or summary_of_line(ln, raw)  # type: ignore[union-attr]
                 items: list[dict[str, Any]] = []
                 if isinstance(item, LoadProblem) and not isinstance(raw, LoadProblem):
                     if hook is None:  # our reader's reason, and what would read another tool's record
                         item = _unregistered(ln, raw, item)
                     else:
-                        item = (hook.dump_summary(raw, st.path, ln)
+                        item = ((not dumped and hook.dump_summary(raw, st.path, ln))
                                 or _foreign_summaries(hook, raw, st.path, ln, start + off, n, groups, self._context(st.path))  # type: ignore[arg-type]
                                 or item)
                         if item is _GROUPED:
