@@ -36,6 +36,7 @@ from backend.importers import ImportContext, convert_group, convert_record, dete
 from backend.importers.common import Conversation, RecordError, record_id
 from backend.importers.otlp import hex_id, looks_like_otel
 from backend.importers.rollout_fields import is_int, run_path_fields
+from backend.importers.verifiers import branch_paths, termination_of, traces_of
 from backend.trace.catalog import register_foreign_rows
 from backend.trace.index import preview_text, summary_of_trace, training_step_of
 from backend.trace.limits import LoadProblem, too_many_tokens
@@ -420,9 +421,7 @@ def verifiers_summaries(d: dict[str, Any], path: str) -> list[dict[str, Any]] | 
     summed), step (``run.work.step``, else the path), ``group``, the end state, messages, turns
     (sampled nodes) and the first user message as preview. None when the summary is not sure (a
     branch without ids is rendered; nodes of the wrong shape; no trace id): converted in full."""
-    from backend.importers.verifiers import _paths, _termination, _traces_of
-
-    episode, traces = _traces_of(d)
+    episode, traces = traces_of(d)
     run = (episode or {}).get("run")
     work = run.get("work") if isinstance(run, dict) else None
     step = work["step"] if isinstance(work, dict) and is_int(work.get("step")) else run_path_fields(path).get("training_step")
@@ -440,7 +439,7 @@ def verifiers_summaries(d: dict[str, Any], path: str) -> list[dict[str, Any]] | 
             vals = [r["score"] * r.get("weight", 1.0) for r in rewards.values() if isinstance(r, dict) and isinstance(r.get("score"), int | float)]
             finish = {c["node"]: c.get("finish_reason") for c in tr.get("calls") or [] if isinstance(c, dict) and is_int(c.get("node"))}
             tools = tr.get("tools") or (nodes[0].get("tools") if nodes else None)
-            paths = _paths(nodes, "trace")
+            paths = branch_paths(nodes, "trace")
             for bi, br in enumerate(paths):
                 n = p = 0
                 first = None
@@ -460,7 +459,7 @@ def verifiers_summaries(d: dict[str, Any], path: str) -> list[dict[str, Any]] | 
                 out.append(_row(f"{tr['id']}-b{bi}" if len(paths) > 1 else str(tr["id"]), "verifiers", p, n, step,
                                 float(sum(vals)) if vals else None, group=gid, messages=len(br),
                                 turns=sum(1 for i in br if nodes[i].get("sampled")), tools=len(tools) if isinstance(tools, list) else 0,
-                                termination_reason=_termination(tr, finish.get(last)),
+                                termination_reason=termination_of(tr, finish.get(last)),
                                 preview=preview_text(user) if isinstance(user, str) else ""))
     except (RecordError, TypeError, KeyError, AttributeError, ValueError):
         return None

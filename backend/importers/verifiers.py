@@ -49,13 +49,13 @@ _TRACE_KEPT = ("nodes", "tools", "rewards", "id", "verifiers")
 _COMPACT = ("advantages", "reference_logprobs", "trainer_logprobs", "entropies")
 
 
-def _traces_of(rec: dict[str, Any]) -> tuple[dict[str, Any] | None, list[Any]]:
+def traces_of(rec: dict[str, Any]) -> tuple[dict[str, Any] | None, list[Any]]:
     if isinstance(rec.get("traces"), list):
         return rec, rec["traces"]
     return None, [rec]
 
 
-def _paths(nodes: list[Any], where: str) -> list[list[int]]:
+def branch_paths(nodes: list[Any], where: str) -> list[list[int]]:
     """verifiers' branches: for each leaf (a node no node names as parent), its root-to-leaf path."""
     parents: list[int | None] = []
     for i, n in enumerate(nodes):
@@ -130,7 +130,7 @@ def _node_tokens(n: dict[str, Any], where: str) -> tuple[list[int], list[bool], 
     return ids, mask, c
 
 
-def _termination(tr: dict[str, Any], last_finish: str | None) -> str | None:
+def termination_of(tr: dict[str, Any], last_finish: str | None) -> str | None:
     stop = tr.get("stop_condition")
     if last_finish == "length":
         return TerminationReason.RESPONSE_LENGTH
@@ -164,7 +164,7 @@ class VerifiersImporter(Importer):
     def convert(self, record: Any, ctx) -> list[Any]:
         if not isinstance(record, dict):
             raise RecordError(f"expected a JSON object, got {json_type(record)}")
-        episode, traces = _traces_of(record)
+        episode, traces = traces_of(record)
         if not traces:
             errs = "; ".join(str(e.get("message", e))[:200] for e in record.get("errors") or [] if isinstance(e, dict))
             raise RecordError("verifiers episode with no trace" + (f" (errors: {errs})" if errs else " (no error recorded)"))
@@ -173,7 +173,7 @@ class VerifiersImporter(Importer):
             where = f"traces[{ti}]" if episode is not None else "trace"
             if not isinstance(tr, dict) or not isinstance(tr.get("nodes"), list):
                 raise RecordError(f"{where} has no nodes list")
-            paths = _paths(tr["nodes"], where)
+            paths = branch_paths(tr["nodes"], where)
             for bi, path in enumerate(paths):
                 out.append(self._branch(episode, tr, path, bi, len(paths), where, ctx))
         return out
@@ -190,7 +190,7 @@ class VerifiersImporter(Importer):
         calls = [c for c in tr.get("calls") or [] if isinstance(c, dict)]
         finish = {c["node"]: c.get("finish_reason") for c in calls if is_int(c.get("node"))}
         last_sampled = next((i for i in reversed(path) if tr["nodes"][i].get("sampled")), None)
-        term = _termination(tr, finish.get(last_sampled))
+        term = termination_of(tr, finish.get(last_sampled))
         meta = self._metadata(episode, tr, path, nodes, bi, nb, ctx)
         tid = str(tr.get("id") or "") or None
         if tid and nb > 1:
