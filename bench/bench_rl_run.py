@@ -27,14 +27,12 @@ cold, peak ≤ 600 MB. Usage::
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 
@@ -43,10 +41,9 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-from common import Peak, cpu, uptime  # noqa: E402
+from common import Peak, child_measure, index_cold_warm, json_baseline, print_set_figures, set_parser  # noqa: E402
 
 FIXTURE = os.path.join(ROOT, "tests", "data", "import", "verifiers", "run")
-TARGETS = {"cold_ratio": 1.5, "warm_ratio": 0.35, "peak_mb": 600.0}
 
 
 def _lines(pattern: str) -> list[dict]:
@@ -112,44 +109,18 @@ def generate(run: str, mb: float, ranks: int, seqs: int) -> int:
 
 
 def measure(run: str, cache: str, ranks: int, seqs: int) -> dict:
-    import gc
-
     import pandas  # noqa: F401 - imported before timing, as the app has
     import pyarrow.parquet  # noqa: F401
 
     import backend.importers  # noqa: F401 - as the app has: the readers of other tools' rows registered with the catalogue
-    from backend.trace.catalog import TraceSet
 
     files = sorted(glob.glob(os.path.join(run, "**", "*.jsonl"), recursive=True))
-    out: dict = {"rss_start_mb": round(Peak().rss(), 1), "bytes": sum(os.path.getsize(p) for p in files), "files": len(files)}
-    t0, c0 = time.perf_counter(), cpu()
-    n = 0
-    with Peak() as pk:
-        for p in files:
-            with open(p, "rb") as f:
-                for line in f:
-                    json.loads(line)
-                    n += 1
-    out["baseline_s"], out["baseline_cpu_s"], out["baseline_peak_mb"], out["lines"] = time.perf_counter() - t0, cpu() - c0, round(pk.peak, 1), n
-    gc.collect()
-    shutil.rmtree(cache, ignore_errors=True)
-    os.environ["ALI_TRACE_INDEX_CACHE"] = cache
-    with Peak() as pk:
-        t0, c0 = time.perf_counter(), cpu()
-        ts = TraceSet.open_set(run, final=True)
-        ts.flush()
-        df = ts.df
-        out["cold_s"], out["cold_cpu_s"] = time.perf_counter() - t0, cpu() - c0
-    out["cold_peak_mb"], out["rows"], out["problems"] = round(pk.peak, 1), len(df), len(ts.problem_rows())
+    out: dict = {"rss_start_mb": round(Peak().rss(), 1), "bytes": sum(os.path.getsize(p) for p in files), "files": len(files),
+                 **json_baseline(files)}
+    phases, ts = index_cold_warm(run, cache, final=True)
+    out.update(phases)
+    df = ts.df
     out["sources"] = {str(k): int(v) for k, v in df["source"].value_counts().items()}
-    del ts, df
-    gc.collect()
-    with Peak() as pk:
-        t0, c0 = time.perf_counter(), cpu()
-        ts = TraceSet.open_set(run, final=True)
-        df = ts.df
-        out["warm_s"], out["warm_cpu_s"] = time.perf_counter() - t0, cpu() - c0
-    out["warm_peak_mb"] = round(pk.peak, 1)
     assert ts.stats["hit"] == len(files), ts.stats
     rng = random.Random(0)
     rows = [0, len(df) - 1] + [rng.randrange(len(df)) for _ in range(8)]
@@ -202,14 +173,9 @@ def follow(run: str, ranks: int, seqs: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mb", type=float, default=1000.0)
+    ap = set_parser(__doc__, "/tmp/ali-bench-rl", ("RUN", "CACHE"))
     ap.add_argument("--ranks", type=int, default=4, help="rank files a step")
     ap.add_argument("--seqs", type=int, default=64, help="sequences a rank file (and episodes a step: ranks × seqs)")
-    ap.add_argument("--dir", default="/tmp/ali-bench-rl")
-    ap.add_argument("--keep", action="store_true", help="keep the generated run (reused by the next run of the same size)")
-    ap.add_argument("--child", nargs=2, metavar=("RUN", "CACHE"), help=argparse.SUPPRESS)
-    ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.child:
         print(json.dumps(measure(*args.child, args.ranks, args.seqs)))
@@ -220,27 +186,16 @@ def main() -> int:
         steps = generate(run + ".tmp", args.mb, args.ranks, args.seqs)
         os.replace(run + ".tmp", run)
         print(f"generated {run}: {steps} steps in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    load = uptime()
-    r = subprocess.run([sys.executable, __file__, "--child", run, os.path.join(args.dir, "cache"), "--ranks", str(args.ranks),
-                        "--seqs", str(args.seqs)], capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    if r.returncode:
-        print(r.stderr, file=sys.stderr)
-        return r.returncode
-    res = json.loads(r.stdout.strip().splitlines()[-1])
-    res["load_before"], res["load_after"] = load, uptime()
-    if not args.keep:
-        shutil.rmtree(args.dir, ignore_errors=True)
+    res = child_measure(__file__, [run, os.path.join(args.dir, "cache"), "--ranks", str(args.ranks), "--seqs", str(args.seqs)], args.dir, args.keep)
+    if res is None:
+        return 1
     if args.json:
         print(json.dumps(res, indent=2))
     else:
         mb = res["bytes"] / 1e6
         print(f"{mb:.0f} MB in {res['files']} files, {res['lines']:,} lines, {res['rows']:,} rows {res['sources']}, "
               f"{res['problems']} problems (load {res['load_before']} → {res['load_after']})")
-        print(f"json.loads of every line: {res['baseline_s']:.1f} s ({res['baseline_cpu_s']:.1f} s CPU), peak {res['baseline_peak_mb']:.0f} MB")
-        print(f"cold index: {res['cold_s']:.1f} s = {res['cold_ratio']:.2f}× (CPU {res['cold_cpu_ratio']:.2f}×; target ≤ {TARGETS['cold_ratio']}), "
-              f"peak {res['cold_peak_mb']:.0f} MB (target ≤ {TARGETS['peak_mb']:.0f})")
-        print(f"warm index: {res['warm_s']:.2f} s = {res['warm_ratio']:.3f}× cold (target ≤ {TARGETS['warm_ratio']}), peak {res['warm_peak_mb']:.0f} MB")
-        print(f"open a row: median {res['open_ms_median']:.0f} ms, max {res['open_ms_max']:.0f} ms")
+        print_set_figures(res)
         print(f"follow a new step ({res['follow_rows']} rows): its files {res['follow_new_files_ms']:.0f} ms, "
               f"their last lines completed {res['follow_completed_lines_ms']:.0f} ms")
     return 0

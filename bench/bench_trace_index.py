@@ -45,7 +45,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-from common import Peak, cpu, make_traces, uptime  # noqa: E402
+from common import Peak, cpu, json_baseline, make_traces, uptime  # noqa: E402
 
 TARGETS = {"cold_s": 10.0, "warm_s": 1.0, "peak_mb": 500.0, "open_ms": 100.0}
 
@@ -129,17 +129,8 @@ def measure(spec: str, jsonl_spec: str, cache: str) -> dict:
     files = resolve(jsonl_spec)
     nbytes = sum(os.path.getsize(p) for p in resolve(spec))
     out["jsonl_bytes"] = sum(os.path.getsize(p) for p in files)
-    t0, c0 = time.perf_counter(), cpu()
-    n = 0
-    with Peak() as pk:
-        for p in files:
-            with open(p, "rb") as f:
-                for line in f:
-                    json.loads(line)
-                    n += 1
-    out["baseline_s"], out["baseline_cpu_s"] = time.perf_counter() - t0, cpu() - c0
-    out["baseline_peak_mb"] = round(pk.peak, 1)
-    out["lines"] = n
+    out.update(json_baseline(files))
+    n = out["lines"]
     gc.collect()
     shutil.rmtree(cache, ignore_errors=True)
     os.environ["ALI_TRACE_INDEX_CACHE"] = cache
