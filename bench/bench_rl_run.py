@@ -4,7 +4,7 @@ trace set and followed while it is written (issue 30, item 6).
 Data: the rows verifiers 0.4.0 and prime-rl's ``token_export.py`` layout wrote for the fixture run
 ``tests/data/import/verifiers/run/`` (``token_exports/step_N/rank_R.jsonl``: ids, loss mask and a
 dozen per-token float columns; ``rollouts/step_N/train/all/traces.jsonl``: verifiers episodes),
-repeated into a temporary run folder of ``--mb`` MB: each step gets ``--ranks`` rank
+repeated into a temporary run folder of ``--mb`` MB (one step at least): each step gets ``--ranks`` rank
 files of ``--seqs`` sequences and one rollouts file with as many episodes as sequences, each row
 perturbed (step, rank, sequence index, episode / trace / group ids, advantages, rewards). In a
 child process of its own:
