@@ -321,11 +321,18 @@ def test_a_truncated_bare_pickle_is_reported(tmp_path):
 
 
 def test_the_pickle_worker_has_a_time_limit(tmp_path):
-    pool = PicklePool(timeout_s=0.0001)
+    """A read that takes seconds (2 M opcodes to list and load) against a 0.05 s limit: with the
+    small fixture a loaded machine could deschedule this process long enough for the worker to
+    answer first (it did once in CI)."""
+    import pickle
+
+    slow = tmp_path / "slow.pkl"
+    slow.write_bytes(pickle.dumps(list(range(2_000_000)), protocol=4))
+    pool = PicklePool(timeout_s=0.05)
     try:
         pool.start()
         with pytest.raises(PickleRefused, match="ALI_PICKLE_TIMEOUT_S"):
-            read_pickle(SLIME, max_bytes=1 << 20, pool=pool)
+            read_pickle(str(slow), max_bytes=1 << 20, pool=pool)
     finally:
         pool.close()
 
