@@ -23,8 +23,7 @@ from typing import Any
 
 from backend.importers.base import Importer, register
 from backend.importers.common import RecordError, normalize_tools, record_id, trace_from_ids
-from backend.importers.rl_ids import floats_of, number_or_none
-from backend.importers.rollout_fields import ints
+from backend.importers.rollout_fields import floats_of, ints, number_or_none
 from backend.trace.messages import json_type
 
 _TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")

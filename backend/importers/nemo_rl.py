@@ -28,8 +28,7 @@ from typing import Any
 
 from backend.importers.base import Importer, register
 from backend.importers.common import RecordError, record_id, trace_from_ids
-from backend.importers.rl_ids import floats_of, mask_of, number_or_none, set_trainer_logprobs, step_in_name
-from backend.importers.rollout_fields import advantage_of, ints
+from backend.importers.rollout_fields import advantage_of, floats_of, ints, mask_of, number_or_none, set_trainer_logprobs, step_in_name
 from backend.trace.messages import json_type
 
 _STEP = re.compile(r"^train_data_step(\d{1,12})\.jsonl$")

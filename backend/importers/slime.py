@@ -23,8 +23,7 @@ from typing import Any
 
 from backend.importers.base import Importer, register
 from backend.importers.common import RecordError, trace_from_ids
-from backend.importers.rl_ids import floats_of, is_num, mask_of, number_or_none
-from backend.importers.rollout_fields import ints
+from backend.importers.rollout_fields import floats_of, ints, is_num, mask_of, number_or_none
 from backend.trace.messages import json_type
 from backend.trace.model import TerminationReason
 

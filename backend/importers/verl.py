@@ -33,7 +33,7 @@ from backend.importers.common import (
     tool_responses_in,
     trace_from_ids,
 )
-from backend.importers.rl_ids import set_trainer_logprobs
+from backend.importers.rollout_fields import set_trainer_logprobs
 from backend.parsers import get_format
 from backend.trace.messages import parse_assistant_text
 
