@@ -29,9 +29,17 @@ from typing import Any
 
 from backend.importers.base import Importer, register
 from backend.importers.common import RecordError, record_id, trace_from_ids
-from backend.importers.rollout_fields import advantage_of, as_step_floats, bools, floats, ints, is_int, run_path_fields
+from backend.importers.rollout_fields import (
+    advantage_of,
+    as_step_floats,
+    bools,
+    floats,
+    ints,
+    is_int,
+    run_path_fields,
+    set_trainer_logprobs,
+)
 from backend.trace.messages import json_type
-from backend.trace.model import Scorer
 
 _FLOAT_COLUMNS = ("advantages", "inference_logprobs", "trainer_logprobs", "entropy", "mismatch_kl", "log_importance_ratio",
                   "importance_ratio", "prob_delta", "rl_weights", "ce_weights", "ref_kl_weights")
@@ -110,12 +118,8 @@ class PrimeRlImporter(Importer):
             tid = f"prime-rl-s{meta['training_step']}-r{meta['rank']}-{record['export_sequence_idx']}"
         trace = trace_from_ids(ids[:p], ids[p:], [int(m) for m in mask[p:]], ctx.bundle, self.name, parser=ctx.parser,
                                trace_id=tid, metadata=meta, logprobs=as_step_floats(inf[p:]) if inf is not None else None)
-        if trainer is not None:
-            tl = as_step_floats(trainer)
-            for s in trace.steps:
-                if s.end > s.start:
-                    s.info.trainer_logprobs = tl[s.start : s.end]
-            trace.scorer = Scorer(kind="prime-rl trainer_logprobs")
+        if trainer is not None:  # one per position, the prompt's included
+            set_trainer_logprobs(trace, as_step_floats(trainer), "prime-rl trainer_logprobs", first=0)
         trace.metadata["provenance"] = {"format": self.label, "library": "prime-rl",
                                         **({"schema_version": record["schema_version"]} if "schema_version" in record else {})}
         if isinstance(record.get("env_name"), str):

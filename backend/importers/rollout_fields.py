@@ -124,10 +124,11 @@ def number_or_none(v: Any, where: str) -> float | None:
     return None if math.isnan(f) else f
 
 
-def set_trainer_logprobs(trace: Trace, values: list[float], kind: str) -> None:
-    """``values`` (one per response token) as each response step's ``info.trainer_logprobs``, and
-    ``trace.scorer`` naming where they came from (the lens shows them beside the rollout's)."""
-    p = len(trace.prompt_ids)
+def set_trainer_logprobs(trace: Trace, values: list[float], kind: str, *, first: int | None = None) -> None:
+    """``values`` (one per token from position ``first`` on; default: the response's first) as
+    the ``info.trainer_logprobs`` of each step from there, and ``trace.scorer`` naming where they
+    came from (the lens shows them beside the rollout's)."""
+    p = len(trace.prompt_ids) if first is None else first
     for s in trace.steps:
         if s.end > s.start and s.start >= p:
             s.info.trainer_logprobs = values[s.start - p : s.end - p]
