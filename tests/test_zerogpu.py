@@ -1,126 +1,51 @@
 """ZeroGPU (backend.zerogpu): the transformers generation and the lens's scoring inside
-``@spaces.GPU``. There is no ZeroGPU here, so the device is faked at its edge: a stand-in for the
-``spaces`` package that does what ZeroGPU does to a call and nothing more — pickles the
-arguments, runs the function in a process forked for the call, streams what it yields back, and
-refuses a call whose lease exceeds the visitor's quota with the error ZeroGPU raises, and can make
-the visitor wait in ZeroGPU's queue first (a clock moved forward). The model, the tokenizer, the
-generation and the scorer are real (the tiny random Llama, on the CPU). The real ``spaces``
-package is checked for what it must do off ZeroGPU (nothing) and, in a process of its own with
-CPU torch dressed as a CUDA build (``tests/zerogpu_sim.py``), for its thread-local CUDA emulation
-in the app's process, which our stand-in does not model."""
+``@spaces.GPU``. The cases that run a call the way ZeroGPU does (arguments pickled, the function
+in a process forked for the call, its output streamed back; quota and queue) are in
+``tests/zerogpu_fork_cases.py`` and run here in a fresh Python process (why: its docstring). The
+real ``spaces`` package is checked for what it must do off ZeroGPU (nothing) and, in a process of
+its own with CPU torch dressed as a CUDA build (``tests/zerogpu_sim.py``), for its thread-local
+CUDA emulation in the app's process, which the fork cases' stand-in does not model."""
 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-import pickle
+import re
 import subprocess
 import sys
 import threading
-import time
 import types
 
-import gradio as gr
 import pytest
 
 from backend import zerogpu
 from backend.generators import transformers_local as tl
-from backend.generators.base import Constraint, GenerationError, SamplingParams
-from backend.generators.transformers_local import TransformersGenerator
 
-FORK_TIMEOUT_S = 120  # a GPU task that never answers fails the test instead of hanging it
+CASES = os.path.join(os.path.dirname(__file__), "zerogpu_fork_cases.py")
 
 
-class FakeZeroGPU:
-    """The ZeroGPU edge: ``spaces.GPU(duration=…)`` for generator and plain functions."""
-
-    def __init__(self, quota_s: float | None = None) -> None:
-        self.quota_s = quota_s
-        self.leases: list[float] = []
-        self.queue_s = 0.0  # how long a call waits in ZeroGPU's queue (the clock below moves on)
-        self.clock_offset = 0.0
-
-    def time(self) -> float:
-        """backend.zerogpu's clock: the wall clock plus the queue waits so far."""
-        return time.time() + self.clock_offset
-
-    def GPU(self, task=None, *, duration=None, size=None):  # noqa: N802 - the package's name
-        if task is None:
-            return lambda fn: self.GPU(fn, duration=duration, size=size)
-        import inspect
-
-        fake = self
-
-        def schedule(args, kwargs) -> None:
-            lease = duration(*args, **kwargs) if callable(duration) else duration
-            fake.leases.append(lease)
-            fake.clock_offset += fake.queue_s  # scheduled on the first next(), after the wait
-            if fake.quota_s is not None and lease > fake.quota_s:
-                raise gr.Error(f"You have exceeded your free ZeroGPU quota ({lease:g}s requested vs. {fake.quota_s:g}s left). "
-                               "Try again in 0:12:00.", title="ZeroGPU quota exceeded", print_exception=False)
-            pickle.dumps((args, kwargs))  # ZeroGPU sends them to the forked worker
-
-        def child(q, args, kwargs, gen):
-            def work():
-                try:
-                    if gen:
-                        for item in task(*args, **kwargs):
-                            q.put(("item", pickle.dumps(item)))
-                    else:
-                        q.put(("item", pickle.dumps(task(*args, **kwargs))))
-                except Exception as e:  # ZeroGPU sends the class name only
-                    q.put(("exc", type(e).__name__))
-                q.put(("end", None))
-
-            # as ZeroGPU's worker does: the task runs in a fresh thread of the forked process (the
-            # forking thread's OpenMP team does not survive a fork: torch there would hang)
-            t = threading.Thread(target=work)
-            t.start()
-            t.join()
-
-        def run(args, kwargs, gen):
-            schedule(args, kwargs)
-            ctx = multiprocessing.get_context("fork")
-            q = ctx.Queue()
-            p = ctx.Process(target=child, args=(q, args, kwargs, gen), daemon=True)
-            p.start()
-            try:
-                while True:
-                    kind, value = q.get(timeout=FORK_TIMEOUT_S)
-                    if kind == "end":
-                        return
-                    if kind == "exc":
-                        raise gr.Error(value, title="ZeroGPU worker error")
-                    yield pickle.loads(value)
-            finally:
-                p.join(timeout=30)
-                if p.is_alive():
-                    p.kill()
-
-        if inspect.isgeneratorfunction(task):
-            def handler(*args, **kwargs):
-                yield from run(args, kwargs, True)
-        else:
-            def handler(*args, **kwargs):
-                return next(run(args, kwargs, False))
-        return handler
+def _run_fork_cases(marker: str) -> str:
+    """pytest on the fork cases selected by ``marker``, in a fresh process; their report on failure."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly",
+           "-m", marker, CASES]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=800, env=env, cwd=os.path.dirname(os.path.dirname(CASES)))
+    assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
+    return r.stdout
 
 
-@pytest.fixture
-def fake_zerogpu(monkeypatch):
-    fake = FakeZeroGPU()
-    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
-    monkeypatch.setattr(zerogpu, "cpu_torch", lambda: None)  # the ZeroGPU Space has the CUDA build of torch
-    monkeypatch.setattr(zerogpu, "time", types.SimpleNamespace(time=fake.time))
-    monkeypatch.setitem(sys.modules, "spaces", types.SimpleNamespace(GPU=fake.GPU))
-    fake.wrap = lambda: monkeypatch.setattr(tl, "_gpu_stream", zerogpu.gpu_task(tl._stream_task, duration=tl._lease))
-    return fake
+def test_the_gpu_process_cases_pass_in_a_fresh_process():
+    """Generation in the forked GPU process equals in-process, streams, keeps its error message,
+    waits in the queue without losing turn time, and a spent quota is a clear message."""
+    out = _run_fork_cases("not slow")
+    assert re.search(r"^4 passed, 1 deselected in ", out, re.M), out[-2000:]
 
 
-@pytest.fixture(scope="module")
-def tiny_gen(tiny_model_dir):
-    return TransformersGenerator(tiny_model_dir).load()
+@pytest.mark.slow
+def test_the_lens_gpu_process_case_passes_in_a_fresh_process():
+    """The lens's scoring in the forked GPU process equals in-process scoring (SmolLM2)."""
+    out = _run_fork_cases("slow")
+    assert re.search(r"^1 passed, 4 deselected in ", out, re.M), out[-2000:]
 
 
 def test_off_zerogpu_nothing_is_wrapped(monkeypatch):
@@ -166,104 +91,6 @@ def test_measured_speed_shortens_later_leases():
     speed.record(400, 2.0)  # 200 tok/s
     assert speed.get() == pytest.approx(200)
     assert zerogpu.duration_s(512, 0, tokens_per_s=speed.get()) < zerogpu.duration_s(512, 0)
-
-
-async def test_generation_in_a_forked_gpu_process_matches_in_process(tiny_gen, fake_zerogpu):
-    prompt = [1, 5, 9, 42, 7]
-    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True, logprobs=0)
-    tiny_gen.zerogpu = False
-    here = await tiny_gen.generate(prompt, params)  # in this process, unwrapped
-    fake_zerogpu.wrap()
-    tiny_gen.zerogpu = True
-    try:
-        streamed: list[list[int]] = []
-        there = await tiny_gen.generate(prompt, params, on_tokens=streamed.append)
-    finally:
-        tiny_gen.zerogpu = False
-    assert there.token_ids == here.token_ids and len(there.token_ids) == 12
-    assert there.logprobs == pytest.approx(here.logprobs, abs=1e-5)
-    assert there.finish_reason == here.finish_reason == "length"
-    assert sum(streamed, []) == there.token_ids and len(streamed) > 1  # streamed across the process boundary
-    assert fake_zerogpu.leases == [zerogpu.duration_s(12, len(prompt))]
-
-
-async def test_time_waited_in_zerogpus_queue_is_not_taken_from_the_turn(tiny_gen, fake_zerogpu):
-    """ZeroGPU schedules a generator task on its first next() and may queue it (up to 60 s): the
-    deadline must run from the task's start. Here the queue takes ten minutes of the clock; the
-    400-token turn must still end on max_tokens, not on the time limit."""
-    fake_zerogpu.queue_s = 600.0
-    fake_zerogpu.wrap()
-    tiny_gen.zerogpu = True
-    try:
-        g = await tiny_gen.generate([1, 5, 9], SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True))
-    finally:
-        tiny_gen.zerogpu = False
-    assert "time_limit_s" not in g.info, g.info
-    assert len(g.token_ids) == 400 and g.finish_reason == "length"
-    assert fake_zerogpu.leases and fake_zerogpu.clock_offset == 600.0
-
-
-async def test_an_error_inside_the_gpu_process_keeps_its_message(tiny_gen, fake_zerogpu):
-    fake_zerogpu.wrap()
-    tiny_gen.zerogpu = True
-    try:
-        with pytest.raises(GenerationError, match="invalid regex constraint"):
-            await tiny_gen.generate([1, 2, 3], SamplingParams(max_tokens=4), constraint=Constraint("regex", "(unclosed"))
-    finally:
-        tiny_gen.zerogpu = False
-
-
-async def test_spent_quota_is_a_clear_message(tiny_gen, fake_zerogpu):
-    fake_zerogpu.quota_s = 12
-    fake_zerogpu.wrap()
-    tiny_gen.zerogpu = True
-    try:
-        with pytest.raises(GenerationError) as e:
-            await tiny_gen.generate([1, 2, 3], SamplingParams(max_tokens=2000))
-    finally:
-        tiny_gen.zerogpu = False
-    msg = str(e.value)
-    assert msg.startswith("ZeroGPU quota exceeded: You have exceeded your free ZeroGPU quota")
-    assert "smaller Max tokens" in msg and "Trace files" in msg
-    assert zerogpu.gpu_error(gr.Error("some other failure")) is None and zerogpu.gpu_error(ValueError("x")) is None
-
-
-@pytest.mark.slow
-def test_lens_scoring_in_a_forked_gpu_process(monkeypatch, smollm2_model_dir):
-    """The lens's scoring in the GPU process: the scorer loaded in the app's process before the
-    call (the forked process inherits it, as ZeroGPU's worker does), numbers equal to in-process."""
-    import asyncio
-
-    from backend.config import LoopConfig
-    from backend.engine import AgentLoop
-    from backend.logprobs import TransformersScorer, score_trace
-    from backend.tokenizers import load_tokenizer
-    from ui import logprob_lens as L
-    from ui.context import AppContext, ModelOptions, ModelService
-
-    gen = TransformersGenerator(smollm2_model_dir).load()
-    cfg = LoopConfig(sampling={"temperature": 1.0, "seed": 3, "max_tokens": 12, "logprobs": 0}, max_assistant_turns=1)
-    trace = asyncio.run(AgentLoop(gen, load_tokenizer("smollm2"), config=cfg).run([{"role": "user", "content": "Hi!"}]))
-    ctx = AppContext(model=ModelService(ModelOptions(backend="transformers")))
-
-    fake = FakeZeroGPU()
-    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
-    monkeypatch.setattr(zerogpu, "cpu_torch", lambda: None)
-    monkeypatch.setitem(sys.modules, "spaces", types.SimpleNamespace(GPU=fake.GPU))
-    monkeypatch.setattr(L, "_score_on_gpu", zerogpu.gpu_task(L._score_task, duration=L._score_lease))
-    monkeypatch.setattr(L, "SCORERS", L._Scorers())
-    # this thread runs torch before the fork (as a long-lived app or test process has): the GPU
-    # process must still work (ZeroGPU runs the task in a fresh thread of the forked process)
-    expected = score_trace(trace, TransformersScorer(smollm2_model_dir, "float32"))
-    scored = L.score_sync(ctx, trace, "float32")
-    assert L.SCORERS.keys() == [(smollm2_model_dir, "float32", "cpu")]
-    got = [s.info.trainer_logprobs for s in scored.steps]
-    want = [s.info.trainer_logprobs for s in expected.steps]
-    assert any(got) and got == want
-    assert fake.leases == [zerogpu.scoring_duration_s(len(trace.input_ids))]
-    fake.quota_s = 1
-    with pytest.raises(L.LensError, match="ZeroGPU quota exceeded"):
-        L.score_sync(ctx, trace, "float32")
 
 
 @pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
