@@ -106,6 +106,7 @@ def vllm_server(request, tiny_model_dir):
 VLLM_GROUP = "vllm"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
     """Under ``--dist loadgroup`` a group runs on one worker. A test file is a group (its module
     fixtures, an app or a browser, are built once), and every file with a test marked ``vllm`` is
