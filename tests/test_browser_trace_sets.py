@@ -82,14 +82,17 @@ def app(browser, set_app_url):  # noqa: F811 - the browser fixture
 
 
 WRITER = r'''
-import sys, time
-src, out_dir = sys.argv[1], sys.argv[2]
+import os, sys, time
+src, out_dir, go = sys.argv[1], sys.argv[2], sys.argv[3]
 lines = open(src, encoding="utf-8").read().splitlines()
 with open(f"{out_dir}/1.jsonl", "a", encoding="utf-8") as f:  # appended to the file being shown
     for line in lines[:3]:
         f.write(line[: len(line) // 2]); f.flush()
         time.sleep(0.3)  # half a line on disk across a poll of the page
         f.write(line[len(line) // 2 :] + "\n"); f.flush()
+deadline = time.monotonic() + 120
+while not os.path.exists(go) and time.monotonic() < deadline:  # the test has seen the first rows
+    time.sleep(0.05)
 with open(f"{out_dir}/2.jsonl", "w", encoding="utf-8") as f:  # the next training step's file
     for line in lines[3:]:
         f.write(line + "\n"); f.flush()
@@ -110,7 +113,8 @@ def test_rows_appear_while_a_writer_appends(app, run_dir, tmp_path):
     assert "step" in " ".join(headers) and "file" in " ".join(headers)
     src = tmp_path / "new.jsonl"
     write_jsonl(engine_traces(6, "live"), str(src))
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(src), str(run_dir)], stdout=subprocess.PIPE, text=True)
+    go = tmp_path / "go"  # the writer holds its second file until the test has seen the first rows
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(src), str(run_dir), str(go)], stdout=subprocess.PIPE, text=True)
     seen_partial_ok = []
     try:
         # the first appended trace shows up (newest first: at the top) while the writer still writes
@@ -118,9 +122,11 @@ def test_rows_appear_while_a_writer_appends(app, run_dir, tmp_path):
             "() => Array.from(document.querySelectorAll('#tf-table [data-row][data-col=\"2\"]')).some((c) => c.innerText.includes('live-000'))",
             timeout=30_000)
         seen_partial_ok.append(proc.poll() is None)
+        go.touch()
         assert "bad record" not in app.text("#tf-set-status")
         app.wait_text("#tf-set-status", "18 trace(s) indexed in 2 file(s)", timeout=60_000)
     finally:
+        go.touch()
         out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "done" in out
     assert seen_partial_ok == [True]  # rows appeared before the writer had finished
