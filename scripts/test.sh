@@ -45,7 +45,8 @@ fi
 # worker, and the files with vLLM tests on one worker together (tests/conftest.py)
 workers=${ALI_TEST_WORKERS:-2}
 if [ "$workers" != 0 ]; then
-  args=(-n "$workers" --dist loadgroup ${args[@]+"${args[@]}"})
+  # the groups in the order tests/conftest.py gives them (costliest first), not xdist's (largest count first)
+  args=(-n "$workers" --dist loadgroup --no-loadscope-reorder ${args[@]+"${args[@]}"})
 fi
 if [ "$cov" = 1 ]; then
   mkdir -p .cache

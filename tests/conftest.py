@@ -106,16 +106,44 @@ def vllm_server(request, tiny_model_dir):
 VLLM_GROUP = "vllm"
 
 
+def _file_seconds() -> dict[str, float]:
+    """Each test file's measured seconds (tests/file_seconds.json, written by
+    ``scripts/test_durations.py LOG --json``); empty if the file is missing or unreadable."""
+    import json
+
+    try:
+        with open(os.path.join(os.path.dirname(__file__), "file_seconds.json"), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {k: float(v) for k, v in data.items() if isinstance(v, (int, float))} if isinstance(data, dict) else {}
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
     """Under ``--dist loadgroup`` a group runs on one worker. A test file is a group (its module
     fixtures, an app or a browser, are built once), and every file with a test marked ``vllm`` is
     one group together: the session's vLLM engines and server are built by one worker, once, as in
-    a run without workers (two workers would build two of each and hold twice the memory)."""
+    a run without workers (two workers would build two of each and hold twice the memory).
+
+    On the workers the groups are then ordered costliest first (``tests/file_seconds.json``; with
+    ``--no-loadscope-reorder``, scripts/test.sh's, xdist hands them out in this order): the
+    longest groups start at once instead of ending the run alone on one worker."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     vllm_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("vllm")}
+    group_of: dict[int, str] = {}
     for item in items:
-        if item.get_closest_marker("xdist_group") is None:
+        marker = item.get_closest_marker("xdist_group")
+        if marker is None:
             path = item.nodeid.split("::")[0]
             item.add_marker(pytest.mark.xdist_group(VLLM_GROUP if path in vllm_files else path))
+            marker = item.get_closest_marker("xdist_group")
+        group_of[id(item)] = str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
+    if config.getvalue("loadgroup"):
+        seconds = _file_seconds()
+        files: dict[str, set[str]] = {}
+        for item in items:
+            files.setdefault(group_of[id(item)], set()).add(item.nodeid.split("::")[0])
+        weight = {g: sum(seconds.get(f, 0.0) for f in fs) for g, fs in files.items()}
+        items.sort(key=lambda item: -weight[group_of[id(item)]])  # stable: a file's own order is kept

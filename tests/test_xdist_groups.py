@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from conftest import _file_seconds
 
 THIS_FILE = "tests/test_xdist_groups.py"
 
@@ -20,3 +21,21 @@ def test_this_file_is_one_group_and_a_worker_sees_it_in_the_test_id(request: pyt
     if os.environ.get("PYTEST_XDIST_WORKER") and request.config.getvalue("loadgroup"):
         # what the scheduler reads: the group after the last "@" of the id the worker reports
         assert request.node.nodeid == f"{THIS_FILE}::{request.node.name}@{THIS_FILE}", request.node.nodeid
+
+
+def test_the_workers_start_with_the_costliest_groups(request: pytest.FixtureRequest):
+    """tests/file_seconds.json names the costly files (the Space build, the vLLM files); on a
+    worker the session's tests come in groups ordered by their measured seconds, costliest first."""
+    seconds = _file_seconds()
+    assert seconds.get("tests/test_space_build.py", 0) > 60 and seconds.get("tests/test_backends_vllm.py", 0) > 30, seconds
+    if not (os.environ.get("PYTEST_XDIST_WORKER") and request.config.getvalue("loadgroup")):
+        return
+    weights: list[float] = []
+    seen: dict[str, float] = {}
+    for item in request.session.items:
+        group = item.nodeid.rsplit("@", 1)[-1]
+        if group not in seen:
+            files = {i.nodeid.split("::")[0] for i in request.session.items if i.nodeid.rsplit("@", 1)[-1] == group}
+            seen[group] = sum(seconds.get(f, 0.0) for f in files)
+            weights.append(seen[group])
+    assert weights == sorted(weights, reverse=True), weights[:10]
