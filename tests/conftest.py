@@ -140,7 +140,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(VLLM_GROUP if path in vllm_files else path))
             marker = item.get_closest_marker("xdist_group")
         group_of[id(item)] = str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
-    if config.getvalue("loadgroup"):
+    if getattr(config.option, "loadgroup", False):  # set on the workers of --dist loadgroup only
         seconds = _file_seconds()
         files: dict[str, set[str]] = {}
         for item in items:

@@ -18,7 +18,7 @@ THIS_FILE = "tests/test_xdist_groups.py"
 def test_this_file_is_one_group_and_a_worker_sees_it_in_the_test_id(request: pytest.FixtureRequest):
     marker = request.node.get_closest_marker("xdist_group")
     assert marker is not None and marker.args == (THIS_FILE,), marker
-    if os.environ.get("PYTEST_XDIST_WORKER") and request.config.getvalue("loadgroup"):
+    if os.environ.get("PYTEST_XDIST_WORKER") and getattr(request.config.option, "loadgroup", False):
         # what the scheduler reads: the group after the last "@" of the id the worker reports
         assert request.node.nodeid == f"{THIS_FILE}::{request.node.name}@{THIS_FILE}", request.node.nodeid
 
@@ -28,7 +28,7 @@ def test_the_workers_start_with_the_costliest_groups(request: pytest.FixtureRequ
     worker the session's tests come in groups ordered by their measured seconds, costliest first."""
     seconds = _file_seconds()
     assert seconds.get("tests/test_space_build.py", 0) > 60 and seconds.get("tests/test_backends_vllm.py", 0) > 30, seconds
-    if not (os.environ.get("PYTEST_XDIST_WORKER") and request.config.getvalue("loadgroup")):
+    if not (os.environ.get("PYTEST_XDIST_WORKER") and getattr(request.config.option, "loadgroup", False)):
         return
     weights: list[float] = []
     seen: dict[str, float] = {}
