@@ -462,12 +462,12 @@ def export_filtered(session: Session, df: pd.DataFrame | None, fmt: str) -> str:
 def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
     gr.Markdown("Upload trace files (JSONL / JSON / Parquet): our traces, or another tool's records (OpenTelemetry / "
                 "OpenInference / Langfuse spans, LangSmith, MLflow, Anthropic and OpenAI logs, Agents SDK, pydantic-ai, "
-                "LangChain, smolagents, verl, TRL, SkyRL, NeMo-RL, NeMo-Gym, slime .pt in local mode, ShareGPT), imported as traces. Bad records and anything not carried "
+                "LangChain, smolagents, verl, TRL, SkyRL, NeMo-RL, NeMo-Gym, slime .pt in local mode, ART's .yaml logs, ShareGPT), imported as traces. Bad records and anything not carried "
                 "over are listed with their line numbers; the good ones load. Select a row to open it in the **Inspector**.")
     parts = build_set(ctx)
     with gr.Row():
         with gr.Column(scale=2):
-            upload = gr.File(label="Trace file", file_types=[".jsonl", ".json", ".parquet", *([] if ctx.trust.public else [".pt"])], type="filepath", elem_id="tf-upload")
+            upload = gr.File(label="Trace file", file_types=[".jsonl", ".json", ".parquet", ".yaml", ".yml", *([] if ctx.trust.public else [".pt"])], type="filepath", elem_id="tf-upload")
             with gr.Row():
                 import_fmt = gr.Dropdown(FILE_FORMATS, value=AUTO, label="Format", elem_id="tf-import-fmt",
                                          info="auto: our traces, or the other tool's format found in the file")
