@@ -526,3 +526,11 @@ def test_areal_truncated_line_loses_only_its_record(qwen3, tmp_path):
     p.write_text(text[0] + "\n" + text[1][:40] + "\n", encoding="utf-8")
     res = import_file(str(p), bundle=qwen3)
     assert len(res.traces) == 1 and len(res.problems) == 1 and res.problems[0].line == 2
+
+
+def test_yaml_over_its_size_limit_is_refused(tmp_path, monkeypatch):
+    p = tmp_path / "0003.yaml"
+    p.write_bytes(open(ART_YAML, "rb").read())
+    monkeypatch.setenv("ALI_MAX_YAML_BYTES", "1000")  # the fixture is 1,904 bytes
+    res = import_file(str(p), tokenizer="qwen3")
+    assert not res.traces and len(res.problems) == 1 and "over the 1.0 KB limit for a YAML file" in res.problems[0].reason

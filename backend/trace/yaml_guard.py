@@ -17,8 +17,11 @@ anything) before any Python object is constructed:
   what comes out is made plain JSON values (timestamps as ISO text, keys as text); binary and set
   values are refused.
 
-Limits, read at each call: the file itself at most ``ALI_MAX_TRACE_LINE_BYTES`` (64 MiB: a YAML
-document is read whole, as a JSON document is); expanded, at most
+Limits, read at each call: the file itself at most ``ALI_MAX_YAML_BYTES`` (16 MiB). A YAML
+document is read whole, and PyYAML costs far more than JSON: measured (2 shared cores) on ART's
+own log repeated to 4 MiB (376,543 values, short strings), 9.4 s and 200 MB of peak memory (the
+event scan 2.1 s of it), so about 40 s and 0.8 GB at the limit for that shape; long message texts
+cost less per byte. Expanded, at most
 ``ALI_MAX_FILE_VALUES`` values (:func:`backend.trace.limits.max_file_values`, 8·10⁶, the count a
 Parquet file may decode to) and ``ALI_MAX_FILE_TEXT_BYTES`` bytes of text (256 MiB). A file cut in
 the middle of a line (no final newline: PyYAML's ``dump`` always ends with one) is refused as
@@ -36,10 +39,17 @@ import yaml
 from backend.trace.limits import TraceFileError, human_bytes, max_file_text_bytes, max_file_values
 
 MAX_DEPTH = 64
+DEFAULT_MAX_YAML_BYTES = 16 << 20
 SUFFIXES = (".yaml", ".yml")
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _OPEN = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
 _CLOSE = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+
+
+def max_yaml_bytes() -> int:
+    """``ALI_MAX_YAML_BYTES``, read at each call (default :data:`DEFAULT_MAX_YAML_BYTES`)."""
+    raw = os.environ.get("ALI_MAX_YAML_BYTES", "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_MAX_YAML_BYTES
 
 
 class YamlRefused(TraceFileError):
@@ -135,11 +145,11 @@ def read_yaml(path: str) -> Any:
     from backend.trace import io as _io  # its limits are read at each call (tests set them)
 
     name = os.path.basename(path)
-    limit = _io.DEFAULT_MAX_LINE_BYTES
+    limit = min(max_yaml_bytes(), _io.DEFAULT_MAX_FILE_BYTES)
     size = os.path.getsize(path)
     if size > limit:
         raise YamlRefused(f"{name} is {human_bytes(size)}, over the {human_bytes(limit)} limit for a YAML file "
-                          "(read whole, like a JSON document; ALI_MAX_TRACE_LINE_BYTES raises it)")
+                          "(read whole; ALI_MAX_YAML_BYTES raises it, or convert the file to JSON)")
     with open(path, "rb") as f:
         data = f.read()
     if b"\x00" in data[:4096]:
