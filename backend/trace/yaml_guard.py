@@ -17,11 +17,11 @@ anything) before any Python object is constructed:
   what comes out is made plain JSON values (timestamps as ISO text, keys as text); binary and set
   values are refused.
 
-Limits, read at each call: the file itself at most ``ALI_MAX_YAML_BYTES`` (16 MiB). A YAML
-document is read whole, and PyYAML costs far more than JSON: measured (2 shared cores) on ART's
-own log repeated to 4 MiB (376,543 values, short strings), 9.4 s and 200 MB of peak memory (the
-event scan 2.1 s of it), so about 40 s and 0.8 GB at the limit for that shape; long message texts
-cost less per byte. Expanded, at most
+Limits, read at each call: the file itself at most ``ALI_MAX_YAML_BYTES`` (8 MiB). A YAML
+document is read whole, and PyYAML costs far more than JSON: measured (2 shared cores, other
+jobs running) on ART's own log repeated to 4 MiB (376,543 values, short strings): 9.4 s and 200 MB
+of peak memory (the event scan 2.1 s of it); to 16 MiB: 58 s and 802 MB; so ~25 s and ~0.4 GB at
+the limit for that shape (long message texts cost less per byte). Expanded, at most
 ``ALI_MAX_FILE_VALUES`` values (:func:`backend.trace.limits.max_file_values`, 8·10⁶, the count a
 Parquet file may decode to) and ``ALI_MAX_FILE_TEXT_BYTES`` bytes of text (256 MiB). A file cut in
 the middle of a line (no final newline: PyYAML's ``dump`` always ends with one) is refused as
@@ -39,7 +39,7 @@ import yaml
 from backend.trace.limits import TraceFileError, human_bytes, max_file_text_bytes, max_file_values
 
 MAX_DEPTH = 64
-DEFAULT_MAX_YAML_BYTES = 16 << 20
+DEFAULT_MAX_YAML_BYTES = 8 << 20
 SUFFIXES = (".yaml", ".yml")
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _OPEN = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
