@@ -534,3 +534,22 @@ def test_yaml_over_its_size_limit_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("ALI_MAX_YAML_BYTES", "1000")  # the fixture is 1,904 bytes
     res = import_file(str(p), tokenizer="qwen3")
     assert not res.traces and len(res.problems) == 1 and "over the 1.0 KB limit for a YAML file" in res.problems[0].reason
+
+
+def test_an_upload_of_arts_yaml_is_imported_and_a_bomb_says_why(tmp_path):
+    """The Trace files tab (public mode): ART's YAML log is imported; a refused YAML says why, once."""
+    from backend.trust import Mode, TrustPolicy
+    from ui import trace_files
+    from ui.context import AppContext, Session
+
+    ctx = AppContext(trust=TrustPolicy(Mode.PUBLIC, "test"))
+    up = tmp_path / "0003.yaml"
+    up.write_bytes(open(ART_YAML, "rb").read())
+    status, probs = trace_files.load_file(ctx, Session(), str(up))
+    assert "3 trace(s) imported from <b>art</b>" in status and probs.empty, status
+    bomb = tmp_path / "0004.yaml"
+    bomb.write_text(_bomb(12), encoding="utf-8")
+    status, probs = trace_files.load_file(ctx, Session(), str(bomb))
+    assert "0 trace(s) loaded, <b>1 bad record(s)</b>" in status, status
+    assert probs.to_dict("records") == [{"line": 1, "problem": "0004.yaml not read: its aliases expand it to over 8,000,000 values "
+                                                               "(the limit, ALI_MAX_FILE_VALUES)"}]

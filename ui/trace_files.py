@@ -332,6 +332,7 @@ def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | No
     from backend import importers
     from backend.importers import load_any
     from backend.pickle_guard import looks_like_pickle
+    from backend.trace.yaml_guard import is_yaml_path
 
     pickled = looks_like_pickle(path)
     if pickled:  # before anything reads it: a public server never does
@@ -341,7 +342,8 @@ def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | No
     bundle = lambda: _import_bundle(ctx, tokenizer)  # noqa: E731 - loaded only for an import
     if fmt != AUTO:
         return _rows_of_import(importers.import_file(path, fmt, bundle=bundle()), path, keep_in), fmt
-    if not pickled and importers.detect(path) in (None, "trace"):  # a pickle is never ours: read once, by the import
+    # a pickle or a YAML log is never ours: read once, by the import (which says why one is refused)
+    if not (pickled or is_yaml_path(path)) and importers.detect(path) in (None, "trace"):
         return _rows_of(keep_upload(path, keep_in)), None
     res = load_any(path, import_foreign=True, bundle=bundle())
     return _rows_of_import(res, path, keep_in), ", ".join(getattr(res, "formats", None) or {}) or None
