@@ -553,3 +553,13 @@ def test_an_upload_of_arts_yaml_is_imported_and_a_bomb_says_why(tmp_path):
     assert "0 trace(s) loaded, <b>1 bad record(s)</b>" in status, status
     assert probs.to_dict("records") == [{"line": 1, "problem": "0004.yaml not read: its aliases expand it to over 8,000,000 values "
                                                                "(the limit, ALI_MAX_FILE_VALUES)"}]
+
+
+def test_yaml_aliases_stay_shared_and_values_are_json(tmp_path):
+    from backend.trace.yaml_guard import read_yaml
+
+    p = tmp_path / "x.yaml"
+    p.write_text("a: &x {n: [1, 2]}\nb: *x\nwhen: 2026-11-28\n1: one\n", encoding="utf-8")
+    doc = read_yaml(str(p))
+    assert doc == {"a": {"n": [1, 2]}, "b": {"n": [1, 2]}, "when": "2026-11-28", "1": "one"}
+    assert doc["a"] is doc["b"]  # converted once, as the constructor built it once: no expansion in memory

@@ -121,18 +121,25 @@ def check_events(data: bytes, *, max_values: int, max_text: int, max_depth: int 
     return values, text
 
 
-def _plain(v: Any, where: str = "") -> Any:
-    """The constructed document as JSON values (the depth is bounded by :func:`check_events`)."""
+def _plain(v: Any, where: str = "", memo: dict[int, Any] | None = None) -> Any:
+    """The constructed document as JSON values (the depth is bounded by :func:`check_events`). An
+    anchored collection is converted once and shared by its aliases, as the constructor shares it:
+    memory stays that of the file's own nodes."""
+    memo = {} if memo is None else memo
+    if isinstance(v, (dict, list)) and id(v) in memo:
+        return memo[id(v)]
     if isinstance(v, dict):
-        out = {}
+        out: dict[str, Any] = memo.setdefault(id(v), {})
         for k, x in v.items():
             if not isinstance(k, (str, int, float, bool)) and k is not None:
                 raise YamlRefused(f"{where or 'the document'} has a {type(k).__name__} key, not text")
             key = k if isinstance(k, str) else yaml.safe_dump(k).splitlines()[0]
-            out[key] = _plain(x, f"{where}.{key}" if where else key)
+            out[key] = _plain(x, f"{where}.{key}" if where else key, memo)
         return out
     if isinstance(v, list):
-        return [_plain(x, f"{where}[{i}]") for i, x in enumerate(v)]
+        items: list[Any] = memo.setdefault(id(v), [])
+        items.extend(_plain(x, f"{where}[{i}]", memo) for i, x in enumerate(v))
+        return items
     if isinstance(v, (datetime.date, datetime.datetime)):
         return v.isoformat()
     if isinstance(v, (bytes, set)):
