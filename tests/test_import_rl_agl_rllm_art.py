@@ -29,6 +29,7 @@ AGL = os.path.join(DATA, "agentlightning")
 RLLM = os.path.join(DATA, "rllm")
 ART = os.path.join(DATA, "art")
 ART_STEP = os.path.join(ART, "trajectories", "train", "0003.json")
+ART_YAML = os.path.join(ART, "trajectories", "train", "0003.yaml")  # as ART's serialize_trajectory_groups wrote it
 
 
 @pytest.fixture(scope="module")
@@ -260,11 +261,14 @@ def test_art_json_log_is_arts_yaml_log():
         assert yaml.safe_load(f) == load(ART_STEP)
 
 
-@pytest.mark.parametrize("path", [ART_STEP, os.path.join(ART, "model_dump.json"), os.path.join(ART, "for_logging.jsonl")],
-                         ids=["yaml-log-as-json", "model-dump", "for-logging"])
+@pytest.mark.parametrize("path", [ART_YAML, ART_STEP, os.path.join(ART, "model_dump.json"), os.path.join(ART, "for_logging.jsonl")],
+                         ids=["yaml-log", "yaml-log-as-json", "model-dump", "for-logging"])
 def test_art_rendered_with_trainable_mask(qwen3, path):
     if path.endswith(".jsonl"):
         groups = [{"trajectories": [json.loads(line) for line in open(path, encoding="utf-8")]}]
+    elif path.endswith(".yaml"):
+        with open(path, encoding="utf-8") as f:
+            groups = yaml.safe_load(f)
     else:
         groups = load(path)
     trajs = [(g, i, t) for g in groups for i, t in enumerate(g["trajectories"])]
@@ -295,7 +299,7 @@ def test_art_rendered_with_trainable_mask(qwen3, path):
         assert seen == sum(1 for m, _ in items if m["role"] == "assistant")
         if "messages" not in traj:
             assert trace.metadata["sample"] == i and trace.metadata["group"].startswith("art-")
-    if path == ART_STEP:  # trajectories/<split>/<step>.json: the step from the name
+    if path in (ART_STEP, ART_YAML):  # trajectories/<split>/<step>.yaml|json: the step from the name
         assert {t.metadata["training_step"] for t in res.traces} == {3}
     # the few-shot assistant answer in the prompt is not trained on: a mask-0 run in the response
     first = res.traces[0]
@@ -330,6 +334,92 @@ def test_art_truncated_log_is_reported(qwen3, tmp_path):
     p.write_text(text[: len(text) // 2], encoding="utf-8")
     res = import_file(str(p), bundle=qwen3)
     assert not res.traces and res.problems
+
+
+def test_art_yaml_log_imports_as_its_json_form(qwen3):
+    """ART's YAML log, read as written, gives the traces its JSON form gives (ids, mask, metadata)."""
+    a, b = import_file(ART_YAML, bundle=qwen3), import_file(ART_STEP, bundle=qwen3)
+    assert a.unit == "index" and not a.problems and not a.losses and a.formats == {"art": 3}
+    assert [(t.prompt_ids, t.response_ids, t.response_mask, t.metadata["extra"], t.metadata["group"]) for t in a.traces] == \
+           [(t.prompt_ids, t.response_ids, t.response_mask, t.metadata["extra"], t.metadata["group"]) for t in b.traces]
+
+
+def _bomb(levels: int) -> str:
+    """An ART-looking log whose one trajectory's logs are a "billion laughs": 10**levels strings."""
+    lines = ["- metadata:", "    a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"    a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, levels)]
+    lines += ["  trajectories:", "  - logs: *a%d" % (levels - 1), "    messages_and_choices:", "    - content: hi", "      role: user",
+              "    - finish_reason: stop", "      index: 0", "      message:", "        content: hello", "        role: assistant",
+              "    reward: 1.0"]
+    return "\n".join(lines) + "\n"
+
+
+def test_art_yaml_alias_bomb_is_refused_before_it_expands(qwen3, tmp_path):
+    import time
+
+    small = tmp_path / "0001.yaml"  # 10**3 strings: read, and the trajectory's logs are all there
+    small.write_text(_bomb(3), encoding="utf-8")
+    res = import_file(str(small), bundle=qwen3)
+    assert len(res.traces) == 1 and json.dumps(res.traces[0].metadata["extra"]["logs"]).count('"lol"') == 1000
+    p = tmp_path / "0002.yaml"  # 10**12 strings (~5 TB as JSON) in a file of under 1 KB
+    p.write_text(_bomb(12), encoding="utf-8")
+    assert p.stat().st_size < 1024
+    t0 = time.perf_counter()
+    res = import_file(str(p), bundle=qwen3)
+    assert time.perf_counter() - t0 < 5
+    assert not res.traces and len(res.problems) == 1
+    assert "aliases expand it to over 8,000,000 values" in res.problems[0].reason, res.problem_lines()
+    assert detect(str(p)) is None
+
+
+@pytest.mark.parametrize("text, why", [
+    ("- &a [*a]\n", "not defined before it"),  # recursive
+    ("[" * 100000 + "]" * 100000 + "\n", "nested over 64 levels"),  # libyaml's composer recurses in C: a crash
+    ("a: &d [[[[[[[[[[1]]]]]]]]]]\n" + "".join(f"b{i}: &d [[[[[[[[[[*d]]]]]]]]]]\n" for i in range(7)), "nested over 64 levels"),
+    ("- a\n---\n- b\n", "several YAML documents"),
+    ("- !!binary aGk=\n", "!!binary"),
+    ("- !!python/object/apply:os.system [echo hi]\n", "not valid YAML"),
+    ("- {a: [1, 2\n", "not valid YAML"),
+])
+def test_yaml_files_that_are_refused(tmp_path, text, why):
+    from backend.trace.yaml_guard import YamlRefused, read_yaml
+
+    p = tmp_path / "x.yaml"
+    p.write_text(text, encoding="utf-8")
+    with pytest.raises(YamlRefused, match=why.replace("!", "[!]")):
+        read_yaml(str(p))
+    res = import_file(str(p), tokenizer="qwen3")
+    assert not res.traces and len(res.problems) == 1 and "x.yaml not read" in res.problems[0].reason
+
+
+def test_art_truncated_yaml_is_reported(qwen3, tmp_path):
+    text = open(ART_YAML, encoding="utf-8").read()
+    # cut inside a line: refused as a whole (the writer ends its last line)
+    p = tmp_path / "0003.yaml"
+    p.write_text(text[: len(text) // 2], encoding="utf-8")
+    res = import_file(str(p), bundle=qwen3)
+    assert not res.traces and len(res.problems) == 1 and "truncated" in res.problems[0].reason
+    # cut at a line boundary inside the first group (before its second trajectory's reward): still YAML, but
+    # that group is refused, not imported short; the cut drops the second group, which nothing can know of
+    lines = text.splitlines(keepends=True)
+    cut = [i for i, line in enumerate(lines) if line.strip().startswith("reward:")][1]
+    p.write_text("".join(lines[:cut]), encoding="utf-8")
+    res = import_file(str(p), "art", bundle=qwen3)
+    assert not res.traces and len(res.problems) == 1 and "not an ART trajectory" in res.problems[0].reason
+
+
+def test_yaml_that_is_not_arts_is_not_imported(tmp_path):
+    from backend.importers import load_any
+
+    p = tmp_path / "config.yaml"
+    p.write_text("model: qwen3\nlr: 1.0e-6\nsteps: [1, 2]\n", encoding="utf-8")
+    assert detect(str(p)) is None
+    res = import_file(str(p), tokenizer="qwen3")
+    assert not res.traces and len(res.problems) == 1
+    # load_any (the UI, the CLI's view) never reads YAML as a trace file: it says to import it
+    res = load_any(ART_YAML)
+    assert not res.traces and "0003.yaml is YAML, not a trace; import it" in res.problems[0].reason
+    assert len(load_any(ART_YAML, import_foreign=True).traces) == 3
 
 
 def test_detection_keeps_other_formats(tmp_path):
@@ -436,3 +526,40 @@ def test_areal_truncated_line_loses_only_its_record(qwen3, tmp_path):
     p.write_text(text[0] + "\n" + text[1][:40] + "\n", encoding="utf-8")
     res = import_file(str(p), bundle=qwen3)
     assert len(res.traces) == 1 and len(res.problems) == 1 and res.problems[0].line == 2
+
+
+def test_yaml_over_its_size_limit_is_refused(tmp_path, monkeypatch):
+    p = tmp_path / "0003.yaml"
+    p.write_bytes(open(ART_YAML, "rb").read())
+    monkeypatch.setenv("ALI_MAX_YAML_BYTES", "1000")  # the fixture is 1,904 bytes
+    res = import_file(str(p), tokenizer="qwen3")
+    assert not res.traces and len(res.problems) == 1 and "over the 1.0 KB limit for a YAML file" in res.problems[0].reason
+
+
+def test_an_upload_of_arts_yaml_is_imported_and_a_bomb_says_why(tmp_path):
+    """The Trace files tab (public mode): ART's YAML log is imported; a refused YAML says why, once."""
+    from backend.trust import Mode, TrustPolicy
+    from ui import trace_files
+    from ui.context import AppContext, Session
+
+    ctx = AppContext(trust=TrustPolicy(Mode.PUBLIC, "test"))
+    up = tmp_path / "0003.yaml"
+    up.write_bytes(open(ART_YAML, "rb").read())
+    status, probs = trace_files.load_file(ctx, Session(), str(up))
+    assert "3 trace(s) imported from <b>art</b>" in status and probs.empty, status
+    bomb = tmp_path / "0004.yaml"
+    bomb.write_text(_bomb(12), encoding="utf-8")
+    status, probs = trace_files.load_file(ctx, Session(), str(bomb))
+    assert "0 trace(s) loaded, <b>1 bad record(s)</b>" in status, status
+    assert probs.to_dict("records") == [{"line": 1, "problem": "0004.yaml not read: its aliases expand it to over 8,000,000 values "
+                                                               "(the limit, ALI_MAX_FILE_VALUES)"}]
+
+
+def test_yaml_aliases_stay_shared_and_values_are_json(tmp_path):
+    from backend.trace.yaml_guard import read_yaml
+
+    p = tmp_path / "x.yaml"
+    p.write_text("a: &x {n: [1, 2]}\nb: *x\nwhen: 2026-11-28\n1: one\n", encoding="utf-8")
+    doc = read_yaml(str(p))
+    assert doc == {"a": {"n": [1, 2]}, "b": {"n": [1, 2]}, "when": "2026-11-28", "1": "one"}
+    assert doc["a"] is doc["b"]  # converted once, as the constructor built it once: no expansion in memory

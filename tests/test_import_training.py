@@ -427,3 +427,76 @@ def test_trl_parquet_of_messages_with_nested_nulls(tmp_path):
     assert [calls_of(t.messages[1]) for t in res.traces] == [[("a", {"x": 1})], [("b", {"y": [{"z": "é"}]})]]
     assert [t.metadata.get("score") for t in res.traces] == [0.5, None]
     assert res.traces[1].metadata["rewards"] == {"r": None}
+
+
+# ---- verl 0.9.1 rollout / validation dumps ------------------------------------------------------
+
+VERL_ROLLOUT = os.path.join(DATA, "verl", "rollout", "5.jsonl")  # verl 0.9.1's own _write_generations (gen_verl.py)
+VERL_VAL = os.path.join(DATA, "verl", "validation", "5.jsonl")
+
+
+@pytest.mark.parametrize("path", [VERL_ROLLOUT, VERL_VAL], ids=["rollout", "validation"])
+def test_verl_091_dump_imports_with_everything_kept(qwen3, path):
+    rows = _lines(path)  # the oracle: what verl's writer put in the file
+    assert detect(path) == "verl"
+    res = import_file(path, "auto", tokenizer="qwen3")
+    assert res.complete, res.problem_lines()
+    assert res.formats == {"verl": len(rows)}
+    for row, t in zip(rows, res.traces):
+        md = t.metadata
+        assert md["training_step"] == row["step"] == 5 == training_step_of(md)
+        assert md["score"] == row["score"] == _score(md)
+        want = {"score": row["score"], **({"reward": row["reward"]} if "reward" in row else {})}
+        assert md["rewards"] == want
+        assert (md["input"], md["output"], md["gts"], md["acc"]) == (row["input"], row["output"], row["gts"], row["acc"])
+        assert md["record"]["pred"] == row["pred"]
+        if "request_id" in row:  # the trace is named by it, and it is kept
+            assert t.id == md["request_id"] == row["request_id"]
+        assert "group" not in md  # verl 0.9.1 writes no uid: the group view groups by prompt
+        assert md["ids"] == "rendered" and md["messages"] == "recovered"
+        assert_rendered(t, qwen3)
+        answer = row["output"].rsplit("assistant\n", 1)[-1]
+        assert t.messages[-1] == {"role": "assistant", "content": answer}
+        assert answer in qwen3.tokenizer.decode(t.response_ids)
+        if "Zürich" in row["input"]:
+            assert [x["function"]["name"] for x in t.tools] == ["get_current_temperature"]
+    if path == VERL_ROLLOUT:
+        tool = res.traces[2]
+        assert [m["role"] for m in tool.messages] == ["user", "assistant", "tool", "assistant"]
+        assert calls_of(tool.messages[1]) == [("get_current_temperature", {"city": "Zürich"})]
+        assert json.loads(tool.messages[2]["content"]) == {"temperature": 14, "unit": "celsius"}
+
+
+def test_verl_dump_uid_column_is_the_group(tmp_path):
+    """A dump with a ``uid`` column (a trainer that adds it to the reward extras): the GRPO group."""
+    rows = _lines(VERL_ROLLOUT)
+    for i, r in enumerate(rows):
+        r["uid"] = f"prompt-{i // 2}"
+    p = tmp_path / "5.jsonl"
+    p.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    res = import_file(str(p), "verl", tokenizer="qwen3")
+    assert res.complete and [t.metadata["group"] for t in res.traces] == ["prompt-0", "prompt-0", "prompt-1", "prompt-1"]
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda r: r.__setitem__("score", "high"), "score must be a finite number"),
+    (lambda r: r.__setitem__("step", "five"), "step must be a training step"),
+    (lambda r: r.__setitem__("output", None), "needs string 'input' and 'output'"),
+])
+def test_verl_dump_bad_rows_are_reported(tmp_path, damage, why):
+    rows = _lines(VERL_ROLLOUT)
+    damage(rows[1])
+    p = tmp_path / "5.jsonl"
+    p.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    res = import_file(str(p), "verl", tokenizer="qwen3")
+    assert len(res.traces) == 3 and len(res.problems) == 1 and res.problems[0].line == 2
+    assert why in res.problems[0].reason, res.problem_lines()
+
+
+def test_verl_dump_truncated_line_loses_only_its_row(tmp_path):
+    text = open(VERL_ROLLOUT, encoding="utf-8").read()
+    p = tmp_path / "5.jsonl"
+    p.write_text(text[: len(text) - 40], encoding="utf-8")  # the writer died inside the last line
+    res = import_file(str(p), "auto", tokenizer="qwen3")
+    assert [t.metadata["request_id"] for t in res.traces] == ["req-0a", "req-0b", "req-1a"]
+    assert len(res.problems) == 1 and res.problems[0].line == 4

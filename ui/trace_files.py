@@ -332,6 +332,7 @@ def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | No
     from backend import importers
     from backend.importers import load_any
     from backend.pickle_guard import looks_like_pickle
+    from backend.trace.yaml_guard import is_yaml_path
 
     pickled = looks_like_pickle(path)
     if pickled:  # before anything reads it: a public server never does
@@ -341,7 +342,8 @@ def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | No
     bundle = lambda: _import_bundle(ctx, tokenizer)  # noqa: E731 - loaded only for an import
     if fmt != AUTO:
         return _rows_of_import(importers.import_file(path, fmt, bundle=bundle()), path, keep_in), fmt
-    if not pickled and importers.detect(path) in (None, "trace"):  # a pickle is never ours: read once, by the import
+    # a pickle or a YAML log is never ours: read once, by the import (which says why one is refused)
+    if not (pickled or is_yaml_path(path)) and importers.detect(path) in (None, "trace"):
         return _rows_of(keep_upload(path, keep_in)), None
     res = load_any(path, import_foreign=True, bundle=bundle())
     return _rows_of_import(res, path, keep_in), ", ".join(getattr(res, "formats", None) or {}) or None
@@ -462,12 +464,12 @@ def export_filtered(session: Session, df: pd.DataFrame | None, fmt: str) -> str:
 def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
     gr.Markdown("Upload trace files (JSONL / JSON / Parquet): our traces, or another tool's records (OpenTelemetry / "
                 "OpenInference / Langfuse spans, LangSmith, MLflow, Anthropic and OpenAI logs, Agents SDK, pydantic-ai, "
-                "LangChain, smolagents, verl, TRL, SkyRL, NeMo-RL, NeMo-Gym, slime .pt in local mode, ShareGPT), imported as traces. Bad records and anything not carried "
+                "LangChain, smolagents, verl, TRL, SkyRL, NeMo-RL, NeMo-Gym, slime .pt in local mode, ART's .yaml logs, ShareGPT), imported as traces. Bad records and anything not carried "
                 "over are listed with their line numbers; the good ones load. Select a row to open it in the **Inspector**.")
     parts = build_set(ctx)
     with gr.Row():
         with gr.Column(scale=2):
-            upload = gr.File(label="Trace file", file_types=[".jsonl", ".json", ".parquet", *([] if ctx.trust.public else [".pt"])], type="filepath", elem_id="tf-upload")
+            upload = gr.File(label="Trace file", file_types=[".jsonl", ".json", ".parquet", ".yaml", ".yml", *([] if ctx.trust.public else [".pt"])], type="filepath", elem_id="tf-upload")
             with gr.Row():
                 import_fmt = gr.Dropdown(FILE_FORMATS, value=AUTO, label="Format", elem_id="tf-import-fmt",
                                          info="auto: our traces, or the other tool's format found in the file")

@@ -55,7 +55,8 @@ from backend.trace import (
     trace_of,
 )
 from backend.trace import io as _io
-from backend.trace.io import JSON, PARQUET, check_layout, collect, is_trace_parquet, open_parquet
+from backend.trace.io import JSON, PARQUET, Source, check_layout, collect, is_trace_parquet, open_parquet
+from backend.trace.yaml_guard import YamlRefused, is_yaml_path, read_yaml
 
 # The formats, one row each: (name, module that registers it). The order is auto-detection's:
 # most specific first (a record two formats could read goes to the earlier one, and the import
@@ -211,7 +212,15 @@ def _records(path: str, fmt: str | None) -> Iterator[tuple[int, Any]]:
         whole = get_importer(fmt).whole_file
     else:
         whole = _whole_in_auto if fmt in (None, "auto") else None
-    for n, _, rec in iter_records(sniff(path), whole=whole):
+    if is_yaml_path(path):  # one YAML document, read bounded (backend/trace/yaml_guard.py), then as a JSON one
+        try:
+            src = Source(path, JSON, read_yaml(path))
+        except YamlRefused as e:
+            yield 1, LoadProblem(1, str(e))
+            return
+    else:
+        src = sniff(path)
+    for n, _, rec in iter_records(src, whole=whole):
         yield n, rec
 
 
@@ -245,8 +254,8 @@ def _whole_in_auto(doc: Any) -> bool:
 
 
 def unit_of_file(path: str) -> str:
-    """What a record's number counts in ``path``: ``index`` (a pickle's items), ``row`` (Parquet), ``line``."""
-    if looks_like_pickle(path):
+    """What a record's number counts in ``path``: ``index`` (a pickle's or YAML list's items), ``row`` (Parquet), ``line``."""
+    if looks_like_pickle(path) or is_yaml_path(path):
         return "index"
     return "row" if path.endswith(".parquet") else "line"
 
@@ -433,11 +442,13 @@ def load_any(path: str, *, import_foreign: bool = False, tokenizer: str = "qwen3
     def imported(fmt: str) -> LoadResult:
         return import_file(path, fmt, tokenizer=tokenizer, bundle=bundle)
 
-    if looks_like_pickle(path):  # never a trace file: imported (read in a pickle worker) when asked
+    # never trace files: a pickle (read in a pickle worker) or a YAML log (ART's) is imported when asked
+    what = "a pickle (a torch .pt file)" if looks_like_pickle(path) else "YAML" if is_yaml_path(path) else None
+    if what is not None:
         if import_foreign:
             return imported("auto")
         res = LoadResult()
-        res.problems.append(LoadProblem(1, f"{os.path.basename(path)} is a pickle (a torch .pt file), not a trace; import "
+        res.problems.append(LoadProblem(1, f"{os.path.basename(path)} is {what}, not a trace; import "
                                            f"it: python -m backend import {path} --out TRACES.jsonl"))
         return res
     src = sniff(path)

@@ -5,18 +5,19 @@ An ART ``Trajectory`` is text: ``messages_and_choices`` — chat messages (dicts
 results, and assistant turns ART does not train on) and the model's own turns as openai ``Choice``
 objects (``{finish_reason, index, message, logprobs}``: trained on) — with ``reward``, ``metrics``,
 ``metadata``, ``logs`` and ``tools``; a ``TrajectoryGroup`` holds the trajectories of one prompt
-(``trajectories``, ``metadata``, ``exceptions``). Read here, as JSON: a group (a list of groups is
-what ``LocalBackend`` logs to ``trajectories/<split>/<step>.yaml``, written by
-``serialize_trajectory_groups``; its ``trajectory_group_to_dict`` form, or the ``model_dump`` ART's
-client posts), a lone trajectory, or ``Trajectory.for_logging()`` (``messages`` each with ART's
-``trainable`` flag). YAML itself is not read: convert the file to JSON first.
+(``trajectories``, ``metadata``, ``exceptions``). Read here: a group (a list of groups is what
+``LocalBackend`` logs to ``trajectories/<split>/<step>.yaml``, written by
+``serialize_trajectory_groups`` — ``yaml.dump`` of ``trajectory_group_to_dict`` — read as it is,
+through :mod:`backend.trace.yaml_guard`, or the same as JSON; or the ``model_dump`` ART's client
+posts), a lone trajectory, or ``Trajectory.for_logging()`` (``messages`` each with ART's
+``trainable`` flag).
 
 There are no token ids: each trajectory is rendered with the chosen tokenizer and template
 (``metadata.ids = "rendered"``), and the mask follows ART's flag — a trainable turn's tokens 1,
 an assistant message ART does not train on 0 (like the prompt and tool output). Metadata:
 ``rewards`` = ``{"reward": ...}``, ``score`` the reward, ``group`` the group's (a content hash: ART
 groups have no id) with ``sample`` the trajectory's index in it, ``training_step`` from a
-``<step>.json`` file name, the rest (metrics, metadata, logs, the group's metadata and exceptions,
+``<step>.yaml`` (or ``.json``) file name under ``trajectories/<split>/``, the rest (metrics, metadata, logs, the group's metadata and exceptions,
 each choice's finish reason and logprobs — per word/token of the model's text, not of the
 re-rendered ids) under ``metadata.extra``.
 """
@@ -33,7 +34,7 @@ from backend.importers.common import Conversation, RecordError, normalize_tools,
 from backend.importers.trl import messages_of
 from backend.trace.messages import json_type
 
-_STEP_FILE = re.compile(r"^(\d{1,9})\.json$")
+_STEP_FILE = re.compile(r"^(\d{1,9})\.(?:json|ya?ml)$")
 
 
 def _num(v: Any) -> bool:

@@ -15,11 +15,16 @@
   when present, else the ``system``/``user``/``assistant`` role lines the decoded text keeps,
   with ``<tool_call>`` turns and ``<tool_response>`` blocks split out — and rendered with the
   chosen tokenizer (``metadata.ids = "rendered"``, ``metadata.messages = "recovered"``). The
-  original text, score and step stay in metadata.
+  original text, score and step stay in metadata, with ``training_step`` (the row's ``step``: the
+  file is ``<dir>/<step>.jsonl``), ``rewards`` (the score and each numeric reward column), ``group``
+  (a ``uid`` column, when a dump has one: verl 0.9.1's does not) and ``request_id``; the other
+  columns (``pred``, ...) under ``metadata.record``. Read from verl 0.9.1's
+  ``RayPPOTrainer._write_generations``: the dump holds text only — no ids, masks or logprobs.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -62,6 +67,35 @@ def _floats(v: Any, name: str, n: int) -> list[float] | None:
     if not all(type(x) in (int, float) for x in v):
         raise RecordError(f"{name} must be a list of numbers")
     return [float(x) for x in v]
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _dump_fields(record: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
+    """The RL metadata of a rollout dump row (``_write_generations``: ``step`` = the trainer's
+    ``global_steps``, ``score`` = the summed token-level scores, then the reward manager's extra
+    columns and, when the batch has them, ``request_id``): ``training_step``, ``rewards`` (the score
+    and each numeric extra column, e.g. validation's ``reward``), ``group`` from a ``uid`` column,
+    ``request_id``."""
+    out: dict[str, Any] = {}
+    step, score = record.get("step"), record.get("score")
+    if step is not None:
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise RecordError(f"step must be a training step (a whole number), got {step!r}"[:120])
+        out["training_step"] = step
+    if score is not None and not _number(score):
+        raise RecordError(f"score must be a finite number (verl sums the token-level scores), got {score!r}"[:120])
+    rewards = {"score": float(score)} if score is not None else {}
+    rewards.update({k: float(v) for k, v in extras.items() if k not in ("request_id", "uid") and _number(v)})
+    if rewards:
+        out["rewards"] = rewards
+    if isinstance(record.get("uid"), (str, int)) and not isinstance(record["uid"], bool):
+        out["group"] = str(record["uid"])
+    if isinstance(record.get("request_id"), str):
+        out["request_id"] = record["request_id"]
+    return out
 
 
 def _ints(v: Any, name: str) -> list[int]:
@@ -181,4 +215,5 @@ class VerlImporter(Importer):
         extras = {k: v for k, v in record.items() if k not in ("input", "output", "gts", *meta)}
         if extras:
             meta["record"] = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in extras.items()}
+        meta.update(_dump_fields(record, extras))
         return [Conversation(messages=msgs + resp, tools=tools or [], metadata=meta, id=record_id(record, keys=("id", "trace_id", "request_id")))]

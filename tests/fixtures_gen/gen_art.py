@@ -15,8 +15,8 @@ logprobs; ``reward``, ``metrics``, ``metadata``, ``logs``; ``tools``). Files, in
 ``tests/data/import/art/``:
 
 * ``trajectories/train/0003.yaml`` — ``serialize_trajectory_groups`` (what ``LocalBackend._log``
-  writes to ``<model dir>/trajectories/<split>/<step:04d>.yaml``; the app reads JSON, not YAML:
-  the tests read this file with PyYAML to check that the JSON files hold the same values);
+  writes to ``<model dir>/trajectories/<split>/<step:04d>.yaml``; the app reads it as it is, and the
+  tests read it with PyYAML's own ``safe_load`` as the oracle);
 * ``trajectories/train/0003.json`` — the same groups, ``trajectory_group_to_dict`` (ART's own dict
   form of that file: choices without logprobs) as JSON;
 * ``model_dump.json`` — ``[group.model_dump(mode="json") ...]``, the ``trajectory_groups`` ART's
