@@ -40,11 +40,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from backend.labels import termination_label
-from backend.trace.index import training_step_of
+from backend.trace.index import group_id_of, training_step_of
 from backend.trace.model import StepState, Trace
 
 SCORE_KEYS = ("score", "reward_score")  # the total reward: the RL convention's, then verl's
-GROUP_KEYS = ("group", "uid")  # the group id: the RL convention's, then verl's prompt uid
 EQUAL_TOL = 1e-9  # rewards closer than this count as equal (no learning signal)
 
 
@@ -109,11 +108,9 @@ def _preview(msgs: list[dict[str, Any]], limit: int = 200) -> str:
 def group_of(t: Trace) -> tuple[str, str]:
     """``(group id, by)``: the id the file names (``by`` "group"), else a hash of the prompt
     messages (``"p-<12 hex>"``, ``by`` "prompt")."""
-    md = t.metadata if isinstance(t.metadata, dict) else {}
-    for k in GROUP_KEYS:
-        v = md.get(k)
-        if isinstance(v, (str, int)) and not isinstance(v, bool) and str(v) != "":
-            return (str(v) if k == "group" else f"{k}-{v}"), "group"
+    gid = group_id_of(t.metadata)
+    if gid is not None:
+        return gid, "group"
     blob = json.dumps(prompt_messages(t), ensure_ascii=False, sort_keys=True, default=str)
     return "p-" + hashlib.sha1(blob.encode("utf-8", "surrogatepass")).hexdigest()[:12], "prompt"
 

@@ -288,6 +288,8 @@ def _check_endpoint(name: str, out: Any, downloads: Path) -> None:
         assert 'data-step="1"' in out[0] and "generating" in out[0]
     elif name == "/inspector_score":  # a trace that names no model cannot be scored: said in the lens's status
         assert "not scored" in text and 'data-status=\\"err\\"' in text
+    elif name == "/inspector_lens":  # the first sample has no rollout logprobs: the status says so, no numbers
+        assert 'data-status="info"' in out[0] and "no rollout logprobs" in out[0] and out[1] == "", out[:2]
     elif name == "/template_lab_render":
         assert 'class=\\"ali-ok\\"' in json.dumps(out[0]) and 'class=\\"ali-ok\\"' in json.dumps(out[3])
         assert "tokens" in out[0] and out[6]
@@ -320,7 +322,7 @@ def test_every_endpoint_called_with_its_documented_defaults_does_what_the_page_d
     api = client(scripted_app).view_api(return_format="dict", print_info=False)
     named = api["named_endpoints"]
     stable = {"/app_load", "/playground_run", "/playground_stop", "/playground_reset", "/inspector_open", "/inspector_score",
-              "/template_lab_render", "/trace_files_upload", "/trace_groups"}
+              "/inspector_lens", "/template_lab_render", "/trace_files_upload", "/trace_groups"}
     assert stable <= set(named), sorted(named)
     required = {n: [p["parameter_name"] for p in ep["parameters"] if not p["parameter_has_default"]] for n, ep in named.items()}
     # a file upload needs its file; every other parameter of the stable endpoints has its default
@@ -344,6 +346,40 @@ def test_every_endpoint_called_with_its_documented_defaults_does_what_the_page_d
         _check_endpoint(name, out, downloads)
         checked.append(name)
     assert stable <= set(checked)
+
+
+PRIME_RL_EXPORT = ROOT / "tests" / "data" / "import" / "verifiers" / "run" / "token_exports" / "step_3" / "rank_0.jsonl"
+
+
+def test_the_lens_of_a_file_with_both_logprobs_over_the_api(scripted_app, tmp_path):
+    """A prime-rl token export (written by the real library, tests/fixtures_gen/gen_verifiers.py)
+    uploaded, its first trace opened: /inspector_lens gives the lens's numbers from the file's
+    own logprobs, no scoring and no model (the app is scripted): the loss-mask token count, the
+    largest |trainer − inference| and prime-rl's own mismatch_kl averaged over the loss mask."""
+    import re
+
+    from gradio_client import handle_file
+
+    row = json.loads(PRIME_RL_EXPORT.read_text(encoding="utf-8").splitlines()[0])
+    on = [i for i, m in enumerate(row["loss_mask"]) if m]
+    c = client(scripted_app, tmp_path)
+    up = c.predict(handle_file(str(PRIME_RL_EXPORT)), api_name="/trace_files_upload")
+    assert "imported from <b>prime-rl</b>" in up[0], up[0]
+    views = c.predict(api_name="/inspector_open")
+    assert "prime-rl-s3-r0-0" in views[1]  # the summary names the file's first trace
+    status, numbers, scatter, _, _, worst = c.predict(api_name="/inspector_lens")
+    assert 'data-status="ok"' in status and "from the file" in status, status
+
+    def metric(name: str) -> float:
+        m = re.search(rf'<tr data-metric="{name}"><th[^>]*>[^<]*</th><td data-value="([^"]+)"', numbers)
+        assert m, (name, numbers[:500])
+        return float(m.group(1))
+
+    assert metric("tokens") == len(on)
+    d = [row["trainer_logprobs"][i] - row["inference_logprobs"][i] for i in on]
+    assert metric("max_abs_delta") == pytest.approx(max(map(abs, d)), rel=1e-6)
+    assert metric("kl_k3") == pytest.approx(sum(row["mismatch_kl"][i] for i in on) / len(on), rel=1e-2)
+    assert 'class="ali-lens-tok"' in worst and scatter
 
 
 # ---- slow: the embedded model ------------------------------------------------------------------------

@@ -9,7 +9,7 @@ the light and the dark theme (``ALI_SCREENSHOT_DIR``: grpo_groups_light.png, grp
 from __future__ import annotations
 
 import pandas as pd
-from test_browser import ROOT, App, app, app_url, browser, pytestmark, shots  # noqa: F401 - fixtures, used by name
+from test_browser import _NAVIGATION_ABORT, ROOT, App, app, app_url, browser, pytestmark, shots  # noqa: F401 - fixtures, used by name
 
 TRL_STEP1 = ROOT / "tests" / "data" / "import" / "trl" / "completions" / "completions_00001.parquet"
 
@@ -64,10 +64,11 @@ def test_group_view_of_a_trl_log_light_and_dark(app, shots):  # noqa: F811 - fix
 
 
 def test_a_link_opens_a_group_with_its_sample(browser, app_url):  # noqa: F811 - fixtures
-    """``?group=<key>&trace=<id>`` on the samples every session holds, opened in a new page: the
+    """``?tab=files&group=<key>&trace=<id>`` (as the view writes it) on the samples every session holds, opened in a new page: the
     Trace files tab opens with the group view open on that group, the linked sample as A beside the
-    best one as B."""
-    from urllib.parse import quote
+    best one as B; the Inspector, opened next, keeps ``group=`` in the address it rewrites, and a
+    reload of that address shows the same group and sample."""
+    from urllib.parse import parse_qs, quote, urlsplit
 
     from backend.groups import group_traces
     from backend.trace import load_traces
@@ -77,12 +78,31 @@ def test_a_link_opens_a_group_with_its_sample(browser, app_url):  # noqa: F811 -
     linked = g.samples[-1]
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     try:
-        app = App(ctx.new_page(), f"{app_url}?group={quote(g.key, safe='')}&trace={quote(linked.id, safe='')}")
+        # the page first as App opens it (the Playground shown), then the link: a link opens another
+        # tab, and App's wait for the Playground's Send would race the app's load event
+        app = App(ctx.new_page(), app_url)
+        app.page.goto(f"{app_url}?tab=files&group={quote(g.key, safe='')}&trace={quote(linked.id, safe='')}")
         app.page.wait_for_selector("#tf-table", state="visible")
         app.page.wait_for_function(f"document.querySelectorAll('#gv-table [data-row][data-col=\"0\"]').length === {len(g.samples)}")
         assert f"group {g.key}" in app.wait_text("#gv-note", g.key)
         app.wait_text("#gv-aligned", f"A: rank {linked.rank} · {linked.id}")
         assert "B: rank 1" in app.text("#gv-aligned")
+        # the Inspector, opened on the linked trace, writes its trace and step into the address:
+        # the group stays named there, and the address reopens the same group and sample
+        app.tab("Inspector")
+        app.page.wait_for_function("new URL(window.location.href).searchParams.get('step') !== null")
+        q = parse_qs(urlsplit(app.js("window.location.href")).query)
+        assert q["group"] == [g.key] and q["tab"] == ["inspector"], q
+        assert q["trace"] != [linked.id]  # the Inspector names the trace by its label now
+        app.page.reload()  # not App.reload: it waits for the Playground, and this address opens the Inspector
+        app.page.wait_for_selector("#insp-tokens .tv-c > span", state="visible")
+        assert parse_qs(urlsplit(app.js("window.location.href")).query)["group"] == [g.key]
+        app.tab("Trace files")
+        app.wait_text("#gv-note", f"group {g.key}")
+        app.wait_text("#gv-aligned", f"A: rank {linked.rank} · {linked.id}")
+        # the two navigations (the link, the reload) abort the previous page's requests: gradio's
+        # client logs those (as App.reload drops them); any other error stays
+        app.errors[:] = [e for e in app.errors if not _NAVIGATION_ABORT.search(e)]
         app.assert_clean()
     finally:
         ctx.close()

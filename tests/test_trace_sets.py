@@ -511,6 +511,32 @@ def test_cli_index(tmp_path, engine_traces):
     assert cli("index", str(empty), env_cache=tmp_path / "c").returncode == 2
 
 
+def test_cli_index_counts_the_rl_columns(tmp_path):
+    """``index`` on a prime-rl run folder (tests/fixtures_gen/gen_verifiers.py): the distinct
+    group ids and the rows per trainer rank, as the files state them (read here with json); the
+    --out rows carry group, sample and rank."""
+    import glob
+
+    import pandas as pd
+
+    src = os.path.join(ROOT, "tests", "data", "import", "verifiers", "run")
+    groups, ranks = set(), {}
+    for p in glob.glob(os.path.join(src, "rollouts", "**", "traces.jsonl"), recursive=True):
+        groups |= {json.loads(line)["group"]["id"] for line in open(p, encoding="utf-8")}
+    for p in glob.glob(os.path.join(src, "token_exports", "*", "rank_*.jsonl")):
+        for line in open(p, encoding="utf-8"):
+            r = str(json.loads(line)["rank"])
+            ranks[r] = ranks.get(r, 0) + 1
+    r = cli("index", src, "--json", "--out", str(tmp_path / "ix.csv"), env_cache=tmp_path / "c")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["groups"] == len(groups) > 1 and out["ranks"] == dict(sorted(ranks.items()))
+    rows = pd.read_csv(tmp_path / "ix.csv")
+    assert {"group", "sample", "rank"} <= set(rows.columns) and set(rows["group"].dropna()) == groups
+    text = cli("index", src, env_cache=tmp_path / "c").stdout
+    assert f"GRPO groups named by the files: {len(groups)}" in text and "per trainer rank: " in text
+
+
 def test_cli_index_follow_prints_new_traces(tmp_path, engine_traces):
     d = tmp_path / "run"
     verl_layout(d, engine_traces, steps=(1,), per_step=2)

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 
+import pandas as pd
 import pytest
 
 from backend.importers import import_file
@@ -161,3 +162,57 @@ def test_without_the_importers_hook_our_traces_index_as_before_and_other_rows_sa
         catalog.register_foreign_rows(hooked)
     again = TraceSet.open_set(str(d), cache=cache, final=True, import_bundle=lambda: qwen3)
     assert again.stats["hit"] == 0 and again.frame().equals(full.frame())
+
+
+def test_rl_columns_group_sample_rank_are_the_files_own(tmp_path, qwen3):
+    """The index's RL columns (issue 30, item 5) on a prime-rl run folder (written by the real
+    verifiers / prime-rl code, tests/fixtures_gen/gen_verifiers.py): a verifiers episode's rows
+    carry its ``group.id``, a token export's rows its ``rank`` and ``step``, read here from the
+    files with json; cold and from the cache alike; the same values as the imported traces' rows
+    (``summary_of_trace``)."""
+    import glob
+
+    from backend.trace.index import summary_of_trace
+
+    src = os.path.join(DATA, "verifiers", "run")
+    want: dict[str, tuple[object, object, object]] = {}  # id -> (group, rank, step)
+    for p in sorted(glob.glob(os.path.join(src, "token_exports", "*", "rank_*.jsonl"))):
+        for line in open(p, encoding="utf-8"):
+            r = json.loads(line)
+            want[f"prime-rl-s{r['step']}-r{r['rank']}-{r['export_sequence_idx']}"] = (None, r["rank"], r["step"])
+    for p in sorted(glob.glob(os.path.join(src, "rollouts", "*", "*", "*", "traces.jsonl"))):
+        for line in open(p, encoding="utf-8"):
+            ep = json.loads(line)
+            for tr in ep["traces"]:
+                want[tr["id"]] = (ep["group"]["id"], None, ep["run"]["work"]["step"])
+    assert len({g for g, _, _ in want.values() if g}) >= 2 and len({r for _, r, _ in want.values() if r is not None}) == 2
+    cache = str(tmp_path / "cache")
+    for _ in range(2):  # cold, then from the cache
+        ts = TraceSet.open_set(src, cache=cache, final=True, import_bundle=lambda: qwen3)
+        df = ts.df
+        assert not ts.problem_rows() and sorted(df["id"]) == sorted(want)
+        for _, row in df.iterrows():
+            group, rank, step = want[row["id"]]
+            assert (row["group"], None if row["rank"] is pd.NA else row["rank"], row["training_step"]) == (group, rank, step), row["id"]
+            assert row["sample"] is pd.NA
+    for i in range(len(df)):
+        s = summary_of_trace(ts.open(i))
+        assert (s["group"], s["rank"], s["sample"]) == (want[s["id"]][0], want[s["id"]][1], None)
+
+
+def test_rl_columns_of_our_traces_and_a_verl_uid(tmp_path):
+    """Our own traces give ``metadata.group`` / ``sample`` / ``rank`` as written; a verl rollout-dump
+    row (hand-built here) its ``uid`` as the group, as backend/groups.py names it."""
+    from backend.trace import Trace, write_jsonl
+
+    d = tmp_path / "set"
+    d.mkdir()
+    write_jsonl([Trace(id="a", messages=[{"role": "user", "content": "q"}], metadata={"group": "g7", "sample": 3, "rank": 1}),
+                 Trace(id="b", messages=[{"role": "user", "content": "q"}], metadata={"group": 12, "sample": True})], str(d / "ours.jsonl"))
+    (d / "5.jsonl").write_text(json.dumps({"input": "q", "output": "a", "score": 1.0, "step": 5, "uid": "u-9"}) + "\n")
+    ts = TraceSet.open_set(str(d), cache=False, final=True)
+    rows = {r["id"]: r for _, r in ts.df.iterrows()}
+    assert (rows["a"]["group"], rows["a"]["sample"], rows["a"]["rank"]) == ("g7", 3, 1)
+    assert rows["b"]["group"] == "12" and rows["b"]["sample"] is pd.NA  # a bool is not an index
+    (verl,) = [r for k, r in rows.items() if k not in ("a", "b")]
+    assert verl["group"] == "uid-u-9" and verl["training_step"] == 5

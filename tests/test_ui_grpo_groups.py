@@ -116,6 +116,15 @@ def test_a_link_names_a_group_and_a_sample(ctx, tmp_path):
     assert v["groups"][1] == key and v["pair"][1:] == ("2", "2")
     assert link_tab({"group": key}, True) == "files" and link_tab({"trace": "x"}, True) == "inspector"
     assert gv.rank_of(sess, trace_files.audit_source, "no/such", tid) is None
+    # the address once the Inspector has shown that trace (ui/assets/inspector_request.js): the
+    # trace named by its label, the tab by the Inspector, group= kept: the same group and sample
+    row = next(i for i in range(len(sess.file_traces)) if trace_files.file_trace(sess, i).id == worst)
+    label = trace_files.open_file_row(sess, row)  # as the Inspector opens it
+    assert label != worst
+    rewritten = {"tab": "inspector", "group": key, "trace": label, "step": "1"}
+    assert link_tab(rewritten, True) == "inspector"
+    g2, t2 = gv.link_params(rewritten)
+    assert g2 == key and gv.rank_of(sess, trace_files.audit_source, g2, t2) == "2"
 
 
 def test_the_groups_are_kept_until_the_tab_shows_other_traces(ctx, tmp_path):

@@ -609,10 +609,13 @@ def _wire_lens(ctx: AppContext, session: gr.State, ui: InspectorUI) -> None:
     lens.cap.blur(on_cap, [session, lens.cap, ui.decode_dd], lens.outputs(), api_visibility="undocumented")
     # whatever showed a trace (a pick, a link, a file, a run) rewrote the summary: the lens follows
     # (not among those events' outputs, whose positions API clients rely on)
-    def lens_follows(sess: Session, decode: str | None):
+    def lens_follows(sess: Session, decode: str | None = "auto"):
         return show_lens(ctx, sess, decode)
 
-    ui.summary.change(lens_follows, [session, ui.decode_dd], lens.outputs(), api_visibility="undocumented")
+    # API name, kept stable: /inspector_lens (decode) -> the lens of the session's current trace as
+    # it stands (status, numbers, three charts, worst tokens): a file's own rollout and trainer
+    # logprobs with no scoring, a scored trace's, else the status saying what is missing
+    ui.summary.change(lens_follows, [session, ui.decode_dd], lens.outputs(), api_name="inspector_lens")
 
 
 

@@ -525,6 +525,13 @@ def has_rollout_logprobs(trace: Trace) -> bool:
     return any(s.logprobs is not None for s in trace.steps)
 
 
+def from_file(trace: Trace) -> bool:
+    """Whether the trainer-side logprobs came with the file (an importer named their field as the
+    scorer, with no model: ``set_trainer_logprobs``), not from a scoring in this app."""
+    sc = trace.scorer
+    return sc is not None and not sc.model and any(s.info.trainer_logprobs is not None for s in trace.steps)
+
+
 def idle_status(trace: Trace | None) -> str:
     if trace is None:
         return status_html("info", "no trace")
@@ -532,6 +539,8 @@ def idle_status(trace: Trace | None) -> str:
         sc = trace.scorer
         if sc is not None and str(sc.kind).startswith("verl"):
             return status_html("ok", "both logprobs imported from verl (rollout_log_probs, old_log_probs): nothing to compute")
+        if from_file(trace):
+            return status_html("ok", f"both logprobs from the file (trainer side: {sc.kind}): nothing to compute, no model loaded")
         return status_html("ok", "scored: trainer-view logprobs against the rollout's")
     if not has_rollout_logprobs(trace):
         return status_html("info", "this trace has no rollout logprobs: record them (sampling logprobs: 0, e.g. "

@@ -28,7 +28,9 @@ from ui import charts, grpo_groups, run_charts, trace_audit
 from ui.context import AppContext, Session, free_label, short_error
 from ui.trace_sets import (
     ALL,
+    GROUP_CHARS,
     PREVIEW_CHARS,
+    REWARD_CHOICES,
     SEARCH_CHARS,
     SetUI,
     build_set,
@@ -487,6 +489,9 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
         search = gr.Textbox(label="Search (id, messages, tool calls)", elem_id="tf-search", placeholder="e.g. Seattle")
         if parts is not None:
             step_dd = gr.Dropdown(label="Training step", choices=[ALL], value=ALL, elem_id="tf-step")
+            group_tb = gr.Textbox(label="GRPO group", elem_id="tf-group", placeholder="a group id, or step/id",
+                                  max_length=GROUP_CHARS)
+            reward_dd = gr.Dropdown(label="Reward", choices=REWARD_CHOICES, value=ALL, elem_id="tf-reward")
             page = gr.Number(label="Page", value=1, precision=0, minimum=1, elem_id="tf-page", min_width=80)
     count = gr.HTML(elem_id="tf-count")
     table = gr.Dataframe(headers=COLUMNS, value=pd.DataFrame([], columns=COLUMNS), interactive=False,
@@ -503,7 +508,7 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
     set_ui = None
     if parts is not None:
         set_ui = SetUI(parts["folder"], parts["show_btn"], parts["follow"], parts["newest"], parts["status"], step_dd, page,
-                       gr.Timer(1.0, active=bool(ctx.traces)))  # ticks once a set is shown
+                       gr.Timer(1.0, active=bool(ctx.traces)), group_tb, reward_dd)  # the timer ticks once a set is shown
     # ---- the GRPO group view (ui/grpo_groups.py) ----
     groups = grpo_groups.build()
     # ---- charts by training step and the two-step comparison (ui/run_charts.py) ----

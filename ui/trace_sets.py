@@ -45,6 +45,8 @@ class SetUI:
     step_dd: gr.Dropdown
     page: gr.Number
     timer: gr.Timer
+    group_tb: gr.Textbox | None = None  # the GRPO group filter: a group id (or a group view key, step/id)
+    reward_dd: gr.Dropdown | None = None  # the reward filter (REWARD_CHOICES)
 
 
 # ---- trace sets: the table over an index (backend/trace/catalog.py), never over traces in memory
@@ -62,6 +64,8 @@ class SetView:
     source: str = ALL
     step: str = ALL
     query: str = ""
+    group: str = ""
+    reward: str = ALL
     page: int = 1
     newest: bool = True
     version: int = -1  # the set's version last listed (the timer lists again when it changes)
@@ -83,10 +87,26 @@ def _view(session: Session) -> SetView:
     return session.set_view
 
 
-def set_matches(df: pd.DataFrame, reason: str | None, source: str | None, step: str | None, query: str | None) -> pd.DataFrame:
+# the reward filter: the index's ``score`` (the total reward as the file states it)
+REWARD_CHOICES = [ALL, "reward > 0", "reward = 0", "reward < 0", "no reward"]
+GROUP_CHARS = 500  # a group filter typed by a visitor: only ever compared
+
+
+def set_matches(df: pd.DataFrame, reason: str | None, source: str | None, step: str | None, query: str | None,
+                group: str | None = None, reward: str | None = None) -> pd.DataFrame:
     """The index rows the filters keep: termination (its label or verl's code), source, training
-    step, and a literal, case-insensitive search of the id and the preview."""
+    step, a literal, case-insensitive search of the id and the preview, the GRPO group (its id as
+    the index's ``group`` column holds it, or the group view's key ``<step>/<id>``) and the reward
+    (:data:`REWARD_CHOICES`, on ``score``)."""
     keep = pd.Series(True, index=df.index)
+    g = (group or "").strip()[:GROUP_CHARS]
+    if g:
+        ids = df["group"].astype(object)
+        keys = [f"{int(st)}/{gid}" if not pd.isna(st) else gid for st, gid in zip(df["training_step"], ids)]
+        keep &= (ids == g) | (pd.Series(keys, index=df.index) == g)
+    if reward and reward != ALL:
+        score = df["score"]
+        keep &= {"reward > 0": score > 0, "reward = 0": score == 0, "reward < 0": score < 0}.get(reward, score.isna())
     if reason and reason != ALL:
         codes = df["termination_reason"].fillna("")
         labels = codes.map(_label_of)
@@ -127,10 +147,15 @@ def set_choices(df: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
     return [ALL, *reasons], [ALL, *sources], [ALL, *steps]
 
 
+def view_matches(df: pd.DataFrame, view: SetView) -> pd.DataFrame:
+    """:func:`set_matches` with the view's filters."""
+    return set_matches(df, view.reason, view.source, view.step, view.query, view.group, view.reward)
+
+
 def set_page(ts: Any, view: SetView) -> tuple[pd.DataFrame, int, int]:
     """``(the page's rows as SET_COLUMNS, rows matching, pages)``."""
     df = ts.df
-    m = set_matches(df, view.reason, view.source, view.step, view.query)
+    m = view_matches(df, view)
     total = len(m)
     pages = max(1, -(-total // PAGE_ROWS))
     view.page = min(max(1, int(view.page or 1)), pages)
@@ -207,7 +232,7 @@ def export_set(session: Session, fmt: str, limit: int = 10_000) -> str:
 
     view = _view(session)
     ts, _ = session_set(session)
-    m = set_matches(ts.df, view.reason, view.source, view.step, view.query)
+    m = view_matches(ts.df, view)
     if len(m) == 0:
         raise gr.Error("nothing to export: no trace matches the filters")
     if len(m) > limit:
@@ -258,7 +283,7 @@ def set_count(session: Session, shown: int) -> str:
     except Exception:  # noqa: BLE001 - the status line says why
         return f'<div class="ali-info" data-count="{shown}">{shown} shown</div>'
     view = _view(session)
-    total = len(set_matches(ts.df, view.reason, view.source, view.step, view.query))
+    total = len(view_matches(ts.df, view))
     first = (view.page - 1) * PAGE_ROWS + 1 if shown else 0
     return (f'<div class="ali-info" data-count="{shown}" data-matching="{total}">rows {first:,}–{first + shown - 1 if shown else 0:,} '
             f'of {total:,} matching ({len(ts):,} indexed; page {view.page})</div>')
@@ -285,7 +310,8 @@ def wire_set(ctx: AppContext, ui: Any, su: SetUI, session: gr.State, on_filter, 
     uploaded file when that is shown instead; ``status(session)`` is the tab's status line."""
     set_out = [ui.reason_dd, ui.source_dd, su.step_dd, ui.table, su.page, su.status, ui.problems]
     all_out = [*set_out, ui.dist, ui.status]
-    filters = [session, ui.reason_dd, ui.source_dd, ui.search, su.step_dd, su.page, su.newest]
+    filters = [session, ui.reason_dd, ui.source_dd, ui.search, su.step_dd, su.page, su.newest,
+               *(c for c in (su.group_tb, su.reward_dd) if c is not None)]
 
     def listed(sess: Session, poll: bool = False) -> list[Any]:
         return [*set_outputs(sess, poll), charts.file_distributions([]), status(sess)]
@@ -309,13 +335,16 @@ def wire_set(ctx: AppContext, ui: Any, su: SetUI, session: gr.State, on_filter, 
         sess.set_view = SetView()
         return [sess, *listed(sess), gr.Timer(active=True)]
 
-    def on_set_filter(sess: Session, reason: str, source: str, query: str, step: str, page: Any, newest: bool):
+    def on_set_filter(sess: Session, reason: str, source: str, query: str, step: str, page: Any, newest: bool,
+                      group: str | None = "", reward: str | None = ALL):
         if not in_set_mode(sess):  # the uploaded file is shown
             r, so, table, dist = on_filter(sess, reason, source, query)
             return [r, so, gr.update(), table, *[gr.update()] * 3, dist, gr.update()]
         view = _view(sess)
-        changed = (view.reason, view.source, view.query, view.step) != (reason or ALL, source or ALL, (query or "")[:SEARCH_CHARS], step or ALL)
-        view.reason, view.source, view.query, view.step = reason or ALL, source or ALL, (query or "")[:SEARCH_CHARS], step or ALL
+        now = (reason or ALL, source or ALL, (query or "")[:SEARCH_CHARS], step or ALL, (group or "").strip()[:GROUP_CHARS],
+               reward if reward in REWARD_CHOICES else ALL)
+        changed = (view.reason, view.source, view.query, view.step, view.group, view.reward) != now
+        view.reason, view.source, view.query, view.step, view.group, view.reward = now
         view.newest = bool(newest)
         try:
             view.page = 1 if changed else max(1, int(page or 1))
@@ -336,8 +365,12 @@ def wire_set(ctx: AppContext, ui: Any, su: SetUI, session: gr.State, on_filter, 
     su.show_btn.click(on_show, show_in, [session, *all_out, su.timer], api_visibility="private")
     if su.folder is not None:
         su.folder.submit(on_show, show_in, [session, *all_out, su.timer], api_visibility="private")
-    for comp in (ui.reason_dd, ui.source_dd, su.step_dd):
-        comp.input(on_set_filter, filters, all_out, api_visibility="private")
+    for comp in (ui.reason_dd, ui.source_dd, su.step_dd, su.reward_dd):
+        if comp is not None:
+            comp.input(on_set_filter, filters, all_out, api_visibility="private")
+    if su.group_tb is not None:
+        su.group_tb.submit(on_set_filter, filters, all_out, api_visibility="private")
+        su.group_tb.blur(on_set_filter, filters, all_out, api_visibility="private")
     ui.search.submit(on_set_filter, filters, all_out, api_visibility="private")
     ui.search.change(on_set_filter, filters, all_out, trigger_mode="always_last", api_visibility="private")
     su.page.submit(on_set_filter, filters, all_out, api_visibility="private")

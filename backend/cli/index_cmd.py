@@ -50,7 +50,8 @@ def run(args) -> int:
     summary = {
         "spec": args.traces, "traces": len(ts), "files": len(ts.files), "bytes": ts.bytes,
         "per_file": {f.path: int((df["file"] == k).sum()) for k, f in enumerate(ts.files)},
-        "per_step": _counts(steps), "termination": _counts(df["termination_reason"].fillna("none")),
+        "per_step": _counts(steps), "groups": int(df["group"].nunique()), "ranks": _counts(df["rank"].dropna()),
+        "termination": _counts(df["termination_reason"].fillna("none")),
         "errors": {"traces_with_errors": int((df["errors"] > 0).sum()), "tool_errors": int(df["tool_errors"].sum()),
                    "parse_errors": int(df["parse_errors"].sum())},
         "problems": problems, "problem_count": ts.problem_count + len(ts.file_errors), "cache": dict(ts.stats),
@@ -68,6 +69,10 @@ def run(args) -> int:
     lines = [f"{len(ts):,} trace(s) in {len(ts.files):,} file(s) ({ts.bytes:,} bytes)"]
     if df["training_step"].notna().any():
         lines.append("per training step: " + ", ".join(f"{k}: {v}" for k, v in summary["per_step"].items()))
+    if summary["groups"]:
+        lines.append(f"GRPO groups named by the files: {summary['groups']:,}")
+    if summary["ranks"]:
+        lines.append("per trainer rank: " + ", ".join(f"{k}: {v}" for k, v in summary["ranks"].items()))
     lines.append("end states: " + ", ".join(f"{k}: {v}" for k, v in summary["termination"].items()))
     e = summary["errors"]
     lines.append(f"traces with errors: {e['traces_with_errors']}, tool errors: {e['tool_errors']}, parse errors: {e['parse_errors']}")

@@ -38,7 +38,7 @@ from backend.importers.otlp import hex_id, looks_like_otel
 from backend.importers.rollout_fields import is_int, run_path_fields
 from backend.importers.verifiers import branch_paths, termination_of, traces_of
 from backend.trace.catalog import register_foreign_rows
-from backend.trace.index import preview_text, summary_of_trace, training_step_of
+from backend.trace.index import group_id_of, preview_text, summary_of_trace, training_step_of
 from backend.trace.limits import LoadProblem, too_many_tokens
 from backend.trace.model import Trace
 
@@ -370,7 +370,7 @@ def _verl_summary_of(d: dict[str, Any], path: str, line: int) -> dict[str, Any] 
         "score": float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None,
         "preview": preview_text(inp) if isinstance(inp, str) else "",
         "training_step": step if isinstance(step, int) and not isinstance(step, bool) else None,
-        "tool_errors": 0, "parse_errors": 0,
+        "tool_errors": 0, "parse_errors": 0, "group": group_id_of({"uid": d.get("uid")}),
     }
 
 
@@ -398,7 +398,7 @@ def prime_rl_summary(d: dict[str, Any], path: str) -> dict[str, Any] | None:
     """The row of a prime-rl token export without a tokenizer: its ids counted (the prompt is
     what comes before the first loss-mask token, as the importer splits it), step and rank from
     the record, else from ``step_<N>/rank_<R>.jsonl``; turns and messages unknown (the importer
-    decodes them). ``group`` and ``rank`` ride along for callers (not index columns). None when
+    decodes them). ``rank`` is an index column (``group`` too, None: the export names none). None when
     the record is not one the summary is sure of (then it is converted in full, for its reason)."""
     ids, mask = d.get("token_ids"), d.get("loss_mask")
     if not isinstance(ids, list) or not isinstance(mask, list) or len(ids) != len(mask) or too_many_tokens(len(ids)):

@@ -54,6 +54,7 @@ from typing import Any, Protocol
 
 from backend.trace.index import (
     INDEX_COLUMNS,
+    RL_COLUMNS,
     SUMMARY_COLUMNS,
     IndexedFile,
     TraceIndex,
@@ -92,7 +93,8 @@ except ImportError:  # pragma: no cover
     _orjson = None
 
 # Bump when a cached file's rows or columns change meaning (the cache is then rebuilt)
-SCHEMA_VERSION = 3  # 2: verl rollout-dump rows (tokens unknown: null token columns); 3: other tools' formats
+SCHEMA_VERSION = 4  # 2: verl rollout-dump rows (tokens unknown: null token columns); 3: other tools' formats;
+# 4: the RL columns group, sample, rank
 SUFFIXES = (".jsonl", ".parquet")
 JSONL = "jsonl"
 # a follower indexes a last line without its newline once its file has not changed for this long
@@ -103,7 +105,7 @@ _FINGERPRINT = 4096  # bytes before the end of what was indexed, hashed to tell 
 # Rows are turned into Arrow tables this many at a time (Python lists stay small)
 _CHUNK_ROWS = 32_768
 
-_TEXT = ("id", "source", "termination_reason", "preview")
+_TEXT = ("id", "source", "termination_reason", "preview", "group")
 _FLOAT = ("duration_s", "score")
 _NULLABLE_INT = ("training_step", "turns", "tokens", "prompt_tokens", "response_tokens")
 
@@ -392,7 +394,7 @@ class _Rows:
         if s["training_step"] is None:
             s["training_step"] = self.step
         for c in SUMMARY_COLUMNS:
-            cols[c].append(s[c])
+            cols[c].append(s.get(c) if c in RL_COLUMNS else s[c])
         cols["line"].append(line)
         cols["offset"].append(offset)
         cols["length"].append(length)
@@ -803,7 +805,8 @@ class TraceSet(TraceIndex):
         df = t.to_pandas()
         for c in _TEXT:
             df[c] = pd.Series(t.column(c).to_pylist(), dtype=object, index=df.index)
-        df["training_step"] = df["training_step"].astype("Int64")
+        for c in ("training_step", "sample", "rank"):
+            df[c] = df[c].astype("Int64")
         for c in _NULLABLE_INT[1:]:  # null only for verl rollout-dump rows (not tokenized when indexed)
             if t.column(c).null_count:
                 df[c] = df[c].astype("Int64")

@@ -61,12 +61,17 @@ from backend.trace.model import StepState, Trace, TraceFormatError
 SUMMARY_COLUMNS = [
     "id", "source", "turns", "tokens", "prompt_tokens", "response_tokens", "termination_reason", "errors",
     "messages", "tools", "duration_s", "score", "preview", "training_step", "tool_errors", "parse_errors",
+    "group", "sample", "rank",
 ]
 INDEX_COLUMNS = [*SUMMARY_COLUMNS, "file", "line", "offset", "length"]
 _INT_COLUMNS = ("turns", "tokens", "prompt_tokens", "response_tokens", "errors", "messages", "tools", "tool_errors",
                 "parse_errors", "file", "line", "offset", "length")
 _FLOAT_COLUMNS = ("duration_s", "score")
-_NULLABLE_INT_COLUMNS = ("training_step",)  # pandas "Int64": missing is <NA>
+_NULLABLE_INT_COLUMNS = ("training_step", "sample", "rank")  # pandas "Int64": missing is <NA>
+# the RL columns (docs/trace-formats.md, "RL rollout files"): the GRPO group id, the sample's index
+# in it, the trainer rank; a row builder that does not know them leaves them None
+RL_COLUMNS = ("group", "sample", "rank")
+GROUP_KEYS = ("group", "uid")  # the group id: the RL convention's, then verl's prompt uid
 # where a trace's training step is read: its metadata (the first of these keys holding an
 # integer), else a verl dump's file name (``trainer.rollout_data_dir/<step>.jsonl``)
 STEP_KEYS = ("training_step", "global_step", "step")
@@ -113,6 +118,27 @@ def training_step_of(meta: Any) -> int | None:
     return None
 
 
+def group_id_of(meta: Any) -> str | None:
+    """The group id a trace's metadata names: ``group`` as written, else verl's ``uid`` as
+    ``uid-<uid>`` (:data:`GROUP_KEYS`; backend/groups.py groups by it), else None."""
+    if isinstance(meta, dict):
+        for k in GROUP_KEYS:
+            v = meta.get(k)
+            if isinstance(v, (str, int)) and not isinstance(v, bool) and str(v) != "":
+                return str(v) if k == "group" else f"{k}-{v}"
+    return None
+
+
+def _int_of(meta: Any, key: str) -> int | None:
+    v = meta.get(key) if isinstance(meta, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def rl_columns(meta: Any) -> dict[str, Any]:
+    """:data:`RL_COLUMNS` of a trace's metadata."""
+    return {"group": group_id_of(meta), "sample": _int_of(meta, "sample"), "rank": _int_of(meta, "rank")}
+
+
 def step_of_path(path: str | None) -> int | None:
     """The training step a verl dump's file name gives (``.../12.jsonl`` → 12), or None."""
     if not path:
@@ -148,6 +174,7 @@ def summary_of_trace(t: Trace) -> dict[str, Any]:
         "training_step": training_step_of(t.metadata),
         "tool_errors": tool_errors,
         "parse_errors": parse_errors,
+        **rl_columns(t.metadata),
     }
 
 
@@ -178,7 +205,7 @@ def summary_of_record(d: dict[str, Any], counts: dict[str, int] | None = None) -
         "prompt_tokens": p, "response_tokens": r, "termination_reason": d.get("termination_reason"), "errors": errors,
         "messages": len(msgs), "tools": len(d.get("tools") or ()), "duration_s": _number(meta.get("duration_s")),
         "score": _score(meta), "preview": _preview(msgs), "training_step": training_step_of(meta),
-        "tool_errors": tool_errors, "parse_errors": parse_errors,
+        "tool_errors": tool_errors, "parse_errors": parse_errors, **rl_columns(meta),
     }
 
 
@@ -336,7 +363,7 @@ class TraceIndex:
         if summary["training_step"] is None:  # a verl dump's <step>.jsonl
             summary["training_step"] = self.files[file].step
         for c in SUMMARY_COLUMNS:
-            cols[c].append(summary[c])
+            cols[c].append(summary.get(c) if c in RL_COLUMNS else summary[c])
         cols["file"].append(file)
         cols["line"].append(line)
         cols["offset"].append(offset)
