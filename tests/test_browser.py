@@ -83,6 +83,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# Gradio 6.31's queue stream (routes.py, sse_stream) raises a 404 inside a response it has
+# already started when a reload cleans the session's messages first; uvicorn then logs one
+# "Exception in ASGI application" ending in this RuntimeError. It is Gradio's race on navigation,
+# not a handler of ours, so running_app drops that one incident (and only when it names
+# sse_stream); any other traceback still fails the test.
+_GRADIO_RELOAD_TRACE = re.compile(r"^ERROR:[^\n]*\n(?:(?!ERROR:).*\n)*?"
+                                  r"RuntimeError: Caught handled exception, but response already started\.\n?", re.M)
+
+
 @contextlib.contextmanager
 def running_app(args: list[str], log_path: Path, *, env: dict[str, str] | None = None, start_timeout_s: float = 180):
     """``app.py ARGS`` on a free loopback port, yielding its URL once it answers; stopped at the
@@ -116,7 +125,7 @@ def running_app(args: list[str], log_path: Path, *, env: dict[str, str] | None =
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=15)
-        text = log_path.read_text(errors="replace")
+        text = _drop_reload_race(log_path.read_text(errors="replace"))
         assert "Traceback" not in text, text[-4000:]
 
 
@@ -152,7 +161,11 @@ def shots(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("screenshots")
 
 
-_NAVIGATION_ABORT = re.compile(r"AbortError: signal is aborted without reason|Unexpected error Connection errored out")
+# What Gradio's client logs when a navigation cuts its streams: the aborted fetches, and the 404
+# that Gradio 6.31's queue stream answers once the old session's messages are gone (the server logs
+# that one as "Caught handled exception, but response already started", see _GRADIO_RELOAD_TRACE).
+_NAVIGATION_ABORT = re.compile(r"AbortError: signal is aborted without reason|Unexpected error Connection errored out"
+                               r"|Unexpected error 404: Not Found")
 
 
 class App:
@@ -273,6 +286,24 @@ def app(browser, app_url):
 
 
 # ---- tabs ----------------------------------------------------------------------------------
+
+
+def _drop_reload_race(log: str) -> str:
+    return _GRADIO_RELOAD_TRACE.sub(lambda m: "" if "sse_stream" in m.group(0) else m.group(0), log)
+
+
+def test_the_log_check_drops_gradios_reload_race_and_nothing_else():
+    race = ("ERROR:    Exception in ASGI application\nTraceback (most recent call last):\n"
+            '  File "gradio/routes.py", line 1832, in sse_stream\n    raise HTTPException(\n'
+            "fastapi.exceptions.HTTPException: 404: Not Found\n\n"
+            "The above exception was the direct cause of the following exception:\n\n"
+            "Traceback (most recent call last):\n"
+            "RuntimeError: Caught handled exception, but response already started.\n")
+    ours = "ERROR:    Exception in ASGI application\nTraceback (most recent call last):\nValueError: a handler of ours\n"
+    assert _drop_reload_race("before\n" + race + "after\n") == "before\nafter\n"
+    assert _drop_reload_race(ours + race) == ours  # an earlier incident is kept whole
+    elsewhere = race.replace("sse_stream", "predict")
+    assert _drop_reload_race(elsewhere) == elsewhere  # the same words from another route still fail
 
 
 def test_every_tab_opens_and_shows_its_content(app, shots):
