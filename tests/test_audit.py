@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_inprocess import run_cli
 
 from backend.audit import AuditReport, audit, audit_trace
 from backend.config import LoopConfig
@@ -88,17 +86,13 @@ def test_cli_audit(qwen3, tmp_path):
     f = tmp_path / "rollouts.jsonl"
     traces = [run(qwen3, [CALL, "done"]), run(qwen3, [CALL, "done"], "legacy")]
     f.write_text("".join(t.to_json() + "\n" for t in traces) + "not json\n")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    p = subprocess.run([sys.executable, "-m", "backend", "audit", str(f), "--json"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300, env=env)
+    p = run_cli("audit", str(f), "--json")
     assert p.returncode == 1, p.stderr  # one bad record: listed, the rest audited
     out = json.loads(p.stdout)
     assert out["traces"] == 2 and out["broken"] == 1 and out["by_cause"] == {"turn_separator": 1}
     assert len(out["problems"]) == 1 and out["problems"][0]["line"] == 3
     assert [r["broken"] for r in out["rollouts"]] == [oracle_breaks(qwen3, t) for t in traces]
-    p = subprocess.run([sys.executable, "-m", "backend", "audit", str(ROOT / "sample_traces"), "--rollouts"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300, env=env)
+    p = run_cli("audit", str(ROOT / "sample_traces"), "--rollouts")
     assert p.returncode == 0 and "rollouts break under a full re-render" in p.stdout and "by cause" in p.stdout, p.stderr
-    p = subprocess.run([sys.executable, "-m", "backend", "audit", str(tmp_path / "missing.jsonl")], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300, env=env)
+    p = run_cli("audit", str(tmp_path / "missing.jsonl"))
     assert p.returncode == 2 and p.stderr.startswith("error:") and "Traceback" not in p.stderr

@@ -1,4 +1,6 @@
-"""``python -m backend`` render / parse / run, as a user runs them (subprocess, real files)."""
+"""``python -m backend`` render / parse / run on real files: in this process (tests/cli_inprocess.py),
+and as a user runs them (a subprocess) once per kind of run: a run, a one-line error, ``--help``, and
+vLLM's first run, whose logs must not reach stdout."""
 
 from __future__ import annotations
 
@@ -9,13 +11,24 @@ import sys
 import textwrap
 
 import pytest
+from cli_inprocess import run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+def cli_process(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``python -m backend ARGS`` in a process of its own, as the user runs it."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # tests never touch the Hub
     p = subprocess.run([sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    if check and p.returncode != 0:
+        raise AssertionError(f"exit {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}")
+    return p
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """The same command in this process (tests/cli_inprocess.py): what a process adds is held by
+    the cli_process runs of this file (a run, an error, --help, vLLM's stdout)."""
+    p = run_cli(*args)
     if check and p.returncode != 0:
         raise AssertionError(f"exit {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}")
     return p
@@ -47,9 +60,9 @@ def seed_files(tmp_path_factory):
 
 def test_run_seed_scenario_writes_trace_with_seed_mask(seed_files, tmp_path):
     out = tmp_path / "trace.jsonl"
-    p = cli("run", "--tokenizer", "qwen3", "--generator", "scripted", "--script", str(seed_files / "script.json"),
-            "--tools", str(seed_files / "tools.py"), "--messages", str(seed_files / "messages.json"),
-            "--config", str(seed_files / "config.json"), "--out", str(out), "--json")
+    p = cli_process("run", "--tokenizer", "qwen3", "--generator", "scripted", "--script", str(seed_files / "script.json"),
+                    "--tools", str(seed_files / "tools.py"), "--messages", str(seed_files / "messages.json"),
+                    "--config", str(seed_files / "config.json"), "--out", str(out), "--json")
     summary = json.loads(p.stdout)
     # continuous tokens (the default): verl >= 0.9's 25/29/16; the seed's 25/28/16 is --tool-turns legacy
     assert summary["prompt_tokens"] == 178 and summary["mask_runs"] == [[1, 25], [0, 29], [1, 16]]
@@ -94,7 +107,7 @@ def test_parse_reports_calls_and_errors():
     ],
 )
 def test_errors_are_one_line_without_traceback(args, needle):
-    p = cli(*args, check=False)
+    p = (cli_process if "no-such-profile-xyz" in args else cli)(*args, check=False)  # one as a process
     assert p.returncode != 0
     assert needle in p.stderr
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
@@ -160,8 +173,8 @@ def test_embedded_default_on_vllm_calls_the_tool_then_answers(seed_files, tmp_pa
     out = tmp_path / "t.jsonl"
     (tmp_path / "m.json").write_text(json.dumps([{"role": "user", "content": "What's the weather in Paris?"}]))
     (tmp_path / "cfg.json").write_text(json.dumps({"sampling": {"temperature": 0.0, "max_tokens": 64}}))
-    p = cli("run", "--backend", "vllm", "--tools", str(seed_files / "tools.py"), "--messages", str(tmp_path / "m.json"),
-            "--config", str(tmp_path / "cfg.json"), "--max-model-len", "2048", "--out", str(out), "--json")
+    p = cli_process("run", "--backend", "vllm", "--tools", str(seed_files / "tools.py"), "--messages", str(tmp_path / "m.json"),
+                    "--config", str(tmp_path / "cfg.json"), "--max-model-len", "2048", "--out", str(out), "--json")
     s = json.loads(p.stdout)
     from backend.trace import load_traces
 
@@ -252,7 +265,7 @@ def test_run_with_a_plain_list_gives_a_marked_placeholder(tmp_path, seed_files):
     text = cli("run", "--tokenizer", "qwen3", "--script", str(tmp_path / "script.json"), "--tools", str(tmp_path / "tools.json"),
                "--messages", str(seed_files / "messages.json"), "--out", str(out))
     assert "1 tool call(s) got a placeholder result" in text.stdout
-    help_text = cli("run", "--help").stdout
+    help_text = cli_process("run", "--help").stdout
     assert "placeholder" in help_text and "mock=default" in help_text
 
 

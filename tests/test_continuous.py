@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_inprocess import run_cli
 
 from backend.config import LoopConfig
 from backend.diagnostics import check
@@ -253,13 +252,11 @@ def test_cli_tool_turns_flag_and_variable(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"apply_chat_template_kwargs": {"enable_thinking": False}}))
 
     def run(*extra, env_extra=None):
-        import os
 
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
-        p = subprocess.run([sys.executable, "-m", "backend", "run", "--tokenizer", "qwen3", "--generator", "scripted",
-                            "--script", str(tmp_path / "script.json"), "--tools", str(tmp_path / "tools.json"),
-                            "--messages", str(tmp_path / "messages.json"), "--config", str(tmp_path / "config.json"),
-                            "--out", str(tmp_path / "t.jsonl"), "--json", *extra], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+        p = run_cli("run", "--tokenizer", "qwen3", "--generator", "scripted",
+                    "--script", str(tmp_path / "script.json"), "--tools", str(tmp_path / "tools.json"),
+                    "--messages", str(tmp_path / "messages.json"), "--config", str(tmp_path / "config.json"),
+                    "--out", str(tmp_path / "t.jsonl"), "--json", *extra, env=env_extra)
         assert p.returncode == 0, p.stderr
         return json.loads(p.stdout)["mask_runs"]
 

@@ -7,10 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+from cli_inprocess import run_cli
 
 from backend.diagnostics import CODES, check, summarize
 from backend.engine import AgentLoop, LoopConfig
@@ -363,7 +362,7 @@ def test_a_real_mask_difference_stays_a_warning(seed001, qwen3):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return run_cli(*args)
 
 
 def test_cli_check_json(tmp_path, seed001):

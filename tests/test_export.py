@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+from cli_inprocess import run_cli
 
 from backend.engine import AgentLoop, LoopConfig
 from backend.export import export_traces, hf_row, verl_row
@@ -259,7 +258,7 @@ def test_trace_table_parquet_json_and_memory(tmp_path, traces):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return run_cli(*args)
 
 
 def test_cli_export(tmp_path, traces):

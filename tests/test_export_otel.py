@@ -14,6 +14,7 @@ import json
 import os
 
 import pytest
+from cli_inprocess import run_cli
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -392,17 +393,13 @@ def test_writing_streams_the_traces(tmp_path, all_traces, monkeypatch):
 
 
 def test_export_format_and_cli(tmp_path, sample_traces):
-    import subprocess
-    import sys
 
     assert "otel" in EXPORT_FORMATS
     p = tmp_path / "e.jsonl"
     assert export_traces(iter(sample_traces), "otel", str(p), synthetic_start=1767225600.0) == len(sample_traces)
     out = tmp_path / "cli.jsonl"
     files = sorted(os.path.join(SAMPLES, f) for f in os.listdir(SAMPLES) if f.endswith(".jsonl"))
-    r = subprocess.run([sys.executable, "-m", "backend", "export", *files, "--format", "otel", "--out", str(out),
-                        "--synthetic-start", "2026-01-01T00:00:00Z"],
-                       cwd=ROOT, capture_output=True, text=True)
+    r = run_cli("export", *files, "--format", "otel", "--out", str(out), "--synthetic-start", "2026-01-01T00:00:00Z")
     assert r.returncode == 0, r.stderr
     assert out.read_bytes() == p.read_bytes()
     for line in out.read_text(encoding="utf-8").splitlines():
@@ -462,20 +459,17 @@ def test_synthetic_times_are_recent_ordered_and_said(sample_traces, no_turns, en
 
 
 def test_the_cli_takes_the_synthetic_start(tmp_path, sample_traces):
-    import subprocess
-    import sys
 
     src = os.path.join(SAMPLES, "06_thinking_multiturn.jsonl")
     out = tmp_path / "o.jsonl"
-    base = [sys.executable, "-m", "backend", "export", src, "--to", "otel", "--out", str(out)]
-    r = subprocess.run([*base, "--synthetic-start", "1800000000"], cwd=ROOT, capture_output=True, text=True)
+    base = ["export", src, "--to", "otel", "--out", str(out)]
+    r = run_cli(*base, "--synthetic-start", "1800000000")
     assert r.returncode == 0, r.stderr
     first = json.loads(out.read_text(encoding="utf-8").splitlines()[0])
     assert roots(first)[0]["startTimeUnixNano"] == str(int(ANCHOR) * 10**9)
-    r = subprocess.run([*base, "--synthetic-start", "yesterday"], cwd=ROOT, capture_output=True, text=True)
+    r = run_cli(*base, "--synthetic-start", "yesterday")
     assert r.returncode == 2 and "not a time" in r.stderr
-    r = subprocess.run([*base[:-4], "--to", "jsonl", "--out", str(tmp_path / "j.jsonl"), "--synthetic-start", "0"],
-                       cwd=ROOT, capture_output=True, text=True)
+    r = run_cli(*base[:-4], "--to", "jsonl", "--out", str(tmp_path / "j.jsonl"), "--synthetic-start", "0")
     assert r.returncode == 2 and "--synthetic-start is for --to otel" in r.stderr
 
 

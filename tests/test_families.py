@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_inprocess import run_cli
 
 from backend.diagnostics import check
 from backend.engine import AgentLoop, LoopConfig
@@ -145,8 +144,7 @@ def test_a_family_is_one_module_and_its_name_in_the_list():
 
 
 def test_profiles_cli_json_lists_the_table():
-    out = subprocess.run([sys.executable, "-m", "backend", "profiles", "--json"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+    out = run_cli("profiles", "--json")
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert [r["name"] for r in rows] == list(PROFILES)
@@ -187,8 +185,7 @@ def test_a_trl_template_of_another_vocabulary_is_named():
 def test_render_cli_warns_on_a_template_that_does_not_fit(tmp_path):
     msgs = tmp_path / "m.json"
     msgs.write_text(json.dumps(QUESTION))
-    out = subprocess.run([sys.executable, "-m", "backend", "render", "--messages", str(msgs), "--template", "llama3_1",
-                          "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = run_cli("render", "--messages", str(msgs), "--template", "llama3_1", "--json")
     assert out.returncode == 0, out.stderr
     assert "warning: the template writes special tokens" in out.stderr
     assert json.loads(out.stdout)["tokenizer"]["template_warnings"]
@@ -380,13 +377,11 @@ def _oracle_text_kw(bundle, kwargs) -> str:
 
 def test_parse_cli_uses_the_profiles_format_and_vocabulary():
     text = get_parser("qwen3_xml").format_calls([CALL])
-    out = subprocess.run([sys.executable, "-m", "backend", "parse", "--tokenizer", "qwen3.5", "--text", text, "--json"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = run_cli("parse", "--tokenizer", "qwen3.5", "--text", text, "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["tool_calls"][0]["arguments"] == CALL["arguments"]
     harmony = "<|channel|>commentary to=functions.get_current_temperature <|constrain|>json<|message|>{\"city\": \"Seattle\"}"
-    out = subprocess.run([sys.executable, "-m", "backend", "parse", "--tokenizer", "gpt-oss", "--text", harmony, "--json"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = run_cli("parse", "--tokenizer", "gpt-oss", "--text", harmony, "--json")
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     assert res["tool_calls"][0]["name"] == CALL["name"] and res["channels"][0]["channel"] == "commentary"
@@ -398,9 +393,7 @@ def test_parse_cli_runs_vllms_parser_over_the_profiles_vocabulary():
     special tokens in its vocabulary; no hand-made tokenizer folder."""
     pytest.importorskip("vllm")
     text = get_parser("deepseek_v3").format_calls([CALL])
-    out = subprocess.run([sys.executable, "-m", "backend", "parse", "--tokenizer", "deepseek-v3", "--format",
-                          "vllm:deepseek_v3", "--text", text, "--json"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
+    out = run_cli("parse", "--tokenizer", "deepseek-v3", "--format", "vllm:deepseek_v3", "--text", text, "--json")
     assert out.returncode == 0, out.stderr
     (call,) = json.loads(out.stdout)["tool_calls"]
     assert (call["name"], call["arguments"]) == (CALL["name"], CALL["arguments"])

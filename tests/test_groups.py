@@ -9,11 +9,10 @@ import glob
 import json
 import math
 import os
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
+from cli_inprocess import run_cli
 
 from backend.groups import departure, find_group, group_traces
 from backend.importers import import_file
@@ -129,9 +128,7 @@ def test_trl_prompts_group_the_rows_that_share_them(trl_traces):
 @pytest.mark.slow  # ≥ 10 s here (three CLI runs): out of the edit loop, in CI
 def test_cli_groups_table_and_json():
     path = TRL_FILES[0]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    r = subprocess.run([sys.executable, "-m", "backend", "groups", path, "--json"], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = run_cli("groups", path, "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert [g["n"] for g in out["groups"]] == [2, 2]
@@ -139,12 +136,10 @@ def test_cli_groups_table_and_json():
     assert len(out_ids(out)) == len(df) and out["problems"] == []
     rewards = sorted(round(float(x), 6) for x in df[["right_answer", "brevity"]].sum(axis=1))
     assert sorted(round(s["reward"], 6) for g in out["groups"] for s in g["samples"]) == rewards
-    r = subprocess.run([sys.executable, "-m", "backend", "groups", path], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = run_cli("groups", path)
     assert r.returncode == 0, r.stderr
     assert "rank" in r.stdout and "What is the weather in Zürich" in r.stdout
-    bad = subprocess.run([sys.executable, "-m", "backend", "groups", os.path.join(ROOT, "no-such-file.jsonl")], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=300)
+    bad = run_cli("groups", os.path.join(ROOT, "no-such-file.jsonl"))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 

@@ -12,6 +12,7 @@ import json
 import os
 
 import pytest
+from cli_inprocess import run_cli
 
 from backend.importers import _records, detect, detect_why, get_importer, import_file, import_records
 from backend.tokenizers import load_tokenizer
@@ -468,8 +469,6 @@ def test_smolagents_broken_arguments_are_listed_and_kept(tmp_path, qwen3):
     """A ToolCallingAgent run whose model wrote a call's arguments as cut JSON (smolagents'
     broken_arguments scenario): the import lists the unreadable call, with nothing lost — the
     raw arguments, the tool's error fed back, the final answer."""
-    import subprocess
-    import sys
 
     path = os.path.join(SM, "broken_arguments.json")
     res = import_file(path, bundle=qwen3)
@@ -485,8 +484,7 @@ def test_smolagents_broken_arguments_are_listed_and_kept(tmp_path, qwen3):
     assert t.messages[5]["content"] == "I could not read the weather."
     (err,) = parse_errors(t)
     assert err.raw == '{"city": "Par'
-    out = subprocess.run([sys.executable, "-m", "backend", "import", path, "--out", str(tmp_path / "o.jsonl"), "--json"],
-                         cwd=ROOT, capture_output=True, text=True)
+    out = run_cli("import", path, "--out", str(tmp_path / "o.jsonl"), "--json")
     assert out.returncode == 0, out.stderr
     (u,) = json.loads(out.stdout)["unreadable_calls"]
     assert "get_weather" in u["what"] and u["line"] == 1

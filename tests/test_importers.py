@@ -7,10 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+from cli_inprocess import run_cli
 
 from backend.importers import FORMATS, detect, import_agents_sdk_run, import_file, import_records
 from backend.tokenizers import load_tokenizer, read_trl_template
@@ -446,8 +445,7 @@ def test_unrenderable_messages_still_import(qwen3):
 
 
 def _cli(*args):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    return run_cli(*args)
 
 
 @pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI

@@ -17,10 +17,9 @@ import asyncio
 import json
 import math
 import os
-import subprocess
-import sys
 
 import pytest
+from cli_inprocess import run_cli
 
 from backend.config import LoopConfig
 from backend.diagnostics import check
@@ -253,8 +252,7 @@ def test_verl_rows_carry_both_columns_and_import_without_recomputing(weather, sc
 
 
 def _cli(*args):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "backend", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    return run_cli(*args, env={"TRANSFORMERS_OFFLINE": "1"})
 
 
 @pytest.mark.slow

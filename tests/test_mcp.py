@@ -14,12 +14,11 @@ import asyncio
 import contextlib
 import json
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
+from cli_inprocess import run_cli
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
@@ -211,8 +210,7 @@ async def test_check_a_trace_with_a_malformed_call_as_the_cli_does(app_url, tmp_
     again = (await call(app_url, "check", {"trace": json.loads(MALFORMED_LINE)})).structured_content
     assert again["findings"] == out["findings"]
     # what `python -m backend check --json` says about the same file
-    cli = subprocess.run([sys.executable, "-m", "backend", "check", str(SAMPLES / "03_malformed_tool_call.jsonl"), "--json"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=_offline_env())
+    cli = run_cli("check", str(SAMPLES / "03_malformed_tool_call.jsonl"), "--json")
     assert cli.returncode == 0, cli.stderr
     ref = json.loads(cli.stdout)["traces"][0]
     assert out["findings"] == ref["findings"] and out["counts"] == ref["counts"]
@@ -422,8 +420,7 @@ HUNYUAN = SAMPLES / "05_hunyuan_format.jsonl"
 
 
 def _cli_check(path: Path, *extra: str) -> dict:
-    cli = subprocess.run([sys.executable, "-m", "backend", "check", str(path), "--json", *extra],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=_offline_env())
+    cli = run_cli("check", str(path), "--json", *extra)
     assert cli.returncode == 0, cli.stderr
     return json.loads(cli.stdout)["traces"][0]
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_inprocess import run_cli
 
 from backend.engine import LoopConfig
 from backend.generators.base import Generation, Generator
@@ -265,8 +266,8 @@ def test_bad_arguments(tmp_path, qwen3):
         run(run_rollouts(items(1), bundle=qwen3, out_path=str(tmp_path / "t.jsonl")))
 
 
-def _cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+def _cli(*args):
+    return run_cli(*args)
 
 
 @pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI

@@ -9,6 +9,7 @@ import asyncio
 import json
 
 import pytest
+from cli_inprocess import run_cli
 
 import backend.importers  # noqa: F401 - registers other tools' readers (verl dumps) with the trace-set catalogue
 from backend.engine import AgentLoop, LoopConfig
@@ -483,8 +484,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def cli(*args: str, env_cache) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", ALI_TRACE_INDEX_CACHE=str(env_cache))
-    return subprocess.run([sys.executable, "-m", "backend", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return run_cli(*args, env={"ALI_TRACE_INDEX_CACHE": str(env_cache)})
 
 
 def test_cli_index(tmp_path, engine_traces):

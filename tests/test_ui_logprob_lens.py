@@ -16,6 +16,7 @@ import re
 
 import gradio as gr
 import pytest
+from cli_inprocess import run_cli
 
 from backend.config import LoopConfig
 from backend.engine import AgentLoop
@@ -289,20 +290,15 @@ def ctx_samples():
 def test_score_cli_end_to_end_matches_the_lens(weather, scored, tmp_path):
     """``python -m backend score --scorer transformers`` on a small trace file (no --model: the
     embedded model): the file it writes shows in the lens with the numbers the CLI printed, and
-    the same trainer logprobs as the app's button (float32; another process, so another thread
-    count: equal to float32 noise, not bit for bit)."""
-    import os
-    import subprocess
-    import sys
+    the same trainer logprobs as the app's button (float32; another scorer instance, possibly
+    another thread count: equal to float32 noise, not bit for bit)."""
 
     from backend.trace import load_traces, write_jsonl
 
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_jsonl([weather], str(src))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-m", "backend", "score", str(src), "--out", str(out), "--scorer", "transformers",
-                        "--dtype", "float32", "--json"], capture_output=True, text=True, cwd=root, env=env, timeout=900)
+    r = run_cli("score", str(src), "--out", str(out), "--scorer", "transformers", "--dtype", "float32", "--json",
+                env={"TRANSFORMERS_OFFLINE": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.loads(r.stdout)
     assert summary["scored"] == 1 and summary["dtype"] == "float32" and "score" in r.stderr  # the progress bar

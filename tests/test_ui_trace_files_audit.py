@@ -14,6 +14,7 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 import pytest
+from cli_inprocess import run_cli
 
 from backend.audit import CAUSE_LABELS, AuditReport, TraceAudit, audit
 from backend.diagnostics import Difference
@@ -112,15 +113,12 @@ def test_the_chart_has_one_bar_per_cause(samples_view, oracle):
 def test_the_sentence_agrees_with_the_cli(tmp_path, ctx, sample_traces):
     """The CLI (``python -m backend audit FILE --json``) and the view agree on a trace whose
     tokenizer is an offline profile and whose template is the profile's default."""
-    import subprocess
-    import sys
 
     plain = [t for t in sample_traces if t.tokenizer.template != "custom" and not t.metadata.get("chat_template")]
     assert plain
     f = tmp_path / "plain.jsonl"
     write_jsonl(plain, str(f))
-    out = subprocess.run([sys.executable, "-m", "backend", "audit", str(f), "--json"], cwd=ROOT, capture_output=True, text=True,
-                         env={**__import__("os").environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, timeout=300)
+    out = run_cli("audit", str(f), "--json")
     assert out.returncode == 0, out.stderr
     cli = json.loads(out.stdout)
     sess = _upload(ctx, tmp_path, "plain_upload.jsonl", plain)

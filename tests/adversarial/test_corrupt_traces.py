@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_inprocess import run_cli
 
 import backend.trace.io as trace_mod
 from backend.importers import load_any
@@ -719,7 +720,11 @@ def test_trace_index_of_a_json_named_jsonl_file(mixed, line_limit, tmp_path):
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    e = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    """In this process, unless ENV sets a limit that is read when the process starts
+    (backend/trace/limits.py reads the line and file limits at import): then a process of its own."""
+    if not env:
+        return run_cli(*args)
+    e = {**os.environ, "HF_HUB_OFFLINE": "1", **env}
     return subprocess.run([sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True, timeout=600, env=e)
 
 
