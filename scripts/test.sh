@@ -26,6 +26,8 @@ done
 if [ "$fast" = 1 ]; then
   bash scripts/setup.sh
   args=(-m "not slow and not vllm and not browser" ${args[@]+"${args[@]}"})
+  # tests with a volume knob run their short form (the parser fuzzing: a fifth of its seeded cases)
+  export ALI_TEST_FAST=1
 else
   bash scripts/setup.sh --browser
 fi

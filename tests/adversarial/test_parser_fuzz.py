@@ -35,6 +35,7 @@ import functools
 import json
 import keyword
 import math
+import os
 import random
 import re
 import time
@@ -52,6 +53,10 @@ from backend.parsers import ParseResult, ToolCallParser, get_parser
 NATIVE = ["hermes", "hunyuan", "llama3_json", "mistral", "harmony", "pythonic", "kimi_k2", "granite", "phi4_mini_json", "deepseek_v3", "deepseek_v31", "glm45", "qwen3_xml"]
 SEEDED_PER_PARSER = 5_000  # structured cases per parser (seeded random)
 MUTATED_PER_PARSER = 5_000  # mutated cases per parser (seeded random)
+# The edit loop (scripts/test.sh --fast sets ALI_TEST_FAST=1) runs a fifth of each volume: the first
+# fifth of each seeded stream (the cases CI starts with), of the Hypothesis examples and of the
+# adapter cases; CI and a plain pytest run all of them.
+FAST_SHARE = 5 if os.environ.get("ALI_TEST_FAST") == "1" else 1
 MUTANTS_PER_BASE = 2  # mutated texts made from each generated one
 HYPOTHESIS_EXAMPLES = 60  # per parser, shrinkable
 ADAPTER_CASES = 1_000  # per adapter (vLLM, transformers): they are slow and not ours
@@ -1520,14 +1525,15 @@ def test_structured_seeded(fmt):
     r = Rand(random.Random(f"structured-{fmt}"))
     ran = bad = good = 0
     t0 = time.perf_counter()
-    for _ in range(SEEDED_PER_PARSER):
+    n = SEEDED_PER_PARSER // FAST_SHARE
+    for _ in range(n):
         case = gen(r)
         check_structured(case, parser.parse(case.text))
         ran += 1
         bad += len(case.bad)
         good += len(case.calls)
-    assert ran == SEEDED_PER_PARSER
-    assert bad > SEEDED_PER_PARSER // 2 and good > SEEDED_PER_PARSER  # the generator exercises both
+    assert ran == n
+    assert bad > n // 2 and good > n  # the generator exercises both
     print(f"{fmt}: {ran} structured cases, {good} good calls, {bad} malformed, {time.perf_counter() - t0:.1f}s")
 
 
@@ -1537,7 +1543,7 @@ def test_mutated_seeded(fmt):
     gen = GENERATORS[fmt]
     r = Rand(random.Random(f"mutated-{fmt}"))
     ran = 0
-    while ran < MUTATED_PER_PARSER:
+    while ran < MUTATED_PER_PARSER // FAST_SHARE:
         base = gen(r).text
         if r.chance(0.3):  # mixed formats: another format's output spliced in
             other = GENERATORS[r.choice(NATIVE)](r).text
@@ -1546,7 +1552,7 @@ def test_mutated_seeded(fmt):
         for _ in range(MUTANTS_PER_BASE):
             check_mutated(fmt, parser, mutate(r, base), twice=ran % 10 == 0)
             ran += 1
-    assert ran == MUTATED_PER_PARSER
+    assert ran == MUTATED_PER_PARSER // FAST_SHARE
 
 
 @pytest.mark.parametrize("fmt", NATIVE)
@@ -1555,7 +1561,7 @@ def test_structured_hypothesis(fmt):
     gen = GENERATORS[fmt]
     count = 0
 
-    @settings(max_examples=HYPOTHESIS_EXAMPLES, deadline=None, database=None, derandomize=True,
+    @settings(max_examples=HYPOTHESIS_EXAMPLES // FAST_SHARE, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(st.data())
     def prop(data):
@@ -1568,7 +1574,7 @@ def test_structured_hypothesis(fmt):
             check_mutated(fmt, parser, mutate(r, case.text))
 
     prop()
-    assert count >= HYPOTHESIS_EXAMPLES
+    assert count >= HYPOTHESIS_EXAMPLES // FAST_SHARE
 
 
 @pytest.mark.parametrize("fmt", NATIVE)
@@ -1667,11 +1673,11 @@ def test_vllm_hermes_adapter_never_raises(qwen_tokenizer, caplog):
     with caplog.at_level(logging.CRITICAL):
         logging.getLogger("vllm").setLevel(logging.CRITICAL)
         try:
-            assert _check_adapter(parser, _adapter_texts(ADAPTER_CASES)) == ADAPTER_CASES
+            assert _check_adapter(parser, _adapter_texts(ADAPTER_CASES // FAST_SHARE)) == ADAPTER_CASES // FAST_SHARE
         finally:
             logging.getLogger("vllm").setLevel(logging.NOTSET)
 
 
 def test_transformers_adapter_never_raises(qwen_tokenizer):
     parser = get_parser("transformers", tokenizer=qwen_tokenizer)
-    assert _check_adapter(parser, _adapter_texts(ADAPTER_CASES)) == ADAPTER_CASES
+    assert _check_adapter(parser, _adapter_texts(ADAPTER_CASES // FAST_SHARE)) == ADAPTER_CASES // FAST_SHARE
