@@ -101,9 +101,43 @@ def vllm_server(request, tiny_model_dir):
             os.unlink(server.log_path)
 
 
+# ---- the browser tests' app and Chromium: one of each per worker, shared by the browser files -------
+
+
+@pytest.fixture(scope="session")
+def app_url(tmp_path_factory):
+    """``app.py --backend scripted`` (no model is loaded) on a free port, for every browser file
+    of this worker (they are one xdist group, below: the app starts once, not once per file);
+    stopped at the end, and its log must then hold no traceback (tests/test_browser.py's
+    running_app). Each test opens its own page, a Gradio session of its own."""
+    from test_browser import running_app
+
+    with running_app(["--backend", "scripted"], tmp_path_factory.mktemp("app") / "app.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium per worker; each test opens its own context (tests/test_browser.py)."""
+    from playwright.sync_api import sync_playwright
+    from test_browser import CHROMIUM
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"],
+        )
+        try:
+            yield b
+        finally:
+            b.close()
+
+
 # ---- pytest-xdist: which tests share a worker (scripts/test.sh runs -n 2 --dist loadgroup) ----------
 
 VLLM_GROUP = "vllm"
+BROWSER_APP_GROUP = "browser-app"  # the browser files that use the shared scripted app (app_url above)
 
 
 def _file_seconds() -> dict[str, float]:
@@ -124,7 +158,8 @@ def pytest_collection_modifyitems(config, items):
     """Under ``--dist loadgroup`` a group runs on one worker. A test file is a group (its module
     fixtures, an app or a browser, are built once), and every file with a test marked ``vllm`` is
     one group together: the session's vLLM engines and server are built by one worker, once, as in
-    a run without workers (two workers would build two of each and hold twice the memory).
+    a run without workers (two workers would build two of each and hold twice the memory). So are
+    the browser files on the shared scripted app (``app_url``): one app and one Chromium for all.
 
     On the workers the groups are then ordered costliest first (``tests/file_seconds.json``; with
     ``--no-loadscope-reorder``, scripts/test.sh's, xdist hands them out in this order): the
@@ -132,12 +167,15 @@ def pytest_collection_modifyitems(config, items):
     if not config.pluginmanager.hasplugin("xdist"):
         return
     vllm_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("vllm")}
+    app_files = {item.nodeid.split("::")[0] for item in items
+                 if item.get_closest_marker("browser") and "app_url" in getattr(item, "fixturenames", ())}
     group_of: dict[int, str] = {}
     for item in items:
         marker = item.get_closest_marker("xdist_group")
         if marker is None:
             path = item.nodeid.split("::")[0]
-            item.add_marker(pytest.mark.xdist_group(VLLM_GROUP if path in vllm_files else path))
+            group = VLLM_GROUP if path in vllm_files else BROWSER_APP_GROUP if path in app_files else path
+            item.add_marker(pytest.mark.xdist_group(group))
             marker = item.get_closest_marker("xdist_group")
         group_of[id(item)] = str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
     if getattr(config.option, "loadgroup", False):  # set on the workers of --dist loadgroup only

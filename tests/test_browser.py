@@ -129,27 +129,8 @@ def running_app(args: list[str], log_path: Path, *, env: dict[str, str] | None =
         assert "Traceback" not in text, text[-4000:]
 
 
-@pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    """``app.py --backend scripted`` (no model is loaded) on a free port; killed at the end."""
-    with running_app(["--backend", "scripted"], tmp_path_factory.mktemp("app") / "app.log") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"],
-        )
-        try:
-            yield b
-        finally:
-            b.close()
+# The fixtures ``app_url`` (one ``app.py --backend scripted`` per worker) and ``browser`` (one
+# headless Chromium per worker) live in tests/conftest.py, so every browser file shares them.
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ the light and the dark theme (``ALI_SCREENSHOT_DIR``: grpo_groups_light.png, grp
 from __future__ import annotations
 
 import pandas as pd
-from test_browser import _NAVIGATION_ABORT, ROOT, App, app, app_url, browser, pytestmark, shots  # noqa: F401 - fixtures, used by name
+from test_browser import _NAVIGATION_ABORT, ROOT, App, app, pytestmark, shots  # noqa: F401 - fixtures, used by name
 
 TRL_STEP1 = ROOT / "tests" / "data" / "import" / "trl" / "completions" / "completions_00001.parquet"
 

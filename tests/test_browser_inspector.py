@@ -34,8 +34,6 @@ from test_browser import (  # noqa: F401 - fixtures, used by name
     SCRIPT,
     VISIBLE,
     App,
-    app_url,
-    browser,
     shots,
 )
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_browser import ROOT, App, app_url, browser, pytestmark, shots  # noqa: F401 - fixtures, used by name
+from test_browser import ROOT, App, pytestmark, shots  # noqa: F401 - fixtures, used by name
 from test_browser_inspector import check_contrast
 from test_browser_logprob_lens import lens_targets
 

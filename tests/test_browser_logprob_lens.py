@@ -17,7 +17,7 @@ import concurrent.futures
 from pathlib import Path
 
 import pytest
-from test_browser import CHROMIUM, App, browser, running_app  # noqa: F401 - fixtures, used by name
+from test_browser import CHROMIUM, App, running_app  # noqa: F401 - fixtures, used by name
 from test_browser_inspector import check_contrast
 
 pytestmark = [

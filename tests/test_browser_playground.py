@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_browser import CHROMIUM, App, app_url, browser  # noqa: F401 - fixtures, used by name
+from test_browser import CHROMIUM, App  # noqa: F401 - fixtures, used by name
 
 pytestmark = [
     pytest.mark.browser,

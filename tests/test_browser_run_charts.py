@@ -12,8 +12,6 @@ from test_browser import (  # noqa: F401 - fixtures, used by name
     ROOT,
     App,
     app,
-    app_url,
-    browser,
     pytestmark,
     shots,
 )

@@ -21,7 +21,7 @@ import json
 import math
 
 import pytest
-from test_browser import CHROMIUM, App, app_url, browser  # noqa: F401 - fixtures, used by name
+from test_browser import CHROMIUM, App  # noqa: F401 - fixtures, used by name
 from test_browser_inspector import CONTRAST_JS
 from test_ui_token_view import DELTAS, PROBS, _scored
 

@@ -16,8 +16,6 @@ from test_browser import (  # noqa: F401 - fixtures, used by name
     SCRIPT,
     App,
     app,
-    app_url,
-    browser,
     pytestmark,
     shots,
 )

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from test_browser import App, browser, running_app  # noqa: F401 - fixtures, used by name
+from test_browser import App, running_app  # noqa: F401 - fixtures, used by name
 
 from backend.engine import AgentLoop, LoopConfig
 from backend.generators.scripted import ScriptedGenerator

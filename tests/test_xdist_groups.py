@@ -39,3 +39,20 @@ def test_the_workers_start_with_the_costliest_groups(request: pytest.FixtureRequ
             seen[group] = sum(seconds.get(f, 0.0) for f in files)
             weights.append(seen[group])
     assert weights == sorted(weights, reverse=True), weights[:10]
+
+
+def test_the_browser_files_on_the_shared_app_are_one_group(request: pytest.FixtureRequest):
+    """The browser files that use tests/conftest.py's ``app_url`` run on one worker, which starts
+    that app (and one Chromium) once for all of them; a file with an app of its own (the MCP
+    tests' ``app_url``, the lens app) keeps its own group. Checked over this session's tests: in
+    the full run (CI, scripts/test.sh) every file is there."""
+    groups: dict[str, set[str]] = {}
+    for item in request.session.items:
+        marker = item.get_closest_marker("xdist_group")
+        if marker is not None:
+            groups.setdefault(item.nodeid.split("::")[0], set()).add(str(marker.args[0]))
+    if "tests/test_browser.py" not in groups:
+        pytest.skip("only meaningful with the browser files collected (the full run)")
+    shared = {f for f, g in groups.items() if g == {"browser-app"}}
+    assert {"tests/test_browser.py", "tests/test_browser_inspector.py", "tests/test_browser_playground.py"} <= shared, groups
+    assert "tests/test_mcp.py" not in shared and "tests/test_browser_logprob_lens.py" not in shared, shared
