@@ -265,3 +265,14 @@ def test_deep_trees_are_walked_or_refused_whole(qwen3, tmp_path):
     assert {"section": "", "text": "deep text"} in res.traces[1].metadata["extra"]["logs"]
     res = import_file(deep, bundle=qwen3)
     assert not res.traces and len(res.problems) == 1 and "nested too deeply" in res.problems[0].reason
+
+
+def test_an_upload_of_the_logtree_is_imported(qwen3):
+    """What the app does with an uploaded file (load_any): refused as a trace file with the import
+    command, imported when foreign files are imported."""
+    from backend.importers import load_any
+
+    plain = load_any(LOGTREE)
+    assert not plain.traces and "--from tinker" in plain.problems[0].reason
+    res = load_any(LOGTREE, import_foreign=True, bundle=qwen3)
+    assert [t.id for t in res.traces] == [t.id for t in import_file(LOGTREE, bundle=qwen3).traces]
