@@ -276,3 +276,113 @@ def test_an_upload_of_the_logtree_is_imported(qwen3):
     assert not plain.traces and "--from tinker" in plain.problems[0].reason
     res = load_any(LOGTREE, import_foreign=True, bundle=qwen3)
     assert [t.id for t in res.traces] == [t.id for t in import_file(LOGTREE, bundle=qwen3).traces]
+
+
+# ---- capture/sample.jsonl: each sampling call's ids and logprobs ------------------------------------
+
+CAPTURE = os.path.join(ROOT, "tests", "data", "import", "tinker", "capture", "sample.jsonl")
+
+
+def capture_records():
+    with open(CAPTURE, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_capture_keeps_each_calls_ids_and_logprobs(qwen3):
+    recs = capture_records()
+    assert detect(CAPTURE) == "tinker" and detect_why(recs[0])[2] == []
+    res = import_file(CAPTURE, bundle=qwen3)
+    assert not res.problems and not res.losses and len(res.traces) == len(recs) == 6
+    for t, r in zip(res.traces, recs):
+        (s,) = r["samples"]
+        assert t.id == f"toy-rl:{r['seq_id']}" and t.metadata["ids"] == "given"
+        assert t.prompt_ids == r["prompt_tokens"] and t.response_ids == s["tokens"] and t.response_mask == [1] * len(s["tokens"])
+        (gen,) = [x for x in t.steps if x.mask == 1]
+        assert gen.logprobs == s["logprobs"]
+        assert t.metadata["training_step"] == r["scope"]["iteration"] == 3
+        assert t.metadata["group"] == f"toy-rl/3/{r['scope']['group_idx']}" and "sample" not in t.metadata
+        assert t.metadata["extra"]["scope"] == r["scope"] and t.metadata["extra"]["stop_reason"] == s["stop_reason"]
+
+
+def test_capture_lengths_are_tinkers_ob_and_ac_lengths():
+    """The captured calls of a group are its trajectories' turns: tinker's rollout summaries count
+    the same observation and action tokens."""
+    by_group: dict[int, list] = {}
+    for r in capture_records():
+        by_group.setdefault(r["scope"]["group_idx"], []).append((len(r["prompt_tokens"]), len(r["samples"][0]["tokens"])))
+    want: dict[int, list] = {}
+    for s in summaries():
+        want.setdefault(s["group_idx"], []).append((s["steps"][0]["ob_len"], s["steps"][0]["ac_len"]))
+    assert {g: sorted(v) for g, v in by_group.items()} == {g: sorted(v) for g, v in want.items()}
+
+
+def test_capture_and_logtree_hold_the_same_responses(qwen3, imported):
+    """The ids a call captured decode to the response its env logged (the instruct groups' plain text)."""
+    got = import_file(CAPTURE, bundle=qwen3).traces
+    for cap, logged in zip(got[:4], imported.traces[:4]):
+        text = qwen3.tokenizer.decode(cap.response_ids, skip_special_tokens=True)
+        last = logged.messages[-1]
+        if last.get("tool_calls"):
+            assert last["tool_calls"][0]["function"]["name"] in text
+        else:
+            assert text == last["content"]
+
+
+def _capture_with(tmp_path, change):
+    rec = copy.deepcopy(capture_records()[0])
+    change(rec)
+    p = tmp_path / "sample.jsonl"
+    p.write_text(json.dumps(rec) + "\n", encoding="utf-8")
+    return str(p)
+
+
+@pytest.mark.parametrize("change, why", [
+    (lambda r: r["samples"][0]["logprobs"].pop(), "samples[0].logprobs has 21 values for 22 response token ids"),
+    (lambda r: r.__setitem__("prompt_length", 35), "prompt_length is 35 but prompt_tokens holds 36 ids"),
+    (lambda r: r["samples"][0]["tokens"].__setitem__(3, 10**7), "samples[0].tokens[3] = 10000000 is outside the vocabulary"),
+    (lambda r: r.update(status="error", error="RuntimeError('boom')", samples=None), "status is 'error': RuntimeError('boom')"),
+    (lambda r: r.pop("prompt_tokens"), "prompt was not captured as token ids"),
+    (lambda r: r.__setitem__("num_samples", 2), "num_samples is 2 but the record holds 1 sample(s)"),
+    (lambda r: r.update(kind="train_op", op="forward_backward"), "a training call (forward_backward)"),
+])
+def test_damaged_capture_records_are_reported(qwen3, tmp_path, change, why):
+    res = import_file(_capture_with(tmp_path, change), bundle=qwen3)
+    assert not res.traces and len(res.problems) == 1 and why in res.problems[0].reason, res.problem_lines()
+
+
+def test_capture_truncated_line_loses_only_its_record(qwen3, tmp_path):
+    lines = open(CAPTURE, encoding="utf-8").read().splitlines(keepends=True)
+    p = tmp_path / "sample.jsonl"
+    p.write_text("".join(lines[:3]) + lines[3][: len(lines[3]) // 2], encoding="utf-8")
+    res = import_file(str(p), bundle=qwen3)
+    assert len(res.traces) == 3 and len(res.problems) == 1 and res.problems[0].line == 4
+
+
+def test_a_call_of_several_samples_is_a_group(qwen3, tmp_path):
+    rec = copy.deepcopy(capture_records()[0])
+    rec["scope"] = {"run_id": "r"}
+    rec["samples"].append(copy.deepcopy(rec["samples"][0]))
+    rec["num_samples"] = 2
+    p = tmp_path / "sample.jsonl"
+    p.write_text(json.dumps(rec) + "\n", encoding="utf-8")
+    res = import_file(str(p), bundle=qwen3)
+    assert [(t.id, t.metadata["group"], t.metadata["sample"]) for t in res.traces] == [("r:1/0", "r:1", 0), ("r:1/1", "r:1", 1)]
+
+
+def test_trace_sets_index_and_open_the_capture_file(qwen3, tmp_path):
+    """A folder holding a capture file is a trace set: a row per sampled sequence, with its step and
+    group, each opening to the trace the import gives."""
+    from backend.trace.catalog import TraceSet
+
+    (tmp_path / "sample.jsonl").write_bytes(open(CAPTURE, "rb").read())
+    ts = TraceSet(str(tmp_path), final=True, cache=False, import_bundle=lambda: qwen3)
+    ts.refresh()
+    want = {t.id: t for t in import_file(CAPTURE, bundle=qwen3).traces}
+    assert sorted(ts.df["id"]) == sorted(want) and not ts.problem_rows()
+    assert sorted(zip(ts.df["id"], ts.df["group"], ts.df["training_step"])) == sorted(
+        (t.id, t.metadata["group"], 3) for t in want.values())
+    for k in range(len(ts)):
+        t = ts.read(k)
+        w = want[t.id]
+        assert (t.prompt_ids, t.response_ids, t.response_mask) == (w.prompt_ids, w.response_ids, w.response_mask)
+        assert [s.logprobs for s in t.steps] == [s.logprobs for s in w.steps]

@@ -11,9 +11,10 @@ section is one ``EnvGroupBuilder``'s group; in it the env logged each rollout (t
 ``ob_len`` / ``ac_len`` / step reward, the step's metrics and logs, and the episode totals (final
 group reward, total return). The same tree as HTML (``train.html``) is not read: the JSON says the
 same without parsing markup. ``train_rollout_summaries.jsonl`` (one line per trajectory:
-lengths, rewards, metrics; no text) is recognised and refused with that reason. No file of an RL
-run holds the rollouts' token ids or logprobs (they live in memory, as ``Transition.ob`` /
-``ac``), so:
+lengths, rewards, metrics; no text) is recognised and refused with that reason. The files of an RL
+run hold no token ids or logprobs (they live in memory, as ``Transition.ob`` / ``ac``) unless the
+run was wrapped in the cookbook's capture (``capture/sample.jsonl``, read by
+:mod:`backend.importers.tinker_capture`: ids and logprobs kept). From the logtree:
 
 * each response a group's env logged is one conversation: the latest ``Prompt`` conversation's
   messages then the response's, rendered with the chosen tokenizer (``metadata.ids =
@@ -39,6 +40,7 @@ from typing import Any
 
 from backend.importers.base import Importer, register
 from backend.importers.common import Conversation, RecordError
+from backend.importers.tinker_capture import capture_traces, is_capture
 from backend.importers.trl import messages_of
 from backend.trace.messages import json_type
 
@@ -238,21 +240,27 @@ def _tinker_message(m: Any, where: str, losses: list[str], trainable: list[Any])
 class TinkerImporter(Importer):
     name = "tinker"
     label = "tinker-cookbook"
-    description = "tinker-cookbook RL logtree JSON (iteration_N/train_logtree.json: the envs' prompt/response conversations and reward tables per group; text, re-rendered)"
+    description = ("tinker-cookbook RL logs: the logtree JSON (iteration_N/train_logtree.json: the envs' conversations and reward "
+                   "tables per group; text, re-rendered) and capture/sample.jsonl (each sampling call's ids and logprobs, kept)")
 
     def sniff(self, record: Any) -> Any:
         if _is_logtree(record):
             return "logtree (title, started_at, root node tree)"
+        if is_capture(record):
+            return f"capture record (kind {record['kind']!r}, scope)"
         if _is_summary(record):
             return "rollout summary line (group_idx, traj_idx, steps)"
         return False
 
     def convert(self, record: Any, ctx) -> list[Any]:
+        if is_capture(record):
+            return capture_traces(record, ctx, self.name)
         if _is_summary(record) and not _is_logtree(record):
             raise RecordError("a tinker-cookbook rollout summary holds no text and no token ids (only lengths, rewards and metrics "
                               "per trajectory): import train_logtree.json from the same iteration folder")
         if not _is_logtree(record):
-            raise RecordError(f"not a tinker-cookbook logtree (title, started_at, root node), got {json_type(record)}")
+            raise RecordError(f"not a tinker-cookbook logtree (title, started_at, root node) or capture record (kind, scope), "
+                              f"got {json_type(record)}")
         title = str(record["title"])
         step = _TITLE_STEP.match(title)
         folder = _ITER_DIR.match(os.path.basename(os.path.dirname(os.path.abspath(ctx.path)))) if ctx.path else None

@@ -17,17 +17,22 @@ This script runs that code: ``rl.train._get_logtree_scope`` (the context manager
 wraps its sampling in, which writes the HTML and, through a ``TrainingRunStore`` over
 ``LocalStorage``, the JSON), ``rl.rollouts.do_group_rollout`` over ``ProblemGroupBuilder`` groups
 of ``ProblemEnv`` envs (the cookbook's single-turn env, subclassed as its docstring shows), with
-the cookbook's ``qwen3_instruct`` renderer, then ``serialize_rollout_summaries`` +
-``store.write_rollouts`` as ``train.py`` does. Output: ``tests/data/import/tinker/iteration_000003/``
-(``train_logtree.json``, ``train.html``, ``train_rollout_summaries.jsonl``).
+the cookbook's ``qwen3_instruct`` and ``qwen3`` renderers, then ``serialize_rollout_summaries`` +
+``store.write_rollouts`` as ``train.py`` does; the policy is the cookbook's ``TinkerTokenCompleter``
+over a tinker SDK ``SamplingClient`` instrumented by ``instrument_tinker`` with a ``CaptureExporter``
+/ ``JsonlFileSink``, each group run inside ``capture(run_id=..., split=..., iteration=..., group_idx=...)``.
+Output: ``tests/data/import/tinker/iteration_000003/`` (``train_logtree.json``, ``train.html``,
+``train_rollout_summaries.jsonl``) and ``tests/data/import/tinker/capture/sample.jsonl``.
 
-What is not tinker's: the sampler. No Tinker service is called: the policy is a scripted
-``TokenCompleter`` (the cookbook's policy interface) that answers from :data:`SCRIPT` with the
-token ids of the text plus ``<|im_end|>`` and made-up logprobs. The Qwen3 tokenizer is the one the
-app builds offline (saved by the app's venv into a temp folder, see gen_skyrl.py).
+What is not tinker's: the sampler. No Tinker service is called: the ``SamplingClient`` is made
+without connecting (``object.__new__``) and its ``sample`` answers from :data:`SCRIPT` with what the
+SDK's would return, a ``tinker.SampleResponse`` of one ``SampledSequence`` (the text's token ids
+plus ``<|im_end|>``, made-up float32 logprobs). The Qwen3 tokenizer is the one the app builds
+offline (saved by the app's venv into a temp folder, see gen_skyrl.py).
 
-The timestamps tinker writes (``started_at``) and the temp folder in ``path`` are replaced by fixed
-values afterwards so the files do not change from run to run."""
+What tinker takes from the clock or a random draw is replaced afterwards by fixed values so the
+files do not change from run to run: the logtree's ``started_at`` and "Generated" line, the temp
+folder in its ``path``, and each capture record's ``created_at``, ``latency_sec`` and ``seq_id``."""
 
 from __future__ import annotations
 
@@ -62,9 +67,11 @@ SCRIPT: list[tuple[str, str, str, list[str]]] = [
 
 
 def main() -> None:
+    import numpy as np
     import tinker
     from tinker_cookbook import renderers
-    from tinker_cookbook.completers import TokenCompleter, TokensWithLogprobs
+    from tinker_cookbook.capture import CaptureExporter, JsonlFileSink, capture, instrument_tinker, uninstrument_tinker
+    from tinker_cookbook.completers import TinkerTokenCompleter
     from tinker_cookbook.rl.problem_env import ProblemEnv, ProblemGroupBuilder
     from tinker_cookbook.rl.rollout_logging import serialize_rollout_summaries
     from tinker_cookbook.rl.rollouts import do_group_rollout
@@ -95,38 +102,54 @@ def main() -> None:
         def get_reference_answer(self) -> str:
             return self.answer
 
-    class ScriptedPolicy(TokenCompleter):
-        """Answers the i-th call of a group with its i-th scripted text (no sampling service)."""
+    script: list[str] = []  # the texts the group's sampling calls answer, in order
+    calls = [0]
 
-        def __init__(self, texts: list[str]):
-            self.texts = list(texts)
+    def scripted_sample(prompt, num_samples, sampling_params, *args, **kwargs):
+        """What the SDK's ``SamplingClient.sample`` returns (an awaitable ``SampleResponse``), from
+        :data:`SCRIPT` instead of a Tinker server: the text's ids + ``<|im_end|>``, float32 logprobs."""
+        async def response():
+            ids = tok.encode(script.pop(0), add_special_tokens=False) + [end]
+            calls[0] += 1
+            lp = np.array([-((i * 37 + calls[0] * 11) % 97) / 61.0 for i in range(len(ids))], dtype=np.float32)
+            return tinker.SampleResponse(sequences=[tinker.SampledSequence(
+                stop_reason="stop", sequence_id=f"seq-{calls[0]}", tokens_np=np.array(ids, dtype=np.int32), logprobs_np=lp)])
+        return response()
 
-        async def __call__(self, model_input: tinker.ModelInput, stop, *, max_tokens=None) -> TokensWithLogprobs:
-            ids = tok.encode(self.texts.pop(0), add_special_tokens=False) + [end]
-            return TokensWithLogprobs(tokens=ids, maybe_logprobs=[-round(((i * 37) % 97) / 61.0, 6) for i in range(len(ids))])
+    client = object.__new__(tinker.SamplingClient)  # no service behind it: its sample() is the script's
+    client.sample = scripted_sample
+    policy = TinkerTokenCompleter(client, max_tokens=256)
 
     out_dir = os.path.join(OUT, f"iteration_{ITERATION:06d}")
     os.makedirs(out_dir, exist_ok=True)
     store = TrainingRunStore(LocalStorage(OUT))
+    exporter = CaptureExporter(JsonlFileSink(LocalStorage(OUT)))
+    instrument_tinker(exporter)
 
     async def run() -> list:
         groups = []
         with _get_logtree_scope(output_dir=Path(out_dir), num_groups_to_log=len(SCRIPT),
                                 f_name="train", scope_name=f"RL Iteration {ITERATION}", iteration=ITERATION, store=store):
-            for rname, question, answer, texts in SCRIPT:
+            for g, (rname, question, answer, texts) in enumerate(SCRIPT):
                 builder = ProblemGroupBuilder(env_thunk=lambda r=rname, q=question, a=answer: AnswerEnv(r, q, a),
                                               num_envs=len(texts), dataset_name="toy")
-                with logtree.optional_enable_logging(enable=True):
-                    groups.append((await do_group_rollout(builder, ScriptedPolicy(texts)), builder.logging_tags()))
+                script[:] = texts
+                with logtree.optional_enable_logging(enable=True), capture(run_id="toy-rl", split="train", iteration=ITERATION, group_idx=g):
+                    groups.append((await do_group_rollout(builder, policy), builder.logging_tags()))
         return groups
 
     groups = asyncio.run(run())
+    uninstrument_tinker()
+    exporter.wait_pending(timeout=5.0)
+    exporter.shutdown()
     records = serialize_rollout_summaries(split="train", iteration=ITERATION, trajectory_groups_P=[g for g, _ in groups],
                                           taglist_P=[t for _, t in groups], sampling_client_steps_P=[ITERATION] * len(groups))
     store.write_rollouts(ITERATION, records, base_name="train")
     _fix_volatile(out_dir, tmp)
-    for name in sorted(os.listdir(out_dir)):
-        print(os.path.join(out_dir, name), os.path.getsize(os.path.join(out_dir, name)))
+    _fix_capture(os.path.join(OUT, "capture", "sample.jsonl"))
+    for folder in (out_dir, os.path.join(OUT, "capture")):
+        for name in sorted(os.listdir(folder)):
+            print(os.path.join(folder, name), os.path.getsize(os.path.join(folder, name)))
 
 
 _STAMP = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?")
@@ -147,6 +170,17 @@ def _fix_volatile(out_dir: str, tmp: str) -> None:
     text = _STAMP.sub("2026-11-28 12:00:00", text)
     with open(html_path, "w", encoding="utf-8") as f:
         f.write(text.replace(out_dir, f"iteration_{ITERATION:06d}").replace(tmp, "TMP"))
+
+
+def _fix_capture(path: str) -> None:
+    """Fixed values for what the capture records take from the clock (``created_at``,
+    ``latency_sec``) and the random per-call ``seq_id``: the record's number."""
+    with open(path, encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    for i, r in enumerate(records):
+        r["created_at"], r["latency_sec"], r["seq_id"] = 1795867200.0 + i, 0.25, i + 1
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in records))
 
 
 if __name__ == "__main__":
