@@ -386,3 +386,18 @@ def test_trace_sets_index_and_open_the_capture_file(qwen3, tmp_path):
         w = want[t.id]
         assert (t.prompt_ids, t.response_ids, t.response_mask) == (w.prompt_ids, w.response_ids, w.response_mask)
         assert [s.logprobs for s in t.steps] == [s.logprobs for s in w.steps]
+
+
+@pytest.mark.parametrize("title, folder, step", [
+    ("Running evaluation gsm8k 7", "x", 7),  # train.py's eval logtree
+    ("my run", "iteration_000005", 5),  # no iteration in the title: the store's folder
+    ("my run", "x", None),
+])
+def test_training_step_from_the_title_else_the_folder(qwen3, tmp_path, title, folder, step):
+    doc = load()
+    doc["title"] = title
+    (tmp_path / folder).mkdir()
+    res = import_file(write(tmp_path / folder, doc), bundle=qwen3)
+    assert len(res.traces) == 6
+    assert {t.metadata.get("training_step") for t in res.traces} == {step}
+    assert res.traces[0].metadata["group"] == f"{title} #0"

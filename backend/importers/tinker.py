@@ -1,4 +1,4 @@
-"""tinker-cookbook RL logs → conversations (tinker-cookbook 0.5.8: ``rl.train``, ``utils.logtree``).
+"""tinker-cookbook RL logs → conversations and traces (tinker-cookbook 0.5.8: ``rl.train``, ``utils.logtree``).
 
 An RL run of tinker-cookbook writes, per iteration, ``iteration_NNNNNN/train_logtree.json``: the
 **logtree** of the iteration's sampling (``logtree.Trace.to_dict()``: ``title`` — ``"RL Iteration
