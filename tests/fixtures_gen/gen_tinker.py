@@ -21,8 +21,9 @@ the cookbook's ``qwen3_instruct`` and ``qwen3`` renderers, then ``serialize_roll
 ``store.write_rollouts`` as ``train.py`` does; the policy is the cookbook's ``TinkerTokenCompleter``
 over a tinker SDK ``SamplingClient`` instrumented by ``instrument_tinker`` with a ``CaptureExporter``
 / ``JsonlFileSink``, each group run inside ``capture(run_id=..., split=..., iteration=..., group_idx=...)``.
-Output: ``tests/data/import/tinker/iteration_000003/`` (``train_logtree.json``, ``train.html``,
-``train_rollout_summaries.jsonl``) and ``tests/data/import/tinker/capture/sample.jsonl``.
+Output: ``tests/data/import/tinker/iteration_000003/`` (``train_logtree.json``,
+``train_rollout_summaries.jsonl``; the ``train.html`` it also writes is removed: not read) and
+``tests/data/import/tinker/capture/sample.jsonl``.
 
 What is not tinker's: the sampler. No Tinker service is called: the ``SamplingClient`` is made
 without connecting (``object.__new__``) and its ``sample`` answers from :data:`SCRIPT` with what the
@@ -31,8 +32,8 @@ plus ``<|im_end|>``, made-up float32 logprobs). The Qwen3 tokenizer is the one t
 offline (saved by the app's venv into a temp folder, see gen_skyrl.py).
 
 What tinker takes from the clock or a random draw is replaced afterwards by fixed values so the
-files do not change from run to run: the logtree's ``started_at`` and "Generated" line, the temp
-folder in its ``path``, and each capture record's ``created_at``, ``latency_sec`` and ``seq_id``."""
+files do not change from run to run: the logtree's ``started_at`` and "Generated" line, its
+``path`` (an absolute path here), and each capture record's ``created_at``, ``latency_sec`` and ``seq_id``."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -120,6 +122,7 @@ def main() -> None:
     client.sample = scripted_sample
     policy = TinkerTokenCompleter(client, max_tokens=256)
 
+    shutil.rmtree(OUT, ignore_errors=True)  # the sink and the store append: start from nothing
     out_dir = os.path.join(OUT, f"iteration_{ITERATION:06d}")
     os.makedirs(out_dir, exist_ok=True)
     store = TrainingRunStore(LocalStorage(OUT))
@@ -145,8 +148,10 @@ def main() -> None:
     records = serialize_rollout_summaries(split="train", iteration=ITERATION, trajectory_groups_P=[g for g, _ in groups],
                                           taglist_P=[t for _, t in groups], sampling_client_steps_P=[ITERATION] * len(groups))
     store.write_rollouts(ITERATION, records, base_name="train")
-    _fix_volatile(out_dir, tmp)
+    _fix_volatile(out_dir)
+    os.remove(os.path.join(out_dir, "train.html"))  # the same tree as HTML: the importer does not read it
     _fix_capture(os.path.join(OUT, "capture", "sample.jsonl"))
+    shutil.rmtree(tmp)
     for folder in (out_dir, os.path.join(OUT, "capture")):
         for name in sorted(os.listdir(folder)):
             print(os.path.join(folder, name), os.path.getsize(os.path.join(folder, name)))
@@ -155,21 +160,14 @@ def main() -> None:
 _STAMP = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?")
 
 
-def _fix_volatile(out_dir: str, tmp: str) -> None:
-    """Fixed values for the timestamp and the absolute output path tinker writes."""
+def _fix_volatile(out_dir: str) -> None:
+    """Fixed values for the timestamps and the absolute output path the logtree holds."""
     path = os.path.join(out_dir, "train_logtree.json")
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
-    doc["started_at"] = "2026-11-28T12:00:00.000000"
     doc["path"] = f"iteration_{ITERATION:06d}/train.html"
     with open(path, "w", encoding="utf-8") as f:
         f.write(_STAMP.sub("2026-11-28T12:00:00", json.dumps(doc, indent=2)))
-    html_path = os.path.join(out_dir, "train.html")
-    with open(html_path, encoding="utf-8") as f:
-        text = f.read()
-    text = _STAMP.sub("2026-11-28 12:00:00", text)
-    with open(html_path, "w", encoding="utf-8") as f:
-        f.write(text.replace(out_dir, f"iteration_{ITERATION:06d}").replace(tmp, "TMP"))
 
 
 def _fix_capture(path: str) -> None:
