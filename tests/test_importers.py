@@ -421,7 +421,7 @@ def test_detect_records():
     assert detect({"format_version": 1, "steps": []}) == "trace"
     assert detect({"foo": 1}) is None
     assert set(FORMATS) == {"otel", "langsmith", "mlflow", "nemo-gym", "openai-responses", "anthropic", "agents-sdk", "verifiers", "prime-rl", "verl", "trl", "skyrl", "nemo-rl", "slime",
-                            "agentlightning", "rllm", "art", "areal", "pydantic-ai", "langchain", "smolagents", "sharegpt", "openai-chat"}
+                            "agentlightning", "rllm", "art", "areal", "tinker", "pydantic-ai", "langchain", "smolagents", "sharegpt", "openai-chat"}
     assert FORMATS[-2:] == ("sharegpt", "openai-chat")  # the generic ones are tried last
 
 

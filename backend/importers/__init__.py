@@ -9,7 +9,7 @@
 Formats (one module each, listed in :data:`FORMAT_TABLE` in detection order): OpenTelemetry
 spans (``otel``: OTel GenAI, OpenInference and Langfuse dialects, :mod:`backend.importers.otel`),
 ``langsmith``, ``mlflow``, ``nemo-gym``, ``openai-responses``, ``anthropic``, ``agents-sdk``, ``verifiers``, ``prime-rl``,
-``verl``, ``trl``, ``skyrl``, ``nemo-rl``, ``slime``, ``agentlightning``, ``rllm``, ``art``, ``areal``, ``pydantic-ai``,
+``verl``, ``trl``, ``skyrl``, ``nemo-rl``, ``slime``, ``agentlightning``, ``rllm``, ``art``, ``areal``, ``tinker``, ``pydantic-ai``,
 ``langchain``, ``smolagents``, ``sharegpt``,
 ``openai-chat``. Input files: JSONL (one record per line), JSON (one record, or a list of
 records; a format may read a whole list as one record), Parquet (one record per row), or a pickle
@@ -80,6 +80,7 @@ FORMAT_TABLE: tuple[tuple[str, str], ...] = (
     ("rllm", "backend.importers.rllm"),
     ("art", "backend.importers.art"),
     ("areal", "backend.importers.areal"),
+    ("tinker", "backend.importers.tinker"),
     ("pydantic-ai", "backend.importers.pydantic_ai"),
     ("langchain", "backend.importers.langchain"),
     ("smolagents", "backend.importers.smolagents"),
