@@ -30,6 +30,7 @@ from backend.importers import detect, import_file
 from backend.pickle_guard import PickleRefused, globals_of, looks_like_pickle, read_pickle
 from backend.trace.model import StepState
 from backend.trust import LOCAL, Mode, TrustPolicy, VisitorInputError
+from tests.test_import_rl_nemo_slime import generated, response_steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKY = os.path.join(ROOT, "tests", "data", "import", "skyrl")
@@ -73,15 +74,6 @@ def raw_batch(path):
     tensors = {k: (None if v is None else np.frombuffer(v["data"], dtype=np.dtype(v["dtype"])).reshape(v["shape"]).tolist())
                for k, v in state["batch_dict"].items()}
     return tensors, state["metadata"], state["batch_size"]
-
-
-def generated(t):
-    return [s for s in t.steps if s.state == StepState.GENERATING]
-
-
-def response_steps(t):
-    p = len(t.prompt_ids)
-    return [s for s in t.steps if s.end > s.start and s.start >= p]
 
 
 # ---- what SkyRL 0.4 wrote ------------------------------------------------------------------------
@@ -324,3 +316,26 @@ def test_a_public_server_refuses_skyrl_dumps_before_reading_them(tmp_path, monke
     status, probs = trace_files.load_file(AppContext(), Session(), str(up))
     assert "4 trace(s) imported from <b>skyrl</b>" in status, status
     assert probs.empty
+
+
+def test_skyrl_03_state_and_ids_outside_the_vocabulary(tmp_path, fake_skyrl):
+    """skyrl-train 0.3.x pickled each tensor as ``torch.save`` bytes: read by torch's restricted
+    loader; an id past the tokenizer's vocabulary is reported for its row."""
+    import io
+
+    import torch
+
+    def saved(rows):
+        buf = io.BytesIO()
+        torch.save(torch.tensor(rows), buf)
+        return buf.getvalue()
+
+    bd = {"sequences": saved([[0, 9707, 13, 151645], [0, 10**7, 13, 151645]]), "attention_mask": saved([[0, 1, 1, 1]] * 2),
+          "response_mask": saved([[1, 1]] * 2), "loss_mask": saved([[1.0, 1.0]] * 2)}
+    p = tmp_path / "global_step_2_training_input.pkl"
+    p.write_bytes(pickle.dumps(fake_skyrl(_state(bd, {"response_length": 2}, n=2)), protocol=4))
+    doc = read_pickle(str(p), max_bytes=1 << 20)
+    assert doc["tensors"]["sequences"] == [[0, 9707, 13, 151645], [0, 10**7, 13, 151645]]
+    res = import_file(str(p))
+    assert [t.prompt_ids + t.response_ids for t in res.traces] == [[9707, 13, 151645]]
+    assert [p.line for p in res.problems] == [2] and "vocab" in res.problems[0].reason, res.problems
