@@ -10,13 +10,17 @@ other trainers. This module reads such a file without ever unpickling it in the 
 2. **The allow-list, before anything is loaded**: the pickle's opcodes are listed with
    :func:`pickletools.genops` (which reads, never runs) and every global it names must be in
    :data:`ALLOWED_GLOBALS`: torch's tensor rebuild function, its typed storages and
-   ``collections.OrderedDict`` (what ``torch.save`` of tensors in plain containers names). Anything
-   else (``os.system``, ``builtins.eval``, a class of the trainer's own) refuses the file, naming the
+   ``collections.OrderedDict`` (what ``torch.save`` of tensors in plain containers names); in a bare
+   pickle that names one of SkyRL's batch classes (``trainer.dump_data_batch``), also those classes,
+   ``torch.storage._load_from_bytes`` and ``torch.device`` (:data:`SKYRL_GLOBALS`). Anything else
+   (``os.system``, ``builtins.eval``, any other class of a trainer's own) refuses the file, naming the
    global; a global that cannot be read off the opcodes refuses it too. Nothing was run.
 3. **The restricted unpickler**: a torch zip file is then loaded by ``torch.load(...,
    weights_only=True)`` (torch's own restricted unpickler, which admits tensors and plain containers
    only), a bare pickle by :class:`_PlainUnpickler` (``find_class`` admits ``OrderedDict`` alone, no
-   persistent ids). Either refuses what slipped past 2.
+   persistent ids; for a SkyRL batch, :class:`_SkyrlUnpickler` maps SkyRL's names to the inert
+   stand-ins of :mod:`backend.pickle_standins`, which keep the batch's pickled state as data and
+   never call torch or SkyRL). Either refuses what slipped past 2.
 4. **What comes back**: tensors become lists (``tolist``), dict keys must be text, values plain
    (dict, list, tuple, text, numbers, booleans, None); the worker sends that as JSON, which this
    process parses: no pickle crosses back either.
@@ -41,6 +45,7 @@ import pickletools
 import zipfile
 from typing import Any
 
+from backend import pickle_standins as standins
 from backend.worker_pool import OVER_MEMORY_EXIT, Lost, Overrun, WorkerPool, send_raw
 
 MEMORY_BYTES = int(os.environ.get("ALI_PICKLE_MEMORY_BYTES", str(2 << 30)))
@@ -120,26 +125,49 @@ def globals_of(data: bytes) -> list[tuple[str, str]]:
     return found
 
 
-def check_globals(data: bytes) -> None:
-    """Refuse a pickle that names any global outside :data:`ALLOWED_GLOBALS`."""
-    bad = sorted({f"{m}.{n}" for m, n in globals_of(data) if (m, n) not in ALLOWED_GLOBALS})
+def check_globals(data: bytes, allowed: frozenset[tuple[str, str]] = ALLOWED_GLOBALS) -> None:
+    """Refuse a pickle that names any global outside ``allowed`` (:data:`ALLOWED_GLOBALS`)."""
+    _refuse_unlisted(globals_of(data), allowed)
+
+
+def _refuse_unlisted(found: list[tuple[str, str]], allowed: frozenset[tuple[str, str]]) -> None:
+    bad = sorted({f"{m}.{n}" for m, n in found if (m, n) not in allowed})
     if bad:
         raise PickleRefused(f"the pickle asks for {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}, which is not "
                             "allowed (only tensors and plain containers are read); it was not loaded")
 
 
+def is_skyrl_batch(found: list[tuple[str, str]]) -> bool:
+    """Whether a pickle's globals name one of SkyRL's batch classes."""
+    return any(m == standins.SKYRL_MODULE and n in standins.SKYRL_CLASSES for m, n in found)
+
+
 class _PlainUnpickler(pickle.Unpickler):
-    """A bare pickle: plain containers and ``OrderedDict`` only."""
+    """A bare pickle: plain containers and ``OrderedDict`` only (and, in :class:`_SkyrlUnpickler`,
+    the stand-ins of :mod:`backend.pickle_standins`)."""
+
+    standins: dict[tuple[str, str], Any] = {}
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) == ("collections", "OrderedDict"):
             import collections
 
             return collections.OrderedDict
+        if (module, name) in self.standins:
+            return self.standins[(module, name)]
         raise PickleRefused(f"the pickle asks for {module}.{name}, which is not allowed; it was not loaded")
 
     def persistent_load(self, pid: Any) -> Any:
         raise PickleRefused("the pickle refers to outside storage (a persistent id), which is not allowed")
+
+
+class _SkyrlUnpickler(_PlainUnpickler):
+    """A SkyRL batch pickle (``TensorBatch.save``): its classes and tensor helpers as stand-ins."""
+
+    standins = {**standins.classes(), **standins.helpers()}
+
+
+SKYRL_GLOBALS = frozenset({*ALLOWED_GLOBALS, *_SkyrlUnpickler.standins})
 
 
 def _plain(v: Any, depth: int = 0) -> Any:
@@ -148,6 +176,8 @@ def _plain(v: Any, depth: int = 0) -> Any:
         raise PickleRefused(f"containers nested more than {MAX_DEPTH} deep")
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
+    if isinstance(v, standins.SkyrlBatch):
+        return _plain(v.plain(_torch_bytes), depth + 1)
     if isinstance(v, dict):
         out = {}
         for k, x in v.items():
@@ -162,26 +192,43 @@ def _plain(v: Any, depth: int = 0) -> Any:
     raise PickleRefused(f"a value of type {type(v).__module__}.{type(v).__name__} is not plain data")
 
 
+def _load_torch(src: Any) -> Any:
+    """A torch zip file (a path, or its bytes in a file object): allow-listed globals, then
+    torch's ``weights_only`` loader."""
+    with zipfile.ZipFile(src) as z:
+        names = [n for n in z.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
+        if len(names) != 1:
+            raise PickleRefused("a zip file without exactly one data.pkl is not a torch file")
+        check_globals(z.read(names[0]))
+    import torch
+
+    if not isinstance(src, str):
+        src.seek(0)
+    try:
+        return torch.load(src, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise PickleRefused(f"torch's restricted loader refused it: {str(e).splitlines()[0][:300]}") from None
+
+
+def _torch_bytes(data: bytes) -> Any:
+    """A tensor saved with ``torch.save`` into bytes (inside a SkyRL batch), as plain data."""
+    if data[:4] != b"PK\x03\x04":
+        raise PickleRefused("a tensor inside the pickle is not in torch's zip format")
+    return _plain(_load_torch(io.BytesIO(data)))
+
+
 def _load(path: str) -> Any:
     with open(path, "rb") as f:
         head = f.read(4)
     if head == b"PK\x03\x04":
-        with zipfile.ZipFile(path) as z:
-            names = [n for n in z.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
-            if len(names) != 1:
-                raise PickleRefused("a zip file without exactly one data.pkl is not a torch file")
-            check_globals(z.read(names[0]))
-        import torch
-
-        try:
-            return torch.load(path, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as e:
-            raise PickleRefused(f"torch's restricted loader refused it: {str(e).splitlines()[0][:300]}") from None
+        return _load_torch(path)
     with open(path, "rb") as f:
         data = f.read()
-    check_globals(data)
+    found = globals_of(data)
+    skyrl = is_skyrl_batch(found)
+    _refuse_unlisted(found, SKYRL_GLOBALS if skyrl else ALLOWED_GLOBALS)
     buf = io.BytesIO(data)
-    obj = _PlainUnpickler(buf).load()
+    obj = (_SkyrlUnpickler if skyrl else _PlainUnpickler)(buf).load()
     if isinstance(obj, int) and obj == _TORCH_LEGACY_MAGIC:
         raise PickleRefused("a legacy (pre-1.6) torch file: load and save it again with torch.save to read it here")
     return obj
@@ -206,7 +253,7 @@ def _answer(conn: Any, req: dict[str, Any]) -> None:
     except MemoryError:
         conn.send(("memory",))
         return
-    except PickleRefused as e:
+    except (PickleRefused, standins.StateRefused) as e:
         conn.send(("refused", str(e)[:500]))
         return
     except Exception as e:  # noqa: BLE001 - damaged bytes: the reason goes back as text

@@ -228,8 +228,9 @@ def _records(path: str, fmt: str | None) -> Iterator[tuple[int, Any]]:
 def pickle_records(path: str) -> Iterator[tuple[int, Any]]:
     """``(number, record or LoadProblem)`` of a pickle, read in a pickle worker (never here): a
     slime rollout dump (``{"rollout_id", "samples": [...]}``) gives one record per sample, as
-    ``{"slime_sample": sample, "rollout_id": N}``; a list gives its items; anything else is one
-    record. A file the worker refuses is one problem that says why."""
+    ``{"slime_sample": sample, "rollout_id": N}``; a SkyRL batch (``dump_data_batch``) one record
+    per row (:func:`backend.importers.skyrl_batch.batch_rows`); a list gives its items; anything
+    else is one record. A file the worker refuses is one problem that says why."""
     from backend.pickle_guard import PickleRefused, read_pickle
     from backend.trace.limits import check_file_size, max_file_text_bytes, max_file_values
 
@@ -239,7 +240,11 @@ def pickle_records(path: str) -> Iterator[tuple[int, Any]]:
     except PickleRefused as e:
         yield 1, LoadProblem(1, f"{os.path.basename(path)} not read: {e}")
         return
-    if isinstance(doc, dict) and isinstance(doc.get("samples"), list):
+    if isinstance(doc, dict) and "skyrl_batch" in doc:
+        from backend.importers.skyrl_batch import batch_rows
+
+        yield from batch_rows(doc)
+    elif isinstance(doc, dict) and isinstance(doc.get("samples"), list):
         top = {k: v for k, v in doc.items() if k != "samples"}
         for i, sample in enumerate(doc["samples"]):
             yield i + 1, {"slime_sample": sample, **top}

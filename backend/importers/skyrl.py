@@ -23,6 +23,9 @@
   / ``stop_reason`` accepted too) keeps its ids exactly (``metadata.ids = "given"``, the loss mask
   as the response mask, rollout logprobs per generated token); the text is decoded only to show
   it and the messages are recovered from it.
+* **Training-batch dumps** (``trainer.dump_data_batch``: ``dumped_data/global_step_<N>_training_input.pkl``,
+  a pickle of SkyRL's ``TrainingInputBatch``): one trace per row, read by
+  :mod:`backend.importers.skyrl_batch`.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import os
 import re
 from typing import Any
 
+from backend.importers import skyrl_batch
 from backend.importers.base import Importer, register
 from backend.importers.common import Conversation, RecordError, messages_from_chatml, record_id, trace_from_ids
 from backend.importers.trl import link_results, unique_id
@@ -144,11 +148,14 @@ def _ints(v: Any, where: str) -> list[int]:
 class SkyrlImporter(Importer):
     name = "skyrl"
     label = "SkyRL"
-    description = "SkyRL eval dumps (input_prompt/output_response/score JSONL) and generator outputs (prompt_token_ids/response_ids/loss_masks)"
+    description = ("SkyRL eval dumps (input_prompt/output_response/score JSONL), training-batch dumps (dump_data_batch pickles) "
+                   "and generator outputs (prompt_token_ids/response_ids/loss_masks)")
 
     def sniff(self, record: Any) -> Any:
         if not isinstance(record, dict):
             return False
+        if isinstance(record.get(skyrl_batch.ROW), dict):
+            return "a row of a SkyRL training batch dump (dump_data_batch)"
         if "input_prompt" in record and "output_response" in record:
             return "eval dump row (input_prompt, output_response)"
         if "prompt_token_ids" in record and "response_ids" in record:
@@ -160,6 +167,8 @@ class SkyrlImporter(Importer):
     def convert(self, record: Any, ctx) -> list[Any]:
         if not isinstance(record, dict):
             raise RecordError(f"expected a JSON object, got {json_type(record)}")
+        if isinstance(record.get(skyrl_batch.ROW), dict):
+            return [skyrl_batch.convert_row(record, ctx, self.name)]
         if "prompt_token_ids" in record or "response_ids" in record:
             return self._generator_output(record, ctx)
         if "input_prompt" in record or "output_response" in record:
