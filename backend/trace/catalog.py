@@ -72,6 +72,7 @@ from backend.trace.io import (
     parquet_row_at,
     parse_line,
     read_lines,
+    refuse_unless_jsonl,
     sniff,
     trace_of,
     trace_of_row,
@@ -565,6 +566,8 @@ class TraceSet(TraceIndex):
     def _scan_jsonl(self, st: FileState, size: int, take_partial: bool) -> None:
         if st.grouped and st.done:  # a span file grew: its traces' rows are built from the whole file again
             st.rows, st.problems, st.done, st.lines, st.open_line, st.pending = [], ProblemList(), 0, 0, False, 0
+        if st.done == 0:  # a new file: one reason when it is not JSONL at all, not one per line
+            refuse_unless_jsonl(st.path, size, take_partial)
         rows = _Rows(st.rows, st.path)
         hook = _foreign
         groups = hook.span_rows() if hook is not None else None

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from backend.trace import text_kind
 from backend.trace.limits import (
     DEFAULT_MAX_FILE_BYTES,
     DEFAULT_MAX_LINE_BYTES,
@@ -109,11 +110,13 @@ def parse_line(lineno: int, raw: bytes | LoadProblem) -> Any:
 @dataclass
 class Source:
     """A sniffed file: ``kind`` is :data:`JSONL`, :data:`JSON` (``doc`` holds the parsed document)
-    or :data:`PARQUET`."""
+    or :data:`PARQUET`. ``problem``: a file that is read as nothing but this one problem (a JSON
+    document that does not parse, an HTML page)."""
 
     path: str
     kind: str
     doc: Any = None
+    problem: LoadProblem | None = None
 
     @property
     def unit(self) -> str:
@@ -122,10 +125,15 @@ class Source:
 
 
 def sniff(path: str, *, text_only: bool = False, max_bytes: int | None = None, max_line_bytes: int | None = None) -> Source:
-    """What ``path`` holds. Refused (:class:`TraceFileError`): a missing file, a folder, a file over
-    the size limit, binary bytes in a text file. ``.parquet`` is Parquet (unless ``text_only``); a
-    ``.json`` file, or one starting with ``[`` that is no longer than the line limit (so memory
-    stays bounded by that limit), is one JSON document when it parses as one; anything else is JSONL."""
+    """What ``path`` holds, decided from its content as much as its name. Refused
+    (:class:`TraceFileError`): a missing file, a folder, a file over the size limit, bytes that
+    are not text (:func:`~backend.trace.text_kind.looks_binary`). ``.parquet`` is Parquet (unless
+    ``text_only``). A text file that is not JSONL is one :data:`JSON` source: an HTML or XML file
+    is one problem that says so; a JSON document is read whole when it is named ``.json`` or
+    when it is no longer than the line limit (so memory stays bounded by that limit) and either
+    starts with ``[`` or is written over many lines (:func:`~backend.trace.text_kind.spans_lines`).
+    A document written over many lines that does not parse is one problem that says where json
+    stopped; anything else is JSONL (a bad line is then one problem of its own)."""
     if not os.path.exists(path):
         raise TraceFileError(f"file not found: {path}")
     if os.path.isdir(path):
@@ -134,17 +142,58 @@ def sniff(path: str, *, text_only: bool = False, max_bytes: int | None = None, m
     if path.endswith(".parquet") and not text_only:
         return Source(path, PARQUET)
     limit = DEFAULT_MAX_LINE_BYTES if max_line_bytes is None else max_line_bytes
+    name = os.path.basename(path)
     with open(path, "rb") as f:
-        head = f.read(4096)
-        if b"\x00" in head:
-            raise TraceFileError(f"{os.path.basename(path)} looks like a binary file, not JSON/JSONL text")
-        if (head.removeprefix(codecs.BOM_UTF8).lstrip().startswith(b"[") and size <= limit) or path.endswith(".json"):
-            f.seek(0)
-            doc = parse_json_record(f.read())
-            # "null" or a document that does not parse: read line by line (each line then says why)
-            if doc is not None and not isinstance(doc, Refused):
-                return Source(path, JSON, doc)
-    return Source(path, JSONL)
+        head = f.read(text_kind.HEAD_BYTES)
+        markup = not_text(name, head)
+        if markup is not None:
+            return Source(path, JSON, problem=markup)
+        spread = text_kind.spans_lines(head, whole=size <= len(head))
+        named = path.endswith(".json")
+        if not (named or ((spread or text_kind.body_of(head).startswith(b"[")) and size <= limit)):
+            if spread:  # too big to read whole under another name: one problem, not one per line
+                return Source(path, JSON, problem=LoadProblem(1, text_kind.too_big_reason(name, size, limit)))
+            return Source(path, JSONL)
+        f.seek(0)
+        doc = text_kind.read_document(f.read())
+    if isinstance(doc, LoadProblem):
+        # a document over many lines says where json stopped; other text is read line by line
+        # (a JSONL file, or a one-line document: its line then says why)
+        return Source(path, JSON, problem=doc) if spread else Source(path, JSONL)
+    # "null" is read line by line (the line says it is no trace)
+    return Source(path, JSON, doc) if doc is not None else Source(path, JSONL)
+
+
+def not_text(name: str, head: bytes) -> LoadProblem | None:
+    """A file whose first bytes (``head``) say it is no trace file: binary bytes are refused
+    (:class:`TraceFileError`), an HTML or XML file is the one problem returned."""
+    if text_kind.looks_binary(head):
+        raise TraceFileError(f"{name} looks like a binary file, not JSON/JSONL text")
+    why = text_kind.markup_reason(name, head)
+    return LoadProblem(1, why) if why is not None else None
+
+
+def refuse_unless_jsonl(path: str, size: int, complete: bool) -> None:
+    """For the readers of JSONL only (trace sets): :class:`TraceFileError` with the one reason
+    when ``path`` is binary, HTML / XML, or one JSON document written over many lines (where json
+    stops in it when it does not parse). ``complete``: the file is not being written (a first
+    line without its newline yet is then a line, not a document cut short)."""
+    name = os.path.basename(path)
+    with open(path, "rb") as f:
+        head = f.read(text_kind.HEAD_BYTES)
+        markup = not_text(name, head)
+        if markup is not None:
+            raise TraceFileError(markup.reason)
+        if not text_kind.spans_lines(head, whole=complete and size <= len(head)):
+            return
+        if size > DEFAULT_MAX_LINE_BYTES and not path.endswith(".json"):
+            raise TraceFileError(text_kind.too_big_reason(name, size, DEFAULT_MAX_LINE_BYTES))
+        f.seek(0)
+        doc = text_kind.read_document(f.read())
+    if isinstance(doc, LoadProblem):
+        raise TraceFileError(f"{name}: {doc.reason}")
+    raise TraceFileError(f"{name} is one JSON document written over many lines, not JSONL (one record a line): "
+                         "a trace set reads JSONL and Parquet files; load it in Trace files, or import it")
 
 
 def open_parquet(path: str) -> Any:
@@ -175,6 +224,8 @@ def iter_records(
 
         for n, row in iter_parquet_rows(open_parquet(src.path), src.path):
             yield n, n, row
+    elif src.problem is not None:
+        yield src.problem.line, 0, src.problem
     elif src.kind == JSON:
         doc = src.doc
         if not isinstance(doc, list) or (whole is not None and whole(doc)):

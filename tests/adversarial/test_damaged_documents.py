@@ -27,7 +27,7 @@ from backend.trace.catalog import TraceSet
 ROOT = Path(__file__).resolve().parents[2]
 LOGTREE = ROOT / "tests" / "data" / "import" / "tinker" / "iteration_000003" / "train_logtree.json"
 TRAIN_HTML = ROOT / "tests" / "data" / "import" / "tinker" / "html" / "train.html"
-SAMPLE = ROOT / "samples" / "01_weather.jsonl"
+SAMPLE = ROOT / "sample_traces" / "01_weather.jsonl"
 
 
 def end_of(data: bytes) -> tuple[int, int]:
@@ -149,11 +149,12 @@ def test_a_syntax_error_in_the_middle_is_one_problem_where_json_stops(tmp_path, 
     assert len(rows) == 1 and want in rows[0][2], rows
     # a second document after the first: json's "Extra data"
     q = tmp_path / "two.json"
-    q.write_bytes(LOGTREE.read_bytes() + LOGTREE.read_bytes())
-    n = LOGTREE.read_bytes().count(b"\n") + (0 if LOGTREE.read_bytes().endswith(b"\n") else 1)
+    one = LOGTREE.read_bytes().rstrip(b"\n") + b"\n"
+    q.write_bytes(one + one)
     res = load_any(str(q), import_foreign=True)
-    assert not res.traces and len(res.problems) == 1
-    assert res.problems[0].reason.startswith(f"invalid JSON at line {n + 1}, column ") and "Extra data" in res.problems[0].reason
+    assert not res.traces
+    second = one.count(b"\n") + 1  # the line the second document starts on
+    assert [(x.line, x.reason) for x in res.problems] == [(second, f"invalid JSON at line {second}, column 1: Extra data")]
 
 
 def test_tinkers_html_page_is_one_problem_naming_its_json_twin(tmp_path, ui_ctx):
