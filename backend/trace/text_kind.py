@@ -81,21 +81,21 @@ def markup_reason(name: str, head: bytes) -> str | None:
     return reason
 
 
-def _complete(line: bytes, containers_only: bool = False) -> bool:
-    """Whether one line alone is a complete JSON value (an object or array when ``containers_only``)."""
+def _whole_container(line: bytes) -> bool:
+    """Whether one line alone is a complete JSON object or array."""
     try:
-        v = json.loads(line.removeprefix(codecs.BOM_UTF8))
+        return isinstance(json.loads(line.removeprefix(codecs.BOM_UTF8)), (dict, list))
     except (ValueError, RecursionError):
         return False
-    return isinstance(v, (dict, list)) or not containers_only
 
 
 def spans_lines(head: bytes, whole: bool, look: int = 8) -> bool:
     """Whether a file whose first ``HEAD_BYTES`` are ``head`` (``whole``: the head is the whole
-    file) is one JSON document over many lines: it starts with ``{`` or ``[``, its first line is
-    no complete JSON value, and none of the next ``look`` lines is a complete object or array
-    (a JSONL file with a damaged first line has whole records after it). A first line longer than
-    the head is a JSONL record's (a pretty-printed document's first line is short)."""
+    file) is one JSON document over many lines: it starts with ``{`` or ``[``, its first line
+    does not end as a JSON object or array does (so it is no complete record), and none of the
+    next ``look`` lines is a complete object or array (a JSONL file with a damaged first line has
+    whole records after it). A first line longer than the head is a JSONL record's (a
+    pretty-printed document's first line is short). Only such files have lines parsed here."""
     body = body_of(head)
     if body[:1] not in (b"{", b"["):
         return False
@@ -103,9 +103,9 @@ def spans_lines(head: bytes, whole: bool, look: int = 8) -> bool:
     if not whole:
         lines = lines[:-1]  # the last one may be cut by the head's end
     lines = [ln for ln in lines if ln.strip()]
-    if not lines or _complete(lines[0]):
-        return False
-    return not any(_complete(ln, containers_only=True) for ln in lines[1 : 1 + look])
+    if not lines or lines[0].rstrip().endswith((b"}", b"]")):
+        return False  # a whole record (or one damaged in its middle): JSONL, each line says why; not parsed here
+    return not any(_whole_container(ln) for ln in lines[1 : 1 + look])
 
 
 def _position(text: str, end: int) -> tuple[int, int]:
