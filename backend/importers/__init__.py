@@ -458,6 +458,8 @@ def load_any(path: str, *, import_foreign: bool = False, tokenizer: str = "qwen3
                                            f"it: python -m backend import {path} --out TRACES.jsonl"))
         return res
     src = sniff(path)
+    if src.problem is not None:  # not JSONL and no document (HTML, a document cut short): its one problem
+        return collect(src, LoadResult(), "line")
 
     if src.kind == PARQUET:
         pf = open_parquet(path)
