@@ -527,9 +527,9 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
     with gr.Row():
         reason_dd = gr.Dropdown(label="Termination reason", choices=[ALL], value=ALL, elem_id="tf-reason")
         source_dd = gr.Dropdown(label="Source", choices=[ALL], value=ALL, elem_id="tf-source")
-        search = gr.Textbox(label="Search (id, messages, tool calls)", elem_id="tf-search", placeholder="e.g. Seattle")
-        step_dd = gr.Dropdown(label="Training step", choices=[ALL], value=ALL, elem_id="tf-step")
-        group_tb = gr.Textbox(label="GRPO group", elem_id="tf-group", placeholder="a group id, or step/id",
+        search = gr.Textbox("", label="Search (id, messages, tool calls)", elem_id="tf-search", placeholder="e.g. Seattle")
+        step_dd = gr.Dropdown(label="Training step", choices=[ALL], value=ALL, elem_id="tf-step", allow_custom_value=True)
+        group_tb = gr.Textbox("", label="GRPO group", elem_id="tf-group", placeholder="a group id, or step/id",
                               max_length=GROUP_CHARS)
         reward_dd = gr.Dropdown(label="Reward", choices=REWARD_CHOICES, value=ALL, elem_id="tf-reward")
         filter_api = gr.Button(visible=False, elem_id="tf-filter-api")
