@@ -193,3 +193,27 @@ def test_the_tab_wires_the_filters_for_an_upload_and_the_api(tmp_path, monkeypat
         assert any(step in f.inputs and group in f.inputs and reward in f.inputs and table in f.outputs for f in fns), (comp.elem_id, event)
     (api,) = [f for f in demo.fns.values() if f.api_name == "trace_files_filter"]
     assert [getattr(c, "elem_id", None) for c in api.inputs[1:]] == ["tf-reason", "tf-source", "tf-search", "tf-step", "tf-group", "tf-reward"]
+
+
+def test_a_group_id_is_data(ctx, tmp_path):
+    """A group id from the file is only ever compared and shown escaped: a markup id filters like
+    any other, and the group view's note (and its link, which the page writes into the address)
+    carries it escaped."""
+    import html
+
+    from backend.trace import load_traces, write_jsonl
+    from ui import grpo_groups as gv
+
+    hostile = '<img src=x onerror="alert(1)">&amp;'
+    traces = load_traces(str(ROOT / "sample_traces" / "01_weather.jsonl")).traces
+    assert traces
+    for i, t in enumerate(traces):
+        t.metadata["group"] = hostile
+        t.metadata["score"] = float(i)
+    path = tmp_path / "hostile.jsonl"
+    write_jsonl(traces, str(path))
+    sess = _load(ctx, path)
+    assert len(_kept(sess, group=hostile)) == len(traces)
+    assert _kept(sess, group=html.escape(hostile)).empty
+    note = gv.view(None, sess, tf.audit_source, gv.ALL, gv.ALL, hostile, None, None)["note"]
+    assert hostile not in note and html.escape(hostile) in note and "<img" not in note
