@@ -296,6 +296,9 @@ def _check_endpoint(name: str, out: Any, downloads: Path) -> None:
     elif name == "/trace_files_upload":
         assert "01_weather.jsonl: 1 trace(s) loaded" in out[0], out[0]
         assert [row[out[4]["headers"].index("id")] for row in out[4]["data"]] == ["sample-weather-seattle"]
+    elif name == "/trace_files_filter":  # no filter: every trace of the table (a fresh session: the samples)
+        table = out[2]
+        assert [row[table["headers"].index("id")] for row in table["data"]] == _sample_ids()
     elif name == "/trace_groups":  # the samples' GRPO groups (by prompt: they carry no group id), the first shown
         table = out[4]
         ids = [row[table["headers"].index("id")] for row in table["data"]]
@@ -322,7 +325,7 @@ def test_every_endpoint_called_with_its_documented_defaults_does_what_the_page_d
     api = client(scripted_app).view_api(return_format="dict", print_info=False)
     named = api["named_endpoints"]
     stable = {"/app_load", "/playground_run", "/playground_stop", "/playground_reset", "/inspector_open", "/inspector_score",
-              "/inspector_lens", "/template_lab_render", "/trace_files_upload", "/trace_groups"}
+              "/inspector_lens", "/template_lab_render", "/trace_files_upload", "/trace_files_filter", "/trace_groups"}
     assert stable <= set(named), sorted(named)
     required = {n: [p["parameter_name"] for p in ep["parameters"] if not p["parameter_has_default"]] for n, ep in named.items()}
     # a file upload needs its file; every other parameter of the stable endpoints has its default

@@ -47,6 +47,8 @@ NO_SIGNAL = "all rewards equal (no signal)"
 REWARD_CHOICES = [ALL, SIGNAL, NO_SIGNAL]
 COLUMNS = ["rank", "#", "id", "reward", "advantage", "tokens", "generated", "end", "departs at"]
 CSS = assets.read("grpo_groups.css")
+# the group and sample A shown go into the page's address (?group=&trace=) when the note changes
+LINK_JS = assets.fill(assets.read("grpo_link.js"), LINK=assets.read("link.js"))
 
 
 @dataclass
@@ -152,7 +154,9 @@ def link(g: Group, sample_id: str | None) -> str:
     return q + (f"&trace={quote(sample_id, safe='')}" if sample_id else "")
 
 
-def note_html(g: Group | None, h: Held, shown: int, a_id: str | None = None, extra: str = "") -> str:
+def note_html(g: Group | None, h: Held, shown: int, a_id: str | None = None, extra: str = "", keep_link: bool = False) -> str:
+    """The note above the group's table; ``keep_link``: the page's address is left as it is (a
+    link naming a group not among these traces), not made this group's (LINK_JS)."""
     e = html.escape
     bits = []
     cut = ""
@@ -165,13 +169,14 @@ def note_html(g: Group | None, h: Held, shown: int, a_id: str | None = None, ext
     if extra:
         bits.append(e(extra))
     head = " ".join(bits)
+    root = '<div class="gv" data-keep-link="1">' if keep_link else '<div class="gv">'
     if g is None:
-        return f'<div class="gv"><div class="ali-info">{head}</div></div>'
+        return f'{root}<div class="ali-info">{head}</div></div>'
     by = "the file's group id" if g.by == "group" else "prompt"
     stats = f"mean reward {e(_fmt(g.mean) or 'none')}, std {e(_fmt(g.std) or 'none')} (n − 1)"
     warn = ('<div class="ali-warn gv-nosignal">All rewards are equal: every advantage is zero, this group gives no '
             "learning signal.</div>") if g.all_equal else ""
-    return (f'<div class="gv"><div class="ali-info">{head}</div>'
+    return (f'{root}<div class="ali-info">{head}</div>'
             f'<div class="gv-head" data-group="{e(g.key)}" data-n="{len(g.samples)}">'
             f'<b>group {e(g.key)}</b> (by {by}; {len(g.samples)} samples; {stats}) '
             f'<a class="gv-link" href="{e(link(g, a_id))}">link to this group</a>'
@@ -234,7 +239,7 @@ def aligned_html(ctx: Any, g: Group | None, h: Held, a: str | None, b: str | Non
 
 
 def view(ctx: Any, session: Any, source: Callable[..., Any], step: str | None, reward: str | None,
-         group: str | None, a: str | None, b: str | None, note: str = "") -> dict[str, Any]:
+         group: str | None, a: str | None, b: str | None, note: str = "", keep_link: bool = False) -> dict[str, Any]:
     """Everything the section shows, as plain values: ``steps`` (choices, value), ``groups``
     (choices, value), ``note``, ``table``, ``pair`` (choices, a, b), ``aligned``. A group or
     sample that is not there falls back to the first group / the best and worst samples."""
@@ -251,7 +256,7 @@ def view(ctx: Any, session: Any, source: Callable[..., Any], step: str | None, r
     b = b if b in ranks else db
     a_id = next((s.id for s in g.samples if str(s.rank) == a), None) if g is not None else None
     return {"steps": (steps, step), "reward": reward, "groups": ([(group_label(x), x.key) for x in shown], g.key if g else None),
-            "note": note_html(g, h, len(shown), a_id, note), "table": group_table(g, h), "pair": (pairs, a, b),
+            "note": note_html(g, h, len(shown), a_id, note, keep_link), "table": group_table(g, h), "pair": (pairs, a, b),
             "aligned": aligned_html(ctx, g, h, a, b), "group": g}
 
 
@@ -336,9 +341,9 @@ def wire(ctx: Any, ui: GroupsUI, session: Any, source: Callable[..., Any], key_o
     outs = ui.outputs()
     inputs = [session, ui.step_dd, ui.reward_dd, ui.group_dd, ui.a_dd, ui.b_dd]
 
-    def safe(sess: Any, step: Any, reward: Any, group: Any, a: Any, b: Any, note: str = "") -> list[Any]:
+    def safe(sess: Any, step: Any, reward: Any, group: Any, a: Any, b: Any, note: str = "", keep_link: bool = False) -> list[Any]:
         try:
-            return values(view(ctx, sess, source, step, reward, group, a, b, note))
+            return values(view(ctx, sess, source, step, reward, group, a, b, note, keep_link))
         except UserError as e:  # a trace set that cannot be read: its own status says more
             return [gr.update(), gr.update(), gr.update(choices=[], value=None),
                     f'<div class="gv"><div class="ali-warn">no groups: {html.escape(str(e)[:300])}</div></div>',
@@ -355,14 +360,17 @@ def wire(ctx: Any, ui: GroupsUI, session: Any, source: Callable[..., Any], key_o
         skip = [gr.skip()] * (len(outs) + 3)
         if key and now == key:  # a filter or a page of the same traces
             return skip
-        g = link_params(dict(request.query_params))[0] if not key and request is not None else None
-        if not g:
+        g, t = link_params(dict(request.query_params)) if request is not None else (None, None)
+        # the address names a group (a link, or the group shown before a reload): on the page's first
+        # listing, and when other traces are shown (the same file uploaded again after a reload) and
+        # the group is among them, the section opens on it, the linked sample beside the best
+        found = bool(g) and (not key or opened) and find_group(held(sess, source).groups, g) is not None
+        if not g or (key and not found):
             return [*safe(sess, step, reward, group, a, b), now, gr.skip(), gr.skip()] if opened else skip
-        # the page's first listing names a group: open the section on it, the linked sample beside the best
-        a = rank_of(sess, source, g, link_params(dict(request.query_params))[1])
+        a = rank_of(sess, source, g, t)
         b = "1" if a and a != "1" else None
-        note = "" if find_group(held(sess, source).groups, g) else "the link names a group that is not among these traces: showing the first group"
-        return [*safe(sess, ALL, ALL, g, a, b, note), now, gr.update(open=True), True]
+        note = "" if found else "the link names a group that is not among these traces: showing the first group"
+        return [*safe(sess, ALL, ALL, g, a, b, note, keep_link=not found), now, gr.update(open=True), True]
 
     def on_open(sess: Any, key: str, step: Any, reward: Any, group: Any, a: Any, b: Any):
         now = current(sess)
@@ -386,5 +394,8 @@ def wire(ctx: Any, ui: GroupsUI, session: Any, source: Callable[..., Any], key_o
     # optional: the first group matching, its best and worst samples) -> step filter, reward filter,
     # group picker (its choices: every group's key), note (HTML), ranked table, A, B, aligned view (HTML)
     ui.group_dd.input(on_group, inputs, outs, api_name="trace_groups")
+    # whatever changed the note (a picker, a filter, a link, other traces) writes the group shown
+    # and sample A into the page's address
+    ui.note.change(None, [ui.note], None, js=LINK_JS)
     for dd in (ui.a_dd, ui.b_dd):
         dd.input(on_group, inputs, outs, api_visibility="private")

@@ -505,9 +505,9 @@ def open_link(session: Session, params: Mapping[str, Any]) -> tuple[bool, int | 
 # The step header's Copy buttons (ui/assets/inspector_copy.js), and the steps the browser asks
 # for (a row of the step table, a chip or [ ] in the token view), written into one hidden textbox
 # whose change event runs the handler (ui/assets/inspector_request.js): both the js_on_load of
-# the step header. The request script also keeps the page's link (?trace=&step=&tab=) current.
+# the step header. The request script also keeps the page's link (?trace=&step=&tab=, link.js) current.
 COPY_JS = assets.read("inspector_copy.js")
-REQUEST_JS = assets.fill(assets.read("inspector_request.js"), REQ=STEP_REQ_ID, PREFIX=PREFIX)
+REQUEST_JS = assets.read("link.js") + assets.fill(assets.read("inspector_request.js"), REQ=STEP_REQ_ID, PREFIX=PREFIX)
 
 # After the selected step changed (any way: the dropdown, a table row, a chip or [ ] in the token
 # view, a trace opened, a link): its anchor, chip and tokens highlighted in the token view (and

@@ -37,10 +37,13 @@ from ui.trace_sets import (
     export_set,
     in_set_mode,
     open_set_row,
+    rl_keep,
     session_set,
     set_count,
     set_table,
+    set_view,
     shorten,
+    step_choices,
     wire_set,
 )
 
@@ -78,6 +81,9 @@ class FileRows:
     losses: int = 0  # things the import did not carry over (listed with the problems)
     notes: list[str] = field(default_factory=list)  # how auto-detection chose between formats
     tokenizer: str | None = None
+    # per row, the GRPO group the group view puts it in (backend.groups.group_of: the file's group
+    # id, else a hash of the prompt): what the group filter matches
+    groups: list[str] = field(default_factory=list)
 
 
 def _kept_name(path: str) -> str:
@@ -88,14 +94,18 @@ def _kept_name(path: str) -> str:
 
 def _rows_of(kept: str) -> FileRows:
     """The :class:`FileRows` of a file of our traces (every record validated as it is read)."""
+    from backend.groups import group_of
+
     ends: list[str] = []
     hay: list[str] = []
+    groups: list[str] = []
 
     def seen(t: Trace) -> None:
         ends.append(trace_termination_label(t))
         hay.append(_haystack(t))
+        groups.append(group_of(t)[0])
 
-    return FileRows(TraceIndex.build([kept], on_trace=seen), ends, hay, kept)
+    return FileRows(TraceIndex.build([kept], on_trace=seen), ends, hay, kept, groups=groups)
 
 
 def _rows_of_import(res: Any, path: str, folder: str) -> FileRows:
@@ -184,6 +194,12 @@ class TraceFilesUI:
     import_fmt: gr.Dropdown
     import_tok: gr.Dropdown
     count: gr.HTML | None = None  # "3 of 7 shown"
+    # training step, GRPO group and reward filters: the upload's (their choices follow the file:
+    # rl_filter_updates) and the trace set's
+    step_dd: gr.Dropdown | None = None
+    group_tb: gr.Textbox | None = None
+    reward_dd: gr.Dropdown | None = None
+    filter_api: gr.Button | None = None  # hidden: carries /trace_files_filter
     # the trace set (a folder or glob: --traces, or in local mode the folder field; ui/trace_sets.py)
     set_ui: SetUI | None = None
     run: run_charts.RunChartsUI | None = None  # charts by training step (ui/run_charts.py)
@@ -268,13 +284,38 @@ def _haystack(t: Trace) -> str:
     return "\n".join(parts).lower()
 
 
+def rl_frame(df: pd.DataFrame, labels: list[str], traces: dict[str, Trace], rows: FileRows | None = None) -> pd.DataFrame:
+    """The training step, GRPO group and reward (``training_step``, ``group``, ``score``, as the
+    index has them) of a file's table rows (their ``#``): from the index of a file not held
+    (``rows``), else from the traces in memory. ``group`` is the group the group view puts the row
+    in (:func:`backend.groups.group_of`: the file's group id, else a hash of its prompt)."""
+    from backend.groups import group_of
+
+    at = [int(i) for i in df["#"]]
+    if rows is not None:
+        ix = rows.index.df
+        step, score = ix["training_step"].iloc[at].tolist(), ix["score"].iloc[at].tolist()
+        gids = [rows.groups[i] for i in at] if len(rows.groups) == len(ix) else ix["group"].iloc[at].tolist()
+    else:
+        held = [traces[labels[i]] for i in at]
+        summ = [summary_of_trace(t) for t in held]
+        step, score = [x["training_step"] for x in summ], [x["score"] for x in summ]
+        gids = [group_of(t)[0] for t in held]
+    return pd.DataFrame({"training_step": pd.Series(step, dtype="Int64"), "group": pd.Series(gids, dtype=object),
+                         "score": pd.Series([float("nan") if pd.isna(x) else x for x in score], dtype="float64")}).set_axis(df.index)
+
+
 def filter_frame(df: pd.DataFrame, labels: list[str], traces: dict[str, Trace], reason: str | None, source: str | None,
-                 query: str | None, rows: FileRows | None = None) -> pd.DataFrame:
+                 query: str | None, rows: FileRows | None = None, step: str | None = ALL, group: str | None = "",
+                 reward: str | None = ALL) -> pd.DataFrame:
     """The rows of a file's table the filters keep (``rows``: a file whose traces are not held,
-    filtered by its index's end states and its rows' search text)."""
+    filtered by its index's end states and its rows' search text); the training step, GRPO group
+    and reward filters as the trace set's (:func:`ui.trace_sets.rl_keep` on :func:`rl_frame`)."""
     if df.empty:
         return df
     keep = pd.Series(True, index=df.index)
+    if (step and step != ALL) or (group or "").strip() or (reward and reward != ALL):
+        keep &= rl_keep(rl_frame(df, labels, traces, rows), step, group, reward)
     if reason and reason != ALL:
         # the label the dropdown shows, or verl's code (``malformed_tool_call``)
         if rows is not None:
@@ -486,12 +527,13 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
     with gr.Row():
         reason_dd = gr.Dropdown(label="Termination reason", choices=[ALL], value=ALL, elem_id="tf-reason")
         source_dd = gr.Dropdown(label="Source", choices=[ALL], value=ALL, elem_id="tf-source")
-        search = gr.Textbox(label="Search (id, messages, tool calls)", elem_id="tf-search", placeholder="e.g. Seattle")
+        search = gr.Textbox("", label="Search (id, messages, tool calls)", elem_id="tf-search", placeholder="e.g. Seattle")
+        step_dd = gr.Dropdown(label="Training step", choices=[ALL], value=ALL, elem_id="tf-step", allow_custom_value=True)
+        group_tb = gr.Textbox("", label="GRPO group", elem_id="tf-group", placeholder="a group id, or step/id",
+                              max_length=GROUP_CHARS)
+        reward_dd = gr.Dropdown(label="Reward", choices=REWARD_CHOICES, value=ALL, elem_id="tf-reward")
+        filter_api = gr.Button(visible=False, elem_id="tf-filter-api")
         if parts is not None:
-            step_dd = gr.Dropdown(label="Training step", choices=[ALL], value=ALL, elem_id="tf-step")
-            group_tb = gr.Textbox(label="GRPO group", elem_id="tf-group", placeholder="a group id, or step/id",
-                                  max_length=GROUP_CHARS)
-            reward_dd = gr.Dropdown(label="Reward", choices=REWARD_CHOICES, value=ALL, elem_id="tf-reward")
             page = gr.Number(label="Page", value=1, precision=0, minimum=1, elem_id="tf-page", min_width=80)
     count = gr.HTML(elem_id="tf-count")
     table = gr.Dataframe(headers=COLUMNS, value=pd.DataFrame([], columns=COLUMNS), interactive=False,
@@ -517,12 +559,23 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
     audit = trace_audit.build()
     # ----
     return TraceFilesUI(upload, status, problems, reason_dd, source_dd, search, table, dist, export_fmt, export_btn, export_file,
-                        import_fmt, import_tok, count, set_ui, run=run, audit=audit, groups=groups)
+                        import_fmt, import_tok, count, step_dd, group_tb, reward_dd, filter_api, set_ui, run=run, audit=audit,
+                        groups=groups)
 
 
-def table_outputs(session: Session, reason: str | None = ALL, source: str | None = ALL, query: str | None = "") -> list[Any]:
-    """[reason_dd, source_dd, table, dist] for the session's current file (or its trace set)."""
+def table_outputs(session: Session, reason: str | None = ALL, source: str | None = ALL, query: str | None = "",
+                  step: str | None = None, group: str | None = None, reward: str | None = None) -> list[Any]:
+    """[reason_dd, source_dd, table, dist] for the session's current file (or its trace set), with
+    the training step, GRPO group and reward filters too (None: all rows; a trace set's view keeps
+    its own)."""
     if in_set_mode(session):
+        view = set_view(session)
+        if step is not None:
+            view.step = step
+        if group is not None:
+            view.group = group.strip()[:GROUP_CHARS]
+        if reward is not None:
+            view.reward = reward if reward in REWARD_CHOICES else ALL
         return [*set_table(session, reason, source, query), charts.file_distributions([])]
     full = file_listing(session)
     reasons, sources = filter_choices(full)
@@ -535,8 +588,11 @@ def table_outputs(session: Session, reason: str | None = ALL, source: str | None
         by_code = dict(zip(codes, full["termination"]))
         reason = by_code.get(reason, ALL)
     source = source if source in sources else ALL
-    session.file_filters = (reason, source, query)  # what Export exports when given no rows
-    df = filter_frame(full, session.file_traces, session.traces, reason, source, query, rows)
+    step = step if step in rl_choices(session, full)[0] else ALL
+    group = (group or "").strip()[:GROUP_CHARS]
+    reward = reward if reward in REWARD_CHOICES else ALL
+    session.file_filters = (reason, source, query, step, group, reward)  # what Export exports when given no rows
+    df = filter_frame(full, session.file_traces, session.traces, reason, source, query, rows, step, group, reward)
     if rows is not None:  # from the index: the traces are not held
         cols = rows.index.cols
         at = [int(i) for i in df["#"]]
@@ -545,6 +601,36 @@ def table_outputs(session: Session, reason: str | None = ALL, source: str | None
     else:
         dist = charts.file_distributions([session.traces[session.file_traces[int(i)]] for i in df["#"]] if not df.empty else [])
     return [gr.update(choices=reasons, value=reason), gr.update(choices=sources, value=source), df, dist]
+
+
+def rl_choices(session: Session, full: pd.DataFrame | None = None) -> tuple[list[str], bool, bool]:
+    """The upload's training steps (the step filter's choices), whether any trace is in a GRPO
+    group and whether any states a reward."""
+    full = file_listing(session) if full is None else full
+    if full.empty:
+        return [ALL], False, False
+    rows = session.file_rows if isinstance(session.file_rows, FileRows) else None
+    rl = rl_frame(full, session.file_traces, session.traces, rows)
+    return step_choices(rl), bool(rl["group"].notna().any()), bool(rl["score"].notna().any())
+
+
+def rl_filter_updates(session: Session) -> list[Any]:
+    """[step_dd, group_tb, reward_dd] for the uploaded file: each usable where its traces carry
+    what it filters on (a training step, a group, a reward), else disabled, saying why; set to the
+    table's filters. Left as they are in trace-set mode (the set's listing updates them)."""
+    if in_set_mode(session):
+        return [gr.skip()] * 3
+    steps, grouped, rewarded = rl_choices(session)
+    ff = session.file_filters if session.file_filters and len(session.file_filters) == 6 else (ALL, ALL, "", ALL, "", ALL)
+    step, group, reward = ff[3:]
+    has_steps = len(steps) > 1
+    return [
+        gr.update(choices=steps, value=step if step in steps else ALL, interactive=has_steps,
+                  info=None if has_steps else "these traces state no training step"),
+        gr.update(value=group, interactive=grouped, info=None if grouped else "no traces to group"),
+        gr.update(value=reward if reward in REWARD_CHOICES else ALL, interactive=rewarded,
+                  info=None if rewarded else "these traces state no reward (metadata.score)"),
+    ]
 
 
 def match_count(session: Session, df: pd.DataFrame | None) -> str:
@@ -645,8 +731,9 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
         status, probs = load_file(ctx, sess, path, fmt or AUTO, tokenizer)
         return [sess, status, probs, *table_outputs(sess)]
 
-    def on_filter(sess: Session, reason: str, source: str, query: str):
-        return table_outputs(sess, reason, source, query)
+    def on_filter(sess: Session, reason: str = ALL, source: str = ALL, query: str = "", step: str = ALL, group: str = "",
+                  reward: str = ALL):
+        return table_outputs(sess, reason, source, query, step or ALL, group or "", reward or ALL)
 
     def on_select(sess: Session, df: pd.DataFrame, evt: gr.SelectData):
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
@@ -670,11 +757,18 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
     # choosing another format or tokenizer re-reads the file already uploaded
     for comp in (ui.import_fmt, ui.import_tok):
         comp.input(on_upload, up_in, up_out, api_visibility="private")
+    filt_in = [session, ui.reason_dd, ui.source_dd, ui.search, ui.step_dd, ui.group_tb, ui.reward_dd]
+    # API name, kept stable: /trace_files_filter (reason, source, search, step, group, reward; each
+    # optional: all rows) -> the two filters, the table, the plot: the session's upload (or its trace
+    # set) filtered as the tab's filters filter it. The page's own filter events are private.
+    ui.filter_api.click(on_filter, filt_in, filt_out, api_name="trace_files_filter")
     if su is None:
-        for comp in (ui.reason_dd, ui.source_dd):
-            comp.input(on_filter, [session, ui.reason_dd, ui.source_dd, ui.search], filt_out)
-        ui.search.submit(on_filter, [session, ui.reason_dd, ui.source_dd, ui.search], filt_out)
-        ui.search.change(on_filter, [session, ui.reason_dd, ui.source_dd, ui.search], filt_out, trigger_mode="always_last")
+        for comp in (ui.reason_dd, ui.source_dd, ui.step_dd, ui.reward_dd):
+            comp.input(on_filter, filt_in, filt_out, api_visibility="private")
+        ui.group_tb.submit(on_filter, filt_in, filt_out, api_visibility="private")
+        ui.group_tb.blur(on_filter, filt_in, filt_out, api_visibility="private")
+        ui.search.submit(on_filter, filt_in, filt_out, api_visibility="private")
+        ui.search.change(on_filter, filt_in, filt_out, trigger_mode="always_last", api_visibility="private")
     else:
         if getattr(ctx.trace_sets, "import_bundle", False) is None:  # verl rollout-dump rows open with
             ctx.trace_sets.import_bundle = lambda: _import_bundle(ctx, None)  # the upload's default tokenizer
@@ -686,6 +780,9 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
         # whatever filled the table (page load, upload, filters, search) also sets the count, so
         # no handler's outputs (and no API output list) change for it
         ui.table.change(match_count, [session, ui.table], [ui.count], queue=False, api_visibility="private")
+    # and the upload's step, group and reward filters: usable where its traces carry those
+    ui.table.change(rl_filter_updates, [session], [ui.step_dd, ui.group_tb, ui.reward_dd], queue=False,
+                    api_visibility="private")
     # ---- charts by training step (ui/run_charts.py): redrawn when the table's trace set changes ----
     if ui.run is not None:
         run_charts.wire(ui.run, session, [ui.table])

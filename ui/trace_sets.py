@@ -81,7 +81,7 @@ def session_set(session: Session, poll: bool = False) -> tuple[Any, int]:
     return reg.poll(session.set_spec) if poll else reg.get(session.set_spec)
 
 
-def _view(session: Session) -> SetView:
+def set_view(session: Session) -> SetView:
     if not isinstance(session.set_view, SetView):
         session.set_view = SetView()
     return session.set_view
@@ -98,6 +98,26 @@ def set_matches(df: pd.DataFrame, reason: str | None, source: str | None, step: 
     step, a literal, case-insensitive search of the id and the preview, the GRPO group (its id as
     the index's ``group`` column holds it, or the group view's key ``<step>/<id>``) and the reward
     (:data:`REWARD_CHOICES`, on ``score``)."""
+    keep = rl_keep(df, step, group, reward)
+    if reason and reason != ALL:
+        codes = df["termination_reason"].fillna("")
+        labels = codes.map(_label_of)
+        keep &= (labels == reason) | (codes == reason)
+    if source and source != ALL:
+        keep &= df["source"].fillna("?") == source
+    q = (query or "").strip().lower()[:SEARCH_CHARS]
+    if q:
+        hay = df["id"].astype(str).str.lower().str.contains(q, regex=False) | df["preview"].fillna("").str.lower().str.contains(q, regex=False)
+        keep &= hay
+    return df[keep]
+
+
+def rl_keep(df: pd.DataFrame, step: str | None, group: str | None, reward: str | None) -> pd.Series:
+    """The rows of an index frame (its ``training_step``, ``group`` and ``score`` columns) the
+    training step, GRPO group and reward filters keep: the step (a number, or :data:`NO_STEP`),
+    the group (its id as ``group`` holds it, or the group view's key ``<step>/<id>``; bounded to
+    :data:`GROUP_CHARS`, only ever compared) and the reward (:data:`REWARD_CHOICES`, on ``score``).
+    The trace set's filters (:func:`set_matches`) and the upload's (``ui.trace_files.filter_frame``)."""
     keep = pd.Series(True, index=df.index)
     g = (group or "").strip()[:GROUP_CHARS]
     if g:
@@ -107,22 +127,21 @@ def set_matches(df: pd.DataFrame, reason: str | None, source: str | None, step: 
     if reward and reward != ALL:
         score = df["score"]
         keep &= {"reward > 0": score > 0, "reward = 0": score == 0, "reward < 0": score < 0}.get(reward, score.isna())
-    if reason and reason != ALL:
-        codes = df["termination_reason"].fillna("")
-        labels = codes.map(_label_of)
-        keep &= (labels == reason) | (codes == reason)
-    if source and source != ALL:
-        keep &= df["source"].fillna("?") == source
     if step and step != ALL:
         try:
             keep &= df["training_step"] == int(step)
         except ValueError:
             keep &= df["training_step"].isna() if step == NO_STEP else False
-    q = (query or "").strip().lower()[:SEARCH_CHARS]
-    if q:
-        hay = df["id"].astype(str).str.lower().str.contains(q, regex=False) | df["preview"].fillna("").str.lower().str.contains(q, regex=False)
-        keep &= hay
-    return df[keep]
+    return keep.fillna(False).astype(bool)
+
+
+def step_choices(df: pd.DataFrame) -> list[str]:
+    """The training step filter's choices of an index frame: every step, and :data:`NO_STEP` when
+    some rows have one and some none."""
+    steps = [str(int(x)) for x in sorted(df["training_step"].dropna().unique())]
+    if df["training_step"].isna().any() and steps:
+        steps.append(NO_STEP)
+    return [ALL, *steps]
 
 
 NO_STEP = "(no step)"
@@ -141,10 +160,7 @@ def set_choices(df: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
     """The filters' choices: termination labels, sources, training steps."""
     reasons = sorted({_label_of(c) for c in df["termination_reason"].fillna("").unique()})
     sources = sorted(set(df["source"].fillna("?").unique()))
-    steps = [str(int(x)) for x in sorted(df["training_step"].dropna().unique())]
-    if df["training_step"].isna().any() and steps:
-        steps.append(NO_STEP)
-    return [ALL, *reasons], [ALL, *sources], [ALL, *steps]
+    return [ALL, *reasons], [ALL, *sources], step_choices(df)
 
 
 def view_matches(df: pd.DataFrame, view: SetView) -> pd.DataFrame:
@@ -206,7 +222,7 @@ def set_outputs(session: Session, poll: bool = False) -> list[Any]:
     """[reason_dd, source_dd, step_dd, table, page, status, problems] of the session's set."""
     import html
 
-    view = _view(session)
+    view = set_view(session)
     try:
         ts, version = session_set(session, poll)
     except Exception as e:  # noqa: BLE001 - shown to the user
@@ -230,7 +246,7 @@ def export_set(session: Session, fmt: str, limit: int = 10_000) -> str:
     """The traces the set's filters keep (each read by its bytes), as one file; at most ``limit``."""
     from backend.export import export_traces
 
-    view = _view(session)
+    view = set_view(session)
     ts, _ = session_set(session)
     m = view_matches(ts.df, view)
     if len(m) == 0:
@@ -269,7 +285,7 @@ def build_set(ctx: AppContext) -> dict[str, Any] | None:
 def set_table(session: Session, reason: str | None, source: str | None, query: str | None) -> list[Any]:
     """[reason_dd, source_dd, table] of the session's set with these filters (the upload mode's
     filter handler, when the set is shown)."""
-    view = _view(session)
+    view = set_view(session)
     view.reason, view.source, view.query = reason or ALL, source or ALL, query or ""
     out = set_outputs(session)
     view.version = -1  # the status, step filter and bad records are not among these outputs: the next tick lists them
@@ -282,7 +298,7 @@ def set_count(session: Session, shown: int) -> str:
         ts, _ = session_set(session)
     except Exception:  # noqa: BLE001 - the status line says why
         return f'<div class="ali-info" data-count="{shown}">{shown} shown</div>'
-    view = _view(session)
+    view = set_view(session)
     total = len(view_matches(ts.df, view))
     first = (view.page - 1) * PAGE_ROWS + 1 if shown else 0
     return (f'<div class="ali-info" data-count="{shown}" data-matching="{total}">rows {first:,}–{first + shown - 1 if shown else 0:,} '
@@ -338,9 +354,9 @@ def wire_set(ctx: AppContext, ui: Any, su: SetUI, session: gr.State, on_filter, 
     def on_set_filter(sess: Session, reason: str, source: str, query: str, step: str, page: Any, newest: bool,
                       group: str | None = "", reward: str | None = ALL):
         if not in_set_mode(sess):  # the uploaded file is shown
-            r, so, table, dist = on_filter(sess, reason, source, query)
+            r, so, table, dist = on_filter(sess, reason, source, query, step, group, reward)
             return [r, so, gr.update(), table, *[gr.update()] * 3, dist, gr.update()]
-        view = _view(sess)
+        view = set_view(sess)
         now = (reason or ALL, source or ALL, (query or "")[:SEARCH_CHARS], step or ALL, (group or "").strip()[:GROUP_CHARS],
                reward if reward in REWARD_CHOICES else ALL)
         changed = (view.reason, view.source, view.query, view.step, view.group, view.reward) != now
@@ -357,7 +373,7 @@ def wire_set(ctx: AppContext, ui: Any, su: SetUI, session: gr.State, on_filter, 
             return [gr.skip()] * len(all_out)
         reg = sess.set_registry
         _, version = reg.poll(sess.set_spec)
-        if version == _view(sess).version:
+        if version == set_view(sess).version:
             return [gr.skip()] * len(all_out)
         return listed(sess)
 

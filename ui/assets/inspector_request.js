@@ -4,21 +4,12 @@
 // change event runs the handler. That runs with trigger_mode="always_last", and gradio gathers a
 // deferred run's inputs when it runs it: after a quick series of picks, the last one wins.
 // (Event data would not do: gradio re-runs a deferred event with the first event's data.)
-// Runs after inspector_copy.js, in the same js_on_load (ui/inspector.py).
+// Runs after inspector_copy.js and link.js, in the same js_on_load (ui/inspector.py).
 if (!window.__aliStepRequests) {
   window.__aliStepRequests = true;
-  // The link: ?trace=<label>&step=<n>&tab=<the tab shown> (history.replaceState; `__theme` and
-  // other parameters are kept). The tab is there so that reloading the page shows the tab it
-  // showed (app_load opens the one named, see open_link / TAB_IDS).
-  window.__aliLink = (set = {}) => {
-    try {
-      const u = new URL(window.location.href);
-      for (const [k, v] of Object.entries(set)) { if (v === null || v === undefined || v === '') u.searchParams.delete(k); else u.searchParams.set(k, v); }
-      const shown = ['playground', 'inspector', 'files', 'lab'].find((t) => { const e = document.getElementById('tab-' + t); return e && e.offsetParent !== null; });
-      if (shown) u.searchParams.set('tab', shown);
-      if (u.href !== window.location.href) window.history.replaceState(window.history.state, '', u.href);
-    } catch (err) { /* a page without history (a sandboxed frame): no link */ }
-  };
+  // The link: ?trace=<label>&step=<n>&tab=<the tab shown> (window.__aliLink, ui/assets/link.js,
+  // which runs first). The tab is there so that reloading the page shows the tab it showed
+  // (app_load opens the one named, see open_link / TAB_IDS).
   document.addEventListener('click', (e) => {
     if (e.target.closest && e.target.closest('[role=tab]')) requestAnimationFrame(() => window.__aliLink());
   }, true);
