@@ -124,14 +124,13 @@ def test_vllm_server_logprobs_mode_knob_says_what_the_server_returns(vllm_server
 
 
 def test_score_cli_with_the_vllm_scorer_end_to_end(vllm_server, tiny_model_dir, tmp_path):
-    """``python -m backend score --scorer vllm`` on a trace file a real vLLM server produced (tiny
+    """``python -m backend score --scorer vllm`` (its main(), in this process) on a trace file a real vLLM server produced (tiny
     model, float32, temperature 1, logprobs recorded): the in-process engine's prompt_logprobs
     land in every response step; they match the rollout's to float32 rounding; a second run
     skips the trace already scored (resumable)."""
     import json
-    import os
-    import subprocess
-    import sys
+
+    from cli_inprocess import run_cli
 
     from backend.trace import append_jsonl, load_traces
 
@@ -139,11 +138,11 @@ def test_score_cli_with_the_vllm_scorer_end_to_end(vllm_server, tiny_model_dir, 
                                                                "ignore_eos": True}), "Name three rivers.")
     src, out = tmp_path / "run.jsonl", tmp_path / "scored.jsonl"
     append_jsonl(t, str(src))
-    cmd = [sys.executable, "-m", "backend", "score", str(src), "--out", str(out), "--scorer", "vllm", "--model", tiny_model_dir,
-           "--dtype", "float32", "--json", "--no-progress"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root, timeout=600)
+    # in this process (tests/cli_inprocess.py): the command starts and stops its own engine, as
+    # test_vllm_run_rescored_in_float32_and_bfloat16 does with one
+    cmd = ["score", str(src), "--out", str(out), "--scorer", "vllm", "--model", tiny_model_dir, "--dtype", "float32", "--json",
+           "--no-progress"]
+    p = run_cli(*cmd, env={"TRANSFORMERS_OFFLINE": "1"})
     assert p.returncode == 0, p.stderr[-3000:]
     summary = json.loads(p.stdout)
     n = sum(s.end - s.start for s in gens)
@@ -158,7 +157,7 @@ def test_score_cli_with_the_vllm_scorer_end_to_end(vllm_server, tiny_model_dir, 
     assert [len(s.info.trainer_logprobs) for s in steps] == [s.end - s.start for s in gens]
     assert compare(scored).trace.tokens == n
 
-    p2 = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root, timeout=600)
+    p2 = run_cli(*cmd, env={"TRANSFORMERS_OFFLINE": "1"})
     assert p2.returncode == 0, p2.stderr[-3000:]
     again = json.loads(p2.stdout)
     assert again["scored"] == 0 and again["skipped"] == 1 and "already in" in p2.stderr

@@ -25,8 +25,16 @@ CASES = os.path.join(os.path.dirname(__file__), "zerogpu_fork_cases.py")
 
 
 def _run_fork_cases(marker: str) -> str:
-    """pytest on the fork cases selected by ``marker``, in a fresh process; their report on failure."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    """pytest on the fork cases selected by ``marker``, in a fresh process; their report on failure.
+
+    One CPU thread for torch in that process (OMP_NUM_THREADS / MKL_NUM_THREADS): the stand-in
+    computes on the CPU, and the CPU math libraries are not fork-safe once their thread pools
+    exist. The forked task hung inside a Linear's forward for 100 s, twice (CI, and a coverage
+    run), after the in-process generation had used the pool, and limiting torch to one thread in
+    the forked task alone did not stop it: the pool must never exist in the parent. ZeroGPU's
+    task computes on CUDA, so this leaves what is tested (pickling, the fork, streaming, leases,
+    errors) as ZeroGPU does it."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly",
            "-m", marker, CASES]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=800, env=env, cwd=os.path.dirname(os.path.dirname(CASES)))

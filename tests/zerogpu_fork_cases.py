@@ -66,15 +66,6 @@ class FakeZeroGPU:
 
         def child(q, args, kwargs, gen):
             def work():
-                # One CPU thread in the forked process. GNU OpenMP is not fork-safe: a parent thread
-                # (the pool of the in-process generation that just ended) can hold libgomp's lock at
-                # the fork, and the child's first parallel region then waits on it forever (seen in
-                # CI: stuck in a Linear's forward for 100 s). PyTorch's DataLoader workers do the
-                # same. ZeroGPU's task computes on CUDA, so this changes nothing it would do; the
-                # setting is per thread (OpenMP's ICV), hence here and not in child().
-                import torch
-
-                torch.set_num_threads(1)
                 try:
                     if gen:
                         for item in task(*args, **kwargs):
