@@ -389,3 +389,15 @@ def test_export_takes_several_files_and_exits_1_on_bad_records(trace_files):
     assert p.returncode == 2 and "--out must not be an input file" in p.stderr
     p = cli("export", str(trace_files / "bad.jsonl"), "--to", "jsonl", "--out", str(trace_files / "x.jsonl"), check=False)
     assert p.returncode == 2 and "no trace could be read" in p.stderr and "and 1 more bad record" in p.stderr
+
+
+def test_python_m_backend_is_the_cli(capsys, monkeypatch):
+    """``backend/__main__.py`` (what ``python -m backend`` runs) hands its arguments to main() and
+    exits with its status; run here with runpy, as the interpreter runs it."""
+    import runpy
+
+    monkeypatch.setattr(sys, "argv", ["backend", "profiles", "--json"])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_module("backend", run_name="__main__", alter_sys=True)
+    assert e.value.code == 0
+    assert "qwen3" in [r["name"] for r in json.loads(capsys.readouterr().out)]
