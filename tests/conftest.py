@@ -101,7 +101,7 @@ def vllm_server(request, tiny_model_dir):
             os.unlink(server.log_path)
 
 
-# ---- the browser tests' app and Chromium: one of each per worker, shared by the browser files -------
+# ---- the browser tests' app (one per worker, shared by the browser files) and Chromium (one per file) ---
 
 
 @pytest.fixture(scope="session")
@@ -116,9 +116,13 @@ def app_url(tmp_path_factory):
         yield url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """One headless Chromium per worker; each test opens its own context (tests/test_browser.py)."""
+    """One headless Chromium per test file; each test opens its own context (tests/test_browser.py).
+    Not per session: while Playwright's sync API is started it leaves its event loop set as the
+    thread's running loop (it switches greenlets and sets it back), so every later asyncio.run()
+    and async test on that worker would fail with "cannot be called from a running event loop"
+    (seen in CI: 206 tests). Stopping it at the end of each file clears it."""
     from playwright.sync_api import sync_playwright
     from test_browser import CHROMIUM
 
@@ -159,7 +163,7 @@ def pytest_collection_modifyitems(config, items):
     fixtures, an app or a browser, are built once), and every file with a test marked ``vllm`` is
     one group together: the session's vLLM engines and server are built by one worker, once, as in
     a run without workers (two workers would build two of each and hold twice the memory). So are
-    the browser files on the shared scripted app (``app_url``): one app and one Chromium for all.
+    the browser files on the shared scripted app (``app_url``): one app for all (Chromium stays per file, see ``browser``).
 
     On the workers the groups are then ordered costliest first (``tests/file_seconds.json``; with
     ``--no-loadscope-reorder``, scripts/test.sh's, xdist hands them out in this order): the

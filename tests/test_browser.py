@@ -129,8 +129,8 @@ def running_app(args: list[str], log_path: Path, *, env: dict[str, str] | None =
         assert "Traceback" not in text, text[-4000:]
 
 
-# The fixtures ``app_url`` (one ``app.py --backend scripted`` per worker) and ``browser`` (one
-# headless Chromium per worker) live in tests/conftest.py, so every browser file shares them.
+# The fixtures ``app_url`` (one ``app.py --backend scripted`` per worker, shared by the browser
+# files) and ``browser`` (one headless Chromium per file) live in tests/conftest.py.
 
 
 @pytest.fixture(scope="module")

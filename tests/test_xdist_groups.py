@@ -43,7 +43,7 @@ def test_the_workers_start_with_the_costliest_groups(request: pytest.FixtureRequ
 
 def test_the_browser_files_on_the_shared_app_are_one_group(request: pytest.FixtureRequest):
     """The browser files that use tests/conftest.py's ``app_url`` run on one worker, which starts
-    that app (and one Chromium) once for all of them; a file with an app of its own (the MCP
+    that app once for all of them; a file with an app of its own (the MCP
     tests' ``app_url``, the lens app) keeps its own group. Checked over this session's tests: in
     the full run (CI, scripts/test.sh) every file is there."""
     groups: dict[str, set[str]] = {}

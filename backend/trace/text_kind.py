@@ -94,8 +94,11 @@ def spans_lines(head: bytes, whole: bool, look: int = 8) -> bool:
     file) is one JSON document over many lines: it starts with ``{`` or ``[``, its first line
     does not end as a JSON object or array does (so it is no complete record), and none of the
     next ``look`` lines is a complete object or array (a JSONL file with a damaged first line has
-    whole records after it). A first line longer than the head is a JSONL record's (a
-    pretty-printed document's first line is short). Only such files have lines parsed here."""
+    whole records after it). A file whose head shows fewer than ``look`` whole lines after the
+    first is JSONL (a pretty-printed document's lines are short, a JSONL record's may each be
+    longer than the head: a prime-rl export's are); a file of one line is a document only if json
+    runs out of text on it (cut after ``{``), else one bad JSONL record. Only such files have
+    lines parsed here."""
     body = body_of(head)
     if body[:1] not in (b"{", b"["):
         return False
@@ -105,7 +108,26 @@ def spans_lines(head: bytes, whole: bool, look: int = 8) -> bool:
     lines = [ln for ln in lines if ln.strip()]
     if not lines or lines[0].rstrip().endswith((b"}", b"]")):
         return False  # a whole record (or one damaged in its middle): JSONL, each line says why; not parsed here
-    return not any(_whole_container(ln) for ln in lines[1 : 1 + look])
+    following = lines[1 : 1 + look]
+    if not following:
+        # one line: a document cut after it (``{``) if json runs out of text there, else a JSONL
+        # file of one bad record, whose problem names its line
+        return whole and _runs_out(lines[0])
+    if not whole and len(following) < look:
+        # lines too long for the head to show `look` of them: JSONL records (a prime-rl export's
+        # are longer than the head), not a pretty-printed document, whose lines are short
+        return False
+    return not any(_whole_container(ln) for ln in following)
+
+
+def _runs_out(line: bytes) -> bool:
+    """Whether json stops on ``line`` because the text ran out (a cut), not at a wrong character."""
+    text = line.decode("utf-8", errors="replace")
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as e:
+        return _ends_early(text, e)
+    return False
 
 
 def _position(text: str, end: int) -> tuple[int, int]:

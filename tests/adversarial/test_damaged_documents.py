@@ -217,6 +217,24 @@ def test_jsonl_with_bad_lines_keeps_its_per_line_problems(tmp_path):
     assert res.lines == [3, 4, 5] and [x.line for x in res.problems] == [1, 2]
 
 
+def test_jsonl_whose_records_are_longer_than_the_head_is_read_per_line(tmp_path):
+    """A truncated first record followed by records each longer than the 64 KiB head (a prime-rl
+    token export's are): the head shows no whole line after the first, which must not make the
+    file a document (it did in CI: the verifiers import lost its one good record to a single
+    "invalid JSON" problem). One line alone is one bad record, named by its line."""
+    good = json.loads(SAMPLE.read_bytes().splitlines()[0])
+    good["metadata"] = {**good.get("metadata", {}), "pad": "x" * (70 << 10)}
+    line = json.dumps(good).encode()
+    assert len(line) > 64 << 10
+    p = tmp_path / "long.jsonl"
+    p.write_bytes(b"\n".join([line[: len(line) // 3], line, line]) + b"\n")
+    res = load_traces(str(p))
+    assert res.lines == [2, 3] and [x.line for x in res.problems] == [1], res.problems
+    one = tmp_path / "one.jsonl"
+    one.write_bytes(b'{"id": "x", bad\n')
+    assert [(x.line, "ends early" in x.reason) for x in load_traces(str(one)).problems] == [(1, False)]
+
+
 def test_a_whole_pretty_printed_document_loads_under_any_name(tmp_path):
     """Decided from the content: the logtree, pretty-printed, named .jsonl, is one document."""
     p = tmp_path / "train_logtree.jsonl"
