@@ -89,6 +89,9 @@ def test_the_controls_follow_the_file(ctx, trl_rows):
     step, group, reward = tf.rl_filter_updates(sess)
     assert step["choices"] == [ALL, str(int(trl_rows["step"].iloc[0]))] and step["interactive"] is True
     assert group["interactive"] is True and reward["interactive"] is True
+    # a usable control clears the "no step / no reward" text an earlier file left: "" (Gradio keeps
+    # the old info on None; a TRL upload read "these traces state no reward" under a working filter)
+    assert (step["info"], group["info"], reward["info"]) == ("", "", "")
     # the filters applied are what the controls show again (a reload of the table keeps them)
     _kept(sess, group="  1/x ", reward="reward > 0")
     step, group, reward = tf.rl_filter_updates(sess)

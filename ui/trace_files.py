@@ -617,7 +617,9 @@ def rl_choices(session: Session, full: pd.DataFrame | None = None) -> tuple[list
 def rl_filter_updates(session: Session) -> list[Any]:
     """[step_dd, group_tb, reward_dd] for the uploaded file: each usable where its traces carry
     what it filters on (a training step, a group, a reward), else disabled, saying why; set to the
-    table's filters. Left as they are in trace-set mode (the set's listing updates them)."""
+    table's filters. Left as they are in trace-set mode (the set's listing updates them). A usable
+    one's info is "" (Gradio keeps the old text on None: a TRL upload still read "state no
+    reward" under a working reward filter)."""
     if in_set_mode(session):
         return [gr.skip()] * 3
     steps, grouped, rewarded = rl_choices(session)
@@ -626,10 +628,10 @@ def rl_filter_updates(session: Session) -> list[Any]:
     has_steps = len(steps) > 1
     return [
         gr.update(choices=steps, value=step if step in steps else ALL, interactive=has_steps,
-                  info=None if has_steps else "these traces state no training step"),
-        gr.update(value=group, interactive=grouped, info=None if grouped else "no traces to group"),
+                  info="" if has_steps else "these traces state no training step"),
+        gr.update(value=group, interactive=grouped, info="" if grouped else "no traces to group"),
         gr.update(value=reward if reward in REWARD_CHOICES else ALL, interactive=rewarded,
-                  info=None if rewarded else "these traces state no reward (metadata.score)"),
+                  info="" if rewarded else "these traces state no reward (metadata.score)"),
     ]
 
 
