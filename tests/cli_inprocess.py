@@ -20,26 +20,24 @@ import subprocess
 from backend.cli import main
 
 
+def _set_env(values: dict[str, str | None]) -> None:
+    """Set each variable of VALUES in ``os.environ``; a value of None removes it."""
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @contextlib.contextmanager
-def _env(extra: dict[str, str] | None):
+def _env(extra: dict[str, str | None]):
     """``os.environ`` with EXTRA set (a value of None removes the variable), restored after."""
-    if not extra:
-        yield
-        return
     saved = {k: os.environ.get(k) for k in extra}
     try:
-        for k, v in extra.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _set_env(extra)
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _set_env(saved)
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
