@@ -92,6 +92,10 @@ _GRADIO_RELOAD_TRACE = re.compile(r"^ERROR:[^\n]*\n(?:(?!ERROR:).*\n)*?"
                                   r"RuntimeError: Caught handled exception, but response already started\.\n?", re.M)
 
 
+# the logs of the apps running now (running_app): a failing browser test shows their ends (tests/conftest.py)
+LIVE_APP_LOGS: list[Path] = []
+
+
 @contextlib.contextmanager
 def running_app(args: list[str], log_path: Path, *, env: dict[str, str] | None = None, start_timeout_s: float = 180):
     """``app.py ARGS`` on a free loopback port, yielding its URL once it answers; stopped at the
@@ -117,8 +121,11 @@ def running_app(args: list[str], log_path: Path, *, env: dict[str, str] | None =
             if time.monotonic() > deadline:
                 raise RuntimeError(f"app.py did not answer on {url}:\n{log_path.read_text()[-3000:]}")
             time.sleep(0.3)
+        LIVE_APP_LOGS.append(log_path)
         yield url
     finally:
+        if log_path in LIVE_APP_LOGS:
+            LIVE_APP_LOGS.remove(log_path)
         proc.terminate()
         try:
             proc.wait(timeout=15)

@@ -20,6 +20,8 @@ import pytest
 from test_browser import CHROMIUM, App, running_app  # noqa: F401 - fixtures, used by name
 from test_browser_inspector import check_contrast
 
+from ui.logprob_lens import SCORE_TIMEOUT_S
+
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.slow,
@@ -98,7 +100,10 @@ def test_score_button_numbers_charts_and_worst_tokens(browser, lens_app_url, sch
         app.wait_text("#insp-lens-status", "Score with trainer view")
         assert app.js("document.querySelectorAll('#insp-lens-worst .ali-lens-tok').length") == 0
         app.page.locator("#insp-lens-score").click()
-        status = app.wait_status("insp-lens-status", kinds=("ok", "err"), timeout=600_000)
+        # the click starts the scoring (its "scoring N tokens…" line), which the app gives up after
+        # logprob_lens.SCORE_TIMEOUT_S: waiting longer than that says nothing more
+        app.wait_text("#insp-lens-status", "scor", timeout=60_000)
+        status = app.wait_status("insp-lens-status", kinds=("ok", "err"), timeout=(SCORE_TIMEOUT_S + 60) * 1000)
         assert "scored" in status and "mask-1 tokens" in status, status
         # the numbers, with verl's names, over the mask-1 tokens that have rollout logprobs
         n_policy = sum(len(s.logprobs) for s in trace.steps if s.logprobs is not None and s.mask == 1)

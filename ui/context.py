@@ -413,6 +413,9 @@ def free_label(label: str, taken: Any) -> str:
     return label
 
 
+_SESSION_LOCKS_MADE = threading.Lock()  # makes a session's file_lock once
+
+
 @dataclass
 class Session:
     """One browser session's state (in a ``gr.State``; never shared)."""
@@ -426,6 +429,12 @@ class Session:
     # an upload of our own traces is not held: its rows (ui.trace_files.FileRows: the kept
     # file's index, each row's end state in words and search text) and the traces opened from it
     file_rows: Any = None
+    # uploads and re-reads asked for so far (ui.trace_files.load_file): one that finishes after a
+    # newer one was asked for is dropped, so the file shown is the one last asked for
+    upload_seq: int = 0
+    # held while the upload is swapped or a row of it is opened (file_lock()); made on first use
+    # (gradio deep-copies a new session's value, which a lock cannot be)
+    _file_lock: Any = field(default=None, repr=False, compare=False)
     # the Trace files table's filters as last listed ((reason, source, search); None: none yet, all
     # rows): what "Export filtered" exports when it is given no rows (the API's default table)
     file_filters: Any = None
@@ -452,6 +461,17 @@ class Session:
     # the logprob lens's truncation cap C (ui/logprob_lens.py), as the visitor set it
     lens_cap: float = 2.0
 
+    def file_lock(self) -> threading.RLock:
+        """The session's lock over its upload (swapping it, opening a row of it): events of one
+        session run concurrently (a re-read on a tokenizer change, a row clicked meanwhile)."""
+        lock = self._file_lock
+        if lock is None:
+            with _SESSION_LOCKS_MADE:
+                if self._file_lock is None:
+                    self._file_lock = threading.RLock()
+                lock = self._file_lock
+        return lock
+
     def temp_dir(self, kind: str) -> str:
         from backend import lifecycle
 
@@ -464,19 +484,6 @@ class Session:
         d = lifecycle.temp_dir(f"ali-{re.sub(r'[^a-z]+', '', kind) or 'file'}-")
         self.temp_dirs[kind] = d
         return d
-
-    def swap_temp_dir(self, kind: str, new: str) -> None:
-        """Make ``new`` (a folder of :func:`backend.lifecycle.temp_dir`) the session's folder of
-        ``kind``, removing the one it replaces: the old one lives until the new one is ready."""
-        from backend import lifecycle
-
-        old = self.temp_dirs.get(kind)
-        self.temp_dirs[kind] = new
-        if old and old != new:
-            try:
-                lifecycle.remove_temp_dir(old)
-            except ValueError:
-                pass
 
     def remove_temp_dirs(self) -> None:
         from backend import lifecycle
@@ -509,7 +516,7 @@ class Session:
         return dataclasses.replace(
             self, traces=dict(self.traces), file_traces=list(self.file_traces), file_problems=list(self.file_problems),
             history=copy.deepcopy(self.history, memo), running=False, cancel=None, temp_dirs={}, set_view=None, groups=None,
-            conversation_id=uuid.uuid4().hex,
+            conversation_id=uuid.uuid4().hex, _file_lock=None,
         )
 
 

@@ -147,7 +147,13 @@ def keep_upload(path: str, folder: str) -> str:
 def open_file_row(session: Session, i: int) -> str:
     """Row ``i`` of the session's file as a trace of the session: its label. A held file's trace
     is there already; an upload that is not held (:class:`FileRows`) is read by the row's bytes
-    (raises one of :data:`READ_ERRORS` when it cannot be), and the oldest traces opened past :data:`MAX_OPENED` are let go."""
+    (raises one of :data:`READ_ERRORS` when it cannot be), and the oldest traces opened past :data:`MAX_OPENED` are let go.
+    Under the session's file lock: an upload replacing this one waits, and is not half seen."""
+    with session.file_lock():
+        return _open_file_row(session, i)
+
+
+def _open_file_row(session: Session, i: int) -> str:
     label = session.file_traces[i]
     rows = session.file_rows
     if not isinstance(rows, FileRows):
@@ -408,9 +414,11 @@ def _let_go_of_file(session: Session) -> set[str]:
 
 
 def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AUTO,
-              tokenizer: str | None = None) -> tuple[str, pd.DataFrame]:
+              tokenizer: str | None = None) -> tuple[str, pd.DataFrame] | None:
     """Load an uploaded file into the session (importing another tool's format, see
-    :func:`read_upload`). Returns (status html, problems frame)."""
+    :func:`read_upload`). Returns (status html, problems frame), or None when a newer upload or
+    re-read of this session was asked for while this one was read (the newer one is shown;
+    nothing of this one is kept)."""
     import html
 
     from backend import lifecycle
@@ -420,6 +428,10 @@ def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AU
     if not path:
         return "", empty
     name = os.path.basename(path)
+    lock = session.file_lock()
+    with lock:
+        session.upload_seq += 1
+        seq = session.upload_seq
     try:
         size = os.path.getsize(path)
         if size > ctx.max_upload_bytes:
@@ -432,9 +444,38 @@ def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AU
             lifecycle.remove_temp_dir(kept_dir)
             raise
     except Exception as e:  # noqa: BLE001 - shown to the user
+        if session.upload_seq != seq:
+            return None
         return f'<div class="ali-err">Could not read {html.escape(name)}: {html.escape(short_error(e))}</div>', empty
+    # the folder goes when nothing reads its file any more: a row being opened, exported or audited
+    # from the last upload while this one replaces it still finds its bytes
+    _remove_when_unused(rows.index, kept_dir)
+    with lock:
+        if session.upload_seq != seq:  # a newer upload or re-read was asked for meanwhile: that one is shown
+            return None
+        return _show_file(ctx, session, name, rows, imported, kept_dir, tokenizer)
+
+
+def _remove_when_unused(index: TraceIndex, folder: str) -> None:
+    import weakref
+
+    from backend import lifecycle
+
+    def remove() -> None:
+        try:
+            lifecycle.remove_temp_dir(folder)
+        except ValueError:
+            pass  # the temp root went first (shutdown)
+
+    weakref.finalize(index, remove).atexit = False  # at exit the temp root goes whole
+
+
+def _show_file(ctx: AppContext, session: Session, name: str, rows: FileRows, imported: str | None, kept_dir: str,
+               tokenizer: str | None) -> tuple[str, pd.DataFrame]:
+    import html
+
     old_labels = _let_go_of_file(session)
-    session.swap_temp_dir("upload", kept_dir)
+    session.temp_dirs["upload"] = kept_dir  # removed when the session ends; the last one's, once unused
     # listed from the index, opened row by row: each row's label is free now (opening it checks again)
     index = rows.index
     taken = set(session.traces)
@@ -730,7 +771,10 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
         if not path:  # a format/tokenizer change with no file: nothing to (re)load
             return [sess, gr.update(), gr.update(), *table_outputs(sess)]
         sess.set_spec = None  # the file is shown instead of the trace set
-        status, probs = load_file(ctx, sess, path, fmt or AUTO, tokenizer)
+        shown = load_file(ctx, sess, path, fmt or AUTO, tokenizer)
+        if shown is None:  # superseded: the newer event fills the tab
+            return [sess, *(gr.update() for _ in up_out[1:])]
+        status, probs = shown
         return [sess, status, probs, *table_outputs(sess)]
 
     def on_filter(sess: Session, reason: str = ALL, source: str = ALL, query: str = "", step: str = ALL, group: str = "",
