@@ -2,14 +2,16 @@
 
     PYTEST_ADDOPTS=--durations=0 bash scripts/test.sh > run.log 2>&1
     .venv/bin/python scripts/test_durations.py run.log [--top 30] [--markdown]
-    .venv/bin/python scripts/test_durations.py run.log --json > tests/file_seconds.json
+    .venv/bin/python scripts/test_durations.py run.log --json > tests/test_seconds.json
 
 Groups the ``12.34s setup tests/x.py::test`` lines by test file (set-up, call and tear-down apart:
 a file's set-up is mostly its fixtures, the first test of a module or session paying for them)
 and lists the slowest set-ups on their own, which name the expensive fixtures' first users.
-``--json`` writes each file's seconds: ``tests/file_seconds.json``, which tests/conftest.py reads to
-hand the costliest groups of tests to the workers first (regenerate it when the suite's shape
-changes; a file it does not list counts as cheap).
+``--json`` writes each test's seconds (set-up, call and tear-down together; those under
+:data:`JSON_MIN_S` left out): ``tests/test_seconds.json``, which tests/conftest.py reads to hand the
+costliest groups of the tests selected to the workers first (a group weighs what its selected tests
+do, so the edit loop's selection is weighed as well as the full run; regenerate it when the suite's
+shape changes; a test it does not list counts as cheap).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import json
 import re
 import sys
 from collections import defaultdict
+
+JSON_MIN_S = 0.3  # a test below this is left out of --json (tests/conftest.py counts it as cheap)
 
 LINE = re.compile(r"^\s*(\d+(?:\.\d+)?)s (setup|call|teardown)\s+(\S+?)::(\S.*?)(?:@\S+)?$")  # @group: xdist's
 
@@ -49,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("log", help="a pytest log with --durations=0 output ('-' for stdin)")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--markdown", action="store_true", help="markdown tables")
-    ap.add_argument("--json", action="store_true", help="each file's seconds as JSON (tests/file_seconds.json)")
+    ap.add_argument("--json", action="store_true", help="each test's seconds as JSON (tests/test_seconds.json)")
     args = ap.parse_args(argv)
     lines = sys.stdin if args.log == "-" else open(args.log, encoding="utf-8", errors="replace")
     rows = parse(lines)
@@ -59,7 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(r[0] for r in rows)
     files = by_file(rows)
     if args.json:
-        print(json.dumps({f: round(v["total"], 1) for f, v, _ in files}, indent=0))
+        per: dict[str, float] = defaultdict(float)
+        for sec, _, f, t in rows:
+            per[f"{f}::{t}"] += sec
+        kept = sorted(((k, round(v, 1)) for k, v in per.items() if v >= JSON_MIN_S), key=lambda kv: -kv[1])
+        print(json.dumps(dict(kept), indent=0))
     elif args.markdown:
         print("| file | tests | total s | share | set-up s | call s | tear-down s |\n|---|---|---|---|---|---|---|")
         for f, v, n in files[: args.top]:

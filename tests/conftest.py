@@ -146,17 +146,33 @@ VLLM_GROUP = "vllm"
 BROWSER_APP_GROUP = "browser-app"  # the browser files that use the shared scripted app (app_url above)
 
 
-def _file_seconds() -> dict[str, float]:
-    """Each test file's measured seconds (tests/file_seconds.json, written by
-    ``scripts/test_durations.py LOG --json``); empty if the file is missing or unreadable."""
+CHEAP_TEST_S = 0.1  # what a test that tests/test_seconds.json does not list weighs
+
+
+def _test_seconds() -> dict[str, float]:
+    """Each test's measured seconds by its id (tests/test_seconds.json, written by
+    ``scripts/test_durations.py LOG --json``; the cheap ones are left out); empty if the file is
+    missing or unreadable."""
     import json
 
     try:
-        with open(os.path.join(os.path.dirname(__file__), "file_seconds.json"), encoding="utf-8") as f:
+        with open(os.path.join(os.path.dirname(__file__), "test_seconds.json"), encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError):
         return {}
     return {k: float(v) for k, v in data.items() if isinstance(v, (int, float))} if isinstance(data, dict) else {}
+
+
+def group_weights(items, group_of) -> dict[str, float]:
+    """Each group's measured seconds: the sum over ITS SELECTED tests (a -m or -k that leaves a
+    costly test out leaves its seconds out too)."""
+    seconds = _test_seconds()
+    weight: dict[str, float] = {}
+    for item in items:
+        g = group_of(item)
+        nodeid = item.nodeid.removesuffix(f"@{g}")  # xdist's group, once it has written it into the id
+        weight[g] = weight.get(g, 0.0) + seconds.get(nodeid, CHEAP_TEST_S)
+    return weight
 
 
 # A browser test that fails is run once more (pytest-rerunfailures; the summary counts it as
@@ -198,7 +214,8 @@ def pytest_collection_modifyitems(config, items):
     a run without workers (two workers would build two of each and hold twice the memory). So are
     the browser files on the shared scripted app (``app_url``): one app for all (Chromium stays per file, see ``browser``).
 
-    On the workers the groups are then ordered costliest first (``tests/file_seconds.json``; with
+    On the workers the groups are then ordered costliest first (``tests/test_seconds.json``, the
+    selected tests' seconds; with
     ``--no-loadscope-reorder``, scripts/test.sh's, xdist hands them out in this order): the
     longest groups start at once instead of ending the run alone on one worker."""
     _browser_reruns(config, items)
@@ -217,9 +234,5 @@ def pytest_collection_modifyitems(config, items):
             marker = item.get_closest_marker("xdist_group")
         group_of[id(item)] = str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
     if getattr(config.option, "loadgroup", False):  # set on the workers of --dist loadgroup only
-        seconds = _file_seconds()
-        files: dict[str, set[str]] = {}
-        for item in items:
-            files.setdefault(group_of[id(item)], set()).add(item.nodeid.split("::")[0])
-        weight = {g: sum(seconds.get(f, 0.0) for f in fs) for g, fs in files.items()}
+        weight = group_weights(items, lambda item: group_of[id(item)])
         items.sort(key=lambda item: -weight[group_of[id(item)]])  # stable: a file's own order is kept

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import _file_seconds
+from conftest import _test_seconds, group_weights
 
 THIS_FILE = "tests/test_xdist_groups.py"
 
@@ -24,21 +24,26 @@ def test_this_file_is_one_group_and_a_worker_sees_it_in_the_test_id(request: pyt
 
 
 def test_the_workers_start_with_the_costliest_groups(request: pytest.FixtureRequest):
-    """tests/file_seconds.json names the costly files (the Space build, the vLLM files); on a
-    worker the session's tests come in groups ordered by their measured seconds, costliest first."""
-    seconds = _file_seconds()
-    assert seconds.get("tests/test_space_build.py", 0) > 60 and seconds.get("tests/test_backends_vllm.py", 0) > 30, seconds
+    """tests/test_seconds.json names the costly tests (the Space build, the vLLM files'); on a
+    worker the session's tests come in groups ordered by their selected tests' measured seconds,
+    costliest first."""
+    seconds = _test_seconds()
+    per_file: dict[str, float] = {}
+    for test_id, s in seconds.items():
+        per_file[test_id.split("::")[0]] = per_file.get(test_id.split("::")[0], 0.0) + s
+    assert per_file.get("tests/test_space_build.py", 0) > 60 and per_file.get("tests/test_backends_vllm.py", 0) > 30, per_file
     if not (os.environ.get("PYTEST_XDIST_WORKER") and getattr(request.config.option, "loadgroup", False)):
         return
-    weights: list[float] = []
-    seen: dict[str, float] = {}
-    for item in request.session.items:
+    items = request.session.items
+    weight = group_weights(items, lambda item: item.nodeid.rsplit("@", 1)[-1])
+    order: list[str] = []
+    for item in items:
         group = item.nodeid.rsplit("@", 1)[-1]
-        if group not in seen:
-            files = {i.nodeid.split("::")[0] for i in request.session.items if i.nodeid.rsplit("@", 1)[-1] == group}
-            seen[group] = sum(seconds.get(f, 0.0) for f in files)
-            weights.append(seen[group])
-    assert weights == sorted(weights, reverse=True), weights[:10]
+        if not order or order[-1] != group:
+            order.append(group)
+    assert len(order) == len(set(order)), "a group's tests are not together"
+    weights = [weight[g] for g in order]
+    assert weights == sorted(weights, reverse=True), list(zip(order, weights))[:10]
 
 
 def test_the_browser_files_on_the_shared_app_are_one_group(request: pytest.FixtureRequest):
@@ -56,3 +61,24 @@ def test_the_browser_files_on_the_shared_app_are_one_group(request: pytest.Fixtu
     shared = {f for f, g in groups.items() if g == {"browser-app"}}
     assert {"tests/test_browser.py", "tests/test_browser_inspector.py", "tests/test_browser_playground.py"} <= shared, groups
     assert "tests/test_mcp.py" not in shared and "tests/test_browser_logprob_lens.py" not in shared, shared
+
+
+def test_the_durations_json_sums_each_tests_phases_and_drops_the_cheap_ones(tmp_path, capsys):
+    """scripts/test_durations.py --json, what tests/test_seconds.json is written with: a test's
+    set-up, call and tear-down together, by its id without xdist's group; below 0.3 s left out."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("test_durations_script",
+                                                  Path(__file__).resolve().parents[1] / "scripts" / "test_durations.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    log = tmp_path / "run.log"
+    log.write_text("12.50s setup    tests/test_a.py::test_x[p @ 1]@tests/test_a.py\n"
+                   "2.00s call     tests/test_a.py::test_x[p @ 1]@tests/test_a.py\n"
+                   "0.50s teardown tests/test_a.py::test_x[p @ 1]@tests/test_a.py\n"
+                   "0.20s call     tests/test_b.py::test_y@vllm\n"
+                   "1.00s call     tests/test_b.py::test_z\n")
+    assert mod.main([str(log), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"tests/test_a.py::test_x[p @ 1]": 15.0, "tests/test_b.py::test_z": 1.0}
