@@ -214,10 +214,10 @@ def pytest_collection_modifyitems(config, items):
     a run without workers (two workers would build two of each and hold twice the memory). So are
     the browser files on the shared scripted app (``app_url``): one app for all (Chromium stays per file, see ``browser``).
 
-    On the workers the groups are then ordered costliest first (``tests/test_seconds.json``, the
-    selected tests' seconds; with
-    ``--no-loadscope-reorder``, scripts/test.sh's, xdist hands them out in this order): the
-    longest groups start at once instead of ending the run alone on one worker."""
+    On the workers the groups are then ordered costliest first (:class:`_CostliestGroupsFirst`,
+    by ``tests/test_seconds.json``; with ``--no-loadscope-reorder``, scripts/test.sh's, xdist hands
+    them out in this order): the longest groups start at once instead of ending the run alone on
+    one worker."""
     _browser_reruns(config, items)
     if not config.pluginmanager.hasplugin("xdist"):
         return
@@ -233,6 +233,25 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group))
             marker = item.get_closest_marker("xdist_group")
         group_of[id(item)] = str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
-    if getattr(config.option, "loadgroup", False):  # set on the workers of --dist loadgroup only
-        weight = group_weights(items, lambda item: group_of[id(item)])
-        items.sort(key=lambda item: -weight[group_of[id(item)]])  # stable: a file's own order is kept
+
+
+class _CostliestGroupsFirst:
+    """On the workers of ``--dist loadgroup``: the groups ordered by their measured seconds, costliest
+    first, once ``-m`` / ``-k`` have deselected (a group weighs what it runs). A plugin of its own:
+    its ``pytest_collection_modifyitems`` runs last, the grouping one above first."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        if not (config.pluginmanager.hasplugin("xdist") and getattr(config.option, "loadgroup", False)):
+            return
+
+        def group(item) -> str:
+            marker = item.get_closest_marker("xdist_group")
+            return str(marker.args[0] if marker.args else marker.kwargs.get("name", "default")) if marker else item.nodeid
+
+        weight = group_weights(items, group)
+        items.sort(key=lambda item: -weight[group(item)])  # stable: a file's own order is kept
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_CostliestGroupsFirst(), "ali-costliest-groups-first")
