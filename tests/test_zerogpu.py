@@ -33,8 +33,16 @@ def _run_fork_cases(marker: str) -> str:
     run), after the in-process generation had used the pool, and limiting torch to one thread in
     the forked task alone did not stop it: the pool must never exist in the parent. ZeroGPU's
     task computes on CUDA, so this leaves what is tested (pickling, the fork, streaming, leases,
-    errors) as ZeroGPU does it."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    errors) as ZeroGPU does it.
+
+    It hung again with one thread (the edit loop, and here 1 run in 4 under two CPU burners): gdb
+    on the forked process showed the generation thread spinning in MKL's own allocator
+    (``mkl_serv_allocate`` -> ``mm_account_ptr_by_tid``, from ``sgemm``), whose per-thread buffer
+    book the fork copied from a parent whose generation thread had used it. MKL_DISABLE_FAST_MM=1
+    (MKL's documented switch) makes MKL allocate with malloc instead: 9 runs of 9 passed under the
+    same load."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               MKL_DISABLE_FAST_MM="1")
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly",
            "-m", marker, CASES]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=800, env=env, cwd=os.path.dirname(os.path.dirname(CASES)))
