@@ -435,8 +435,8 @@ class Session:
     # held while the upload is swapped or a row of it is opened (file_lock()); made on first use
     # (gradio deep-copies a new session's value, which a lock cannot be)
     _file_lock: Any = field(default=None, repr=False, compare=False)
-    # the Trace files table's filters as last listed ((reason, source, search); None: none yet, all
-    # rows): what "Export filtered" exports when it is given no rows (the API's default table)
+    # the Trace files table's filters as last listed (ui.trace_files.FileFilters; None: none yet,
+    # all rows): what "Export filtered" exports when it is given no rows (the API's default table)
     file_filters: Any = None
     # the trace set the Trace files tab lists instead of the file (None: the file): the operator's
     # (--traces), or in local mode a folder typed in the tab; the app's SetRegistry, shared

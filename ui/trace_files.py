@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import gradio as gr
 import pandas as pd
@@ -84,6 +84,19 @@ class FileRows:
     # per row, the GRPO group the group view puts it in (backend.groups.group_of: the file's group
     # id, else a hash of the prompt): what the group filter matches
     groups: list[str] = field(default_factory=list)
+
+
+class FileFilters(NamedTuple):
+    """The upload table's filters as last listed (:func:`table_outputs`): what "Export filtered"
+    exports when it is given no rows (the API's default table), and what the step / group / reward
+    controls are set back to after the table changes."""
+
+    reason: str = ALL
+    source: str = ALL
+    query: str = ""
+    step: str = ALL
+    group: str = ""
+    reward: str = ALL
 
 
 def _kept_name(path: str) -> str:
@@ -529,7 +542,7 @@ def export_filtered(session: Session, df: pd.DataFrame | None, fmt: str) -> str:
 
     at = [int(i) for i in df["#"] if str(i).strip() != ""] if isinstance(df, pd.DataFrame) and "#" in df.columns else []
     if not at:  # an emptied table may hold one blank row
-        listed = table_outputs(session, *(session.file_filters or ()))[2]
+        listed = table_outputs(session, *(session.file_filters or FileFilters()))[2]
         at = [int(i) for i in listed["#"]]
     if not at:
         raise gr.Error("nothing to export: the filtered table is empty")
@@ -632,7 +645,7 @@ def table_outputs(session: Session, reason: str | None = ALL, source: str | None
     step = step if step in rl_choices(session, full)[0] else ALL
     group = (group or "").strip()[:GROUP_CHARS]
     reward = reward if reward in REWARD_CHOICES else ALL
-    session.file_filters = (reason, source, query, step, group, reward)  # what Export exports when given no rows
+    session.file_filters = FileFilters(reason, source, query, step, group, reward)  # what Export exports when given no rows
     df = filter_frame(full, session.file_traces, session.traces, reason, source, query, rows, step, group, reward)
     if rows is not None:  # from the index: the traces are not held
         cols = rows.index.cols
@@ -664,8 +677,8 @@ def rl_filter_updates(session: Session) -> list[Any]:
     if in_set_mode(session):
         return [gr.skip()] * 3
     steps, grouped, rewarded = rl_choices(session)
-    ff = session.file_filters if session.file_filters and len(session.file_filters) == 6 else (ALL, ALL, "", ALL, "", ALL)
-    step, group, reward = ff[3:]
+    ff = session.file_filters if isinstance(session.file_filters, FileFilters) else FileFilters()
+    step, group, reward = ff.step, ff.group, ff.reward
     has_steps = len(steps) > 1
     return [
         gr.update(choices=steps, value=step if step in steps else ALL, interactive=has_steps,
