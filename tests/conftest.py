@@ -224,15 +224,19 @@ def pytest_collection_modifyitems(config, items):
     vllm_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("vllm")}
     app_files = {item.nodeid.split("::")[0] for item in items
                  if item.get_closest_marker("browser") and "app_url" in getattr(item, "fixturenames", ())}
-    group_of: dict[int, str] = {}
     for item in items:
-        marker = item.get_closest_marker("xdist_group")
-        if marker is None:
+        if item.get_closest_marker("xdist_group") is None:
             path = item.nodeid.split("::")[0]
             group = VLLM_GROUP if path in vllm_files else BROWSER_APP_GROUP if path in app_files else path
             item.add_marker(pytest.mark.xdist_group(group))
-            marker = item.get_closest_marker("xdist_group")
-        group_of[id(item)] = str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
+
+
+def _group_name(item) -> str:
+    """The item's xdist group, as xdist reads it from the marker (its test id when it has none)."""
+    marker = item.get_closest_marker("xdist_group")
+    if marker is None:
+        return item.nodeid
+    return str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
 
 
 class _CostliestGroupsFirst:
@@ -244,13 +248,8 @@ class _CostliestGroupsFirst:
     def pytest_collection_modifyitems(self, config, items):
         if not (config.pluginmanager.hasplugin("xdist") and getattr(config.option, "loadgroup", False)):
             return
-
-        def group(item) -> str:
-            marker = item.get_closest_marker("xdist_group")
-            return str(marker.args[0] if marker.args else marker.kwargs.get("name", "default")) if marker else item.nodeid
-
-        weight = group_weights(items, group)
-        items.sort(key=lambda item: -weight[group(item)])  # stable: a file's own order is kept
+        weight = group_weights(items, _group_name)
+        items.sort(key=lambda item: -weight[_group_name(item)])  # stable: a file's own order is kept
 
 
 def pytest_configure(config):

@@ -30,7 +30,8 @@ def test_the_workers_start_with_the_costliest_groups(request: pytest.FixtureRequ
     seconds = _test_seconds()
     per_file: dict[str, float] = {}
     for test_id, s in seconds.items():
-        per_file[test_id.split("::")[0]] = per_file.get(test_id.split("::")[0], 0.0) + s
+        f = test_id.split("::")[0]
+        per_file[f] = per_file.get(f, 0.0) + s
     assert per_file.get("tests/test_space_build.py", 0) > 60 and per_file.get("tests/test_backends_vllm.py", 0) > 30, per_file
     if not (os.environ.get("PYTEST_XDIST_WORKER") and getattr(request.config.option, "loadgroup", False)):
         return
