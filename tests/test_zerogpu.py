@@ -50,6 +50,7 @@ def _run_fork_cases(marker: str) -> str:
     return r.stdout
 
 
+@pytest.mark.slow  # 15-18 s in the edit loop (a fresh pytest process): in CI's full run
 def test_the_gpu_process_cases_pass_in_a_fresh_process():
     """Generation in the forked GPU process equals in-process, streams, keeps its error message,
     waits in the queue without losing turn time, and a spent quota is a clear message."""
@@ -166,6 +167,7 @@ def test_off_zerogpu_and_in_a_gpu_worker_models_move_in_the_calling_thread(monke
     assert seen == [threading.current_thread().name] * 3
 
 
+@pytest.mark.slow  # 15 s in the edit loop (the whole app built in a fresh process): in CI's full run
 def test_zerogpu_hardware_with_cpu_torch_starts_without_importing_spaces():
     """The cpu files on ZeroGPU hardware: ``import spaces`` reads ``torch.version.cuda`` (None for
     the CPU build) and raised before the app could say anything. This machine has that torch: the
