@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 
 import gradio as gr
@@ -387,3 +388,54 @@ def test_on_a_card_shared_with_vllm_the_engine_starts_first_and_the_scorer_only_
     assert L.scorer_bytes(smollm2_model_dir, "bfloat16") == params * 2 + 2 * L.MAX_SCORE_TOKENS * vocab * 4
     assert L.scorer_bytes("some-org/some-model", "float32") is None  # not local: not refused on a guess
     L.check_fits_beside_vllm(smollm2_model_dir, "float32", 80 << 30)  # an 80 GB card's leftover holds it
+
+
+def test_a_hub_model_already_in_the_local_cache_is_sized_from_its_snapshot(smollm2_model_dir, tmp_path, monkeypatch):
+    """Issue 31 (7), the gap left: the Space's default model is a hub id (vLLM downloads it into the
+    Hugging Face cache before the scorer is considered), and a hub id was never sized, so the
+    scorer went onto a full card unchecked. The id's snapshot in the local cache is sized as its
+    folder is; huggingface_hub's own cache lookup finds it (no request); an id not in the cache
+    and a string that is no hub id stay unsized."""
+    import shutil
+
+    import huggingface_hub.constants as hub_constants
+
+    cache = tmp_path / "hub"
+    repo = cache / "models--some-org--smol"
+    snap = repo / "snapshots" / ("a" * 40)
+    snap.mkdir(parents=True)
+    for name in os.listdir(smollm2_model_dir):
+        if name.endswith((".json", ".safetensors")):
+            shutil.copy(os.path.join(smollm2_model_dir, name), snap / name)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("a" * 40)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
+    assert L.scorer_bytes("some-org/smol", "float32") == L.scorer_bytes(smollm2_model_dir, "float32") > 0
+    assert L.scorer_bytes("some-org/other", "float32") is None
+    assert L.scorer_bytes("../../etc", "float32") is None
+    with pytest.raises(L.LensError, match="needs about"):
+        L.check_fits_beside_vllm("some-org/smol", "float32", 64 << 20)
+
+
+def test_a_gpu_out_of_memory_while_loading_or_scoring_is_a_lens_message(weather, monkeypatch):
+    """Issue 31 (7): the card can hold less than estimated (another process, fragmentation): torch's
+    CUDA out-of-memory error, at the scorer's load or in its forward pass, reaches the visitor as
+    the lens's message (with what to do), not as an app error; any other RuntimeError is not
+    swallowed."""
+    import torch
+
+    oom = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.6 GiB")
+
+    def full(*a, **k):
+        raise oom
+
+    monkeypatch.setattr(L.SCORERS, "get", full)
+    tag, msg = L._score_task("m", "float32", "cuda", weather, None)
+    assert tag == "error" and "ran out of memory for the float32 scorer" in msg and "Tried to allocate 2.00 GiB" in msg, msg
+    assert "bfloat16 halves the weights" in msg and "python -m backend score" in msg
+    ctx = app_ctx()
+    with pytest.raises(L.LensError, match="ran out of memory for the bfloat16 scorer"):
+        L.score_sync(ctx, weather, "bfloat16")  # the load before the GPU call
+    monkeypatch.setattr(L.SCORERS, "get", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("shape mismatch")))
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        L._score_task("m", "float32", "cuda", weather, None)

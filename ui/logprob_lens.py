@@ -187,16 +187,34 @@ def shares_card_with_vllm(ctx: Any) -> bool:
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
+def _local_model_folder(model: str) -> str | None:
+    """``model`` itself when it is a folder; for a hub id, its snapshot in the local Hugging Face
+    cache when one is there (the vLLM engine that starts before the scorer on a shared card has
+    put it there), found without any request; else None."""
+    if os.path.isdir(model):
+        return model
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(model, "config.json")
+    except Exception:  # noqa: BLE001 - not a hub id (HFValidationError), or no hub library: not local
+        return None
+    return os.path.dirname(found) if isinstance(found, str) else None
+
+
 def scorer_bytes(model: str, dtype: str) -> int | None:
-    """GPU memory a scorer of ``model`` (a local folder) in ``dtype`` needs, estimated: its weights
-    (the parameters counted from the safetensors headers) and the logits of a longest trace
-    (one float32 row per token, and the log-softmax's copy). None when the files are not local."""
+    """GPU memory a scorer of ``model`` (a local folder, or a hub id already in the local cache) in
+    ``dtype`` needs, estimated: its weights (the parameters counted from the safetensors headers)
+    and the logits of a longest trace (one float32 row per token, and the log-softmax's copy).
+    None when the files are not on this machine."""
     import glob
     import json
 
-    files = sorted(glob.glob(os.path.join(model, "*.safetensors"))) if os.path.isdir(model) else []
+    folder = _local_model_folder(model)
+    files = sorted(glob.glob(os.path.join(folder, "*.safetensors"))) if folder else []
     if not files:
         return None
+    model = folder
     from safetensors import safe_open
 
     params = 0
@@ -251,6 +269,30 @@ def _score_task(model: str, dtype: str, device: str, trace: Trace, lease_s: floa
         return "ok", score_trace(trace, scorer)
     except (ScoreError, UserError) as e:
         return "error", str(e)
+    except RuntimeError as e:  # torch.cuda.OutOfMemoryError is one
+        msg = out_of_memory_message(e, dtype)
+        if msg is None:
+            raise
+        return "error", msg
+
+
+def out_of_memory_message(e: BaseException, dtype: str) -> str | None:
+    """The lens's message for a GPU out of memory while loading or running the scorer (None for
+    any other error). The cached blocks are given back, so the card's other user (a vLLM engine)
+    and the next try find what this one freed."""
+    if type(e).__name__ != "OutOfMemoryError" and "out of memory" not in str(e).lower():
+        return None
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001 - nothing to give back
+        pass
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    alt = "; bfloat16 halves the weights" if dtype == "float32" else ""
+    return (f"the GPU ran out of memory for the {dtype} scorer ({first[:200]}){alt}; score it elsewhere: "
+            "python -m backend score TRACE.jsonl --model MODEL")
 
 
 def _score_lease(model: str, dtype: str, device: str, trace: Trace, lease_s: float | None) -> float:
@@ -281,6 +323,11 @@ def score_sync(ctx: Any, trace: Trace, dtype: str) -> Trace:
             SCORERS.get(model, dtype, device)
         except ScoreError as e:
             raise LensError(str(e)) from None
+        except RuntimeError as e:  # torch.cuda.OutOfMemoryError: the card is fuller than estimated
+            msg = out_of_memory_message(e, dtype)
+            if msg is None:
+                raise
+            raise LensError(msg) from None
         lease = zerogpu.scoring_duration_s(len(trace.input_ids)) if zerogpu.usable() else None
         try:
             tag, value = _score_on_gpu(model, dtype, device, trace, lease)
