@@ -4,6 +4,7 @@ at the end of the session. Nothing here skips: if vLLM is missing, tests that ne
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -50,13 +51,15 @@ def smollm2_model_dir() -> str:
 TINY_MAX_MODEL_LEN = 4096
 
 
-class _Records(list):
-    """A logging handler that keeps the messages it is given (logging.Handler's duck type)."""
+class _Records(logging.Handler):
+    """A logging handler that keeps the messages it is given."""
 
-    level = 0
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
 
-    def handle(self, record) -> None:
-        self.append(record.getMessage())
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
 
 
 @pytest.fixture(scope="session")
@@ -64,8 +67,6 @@ def vllm_engine(tiny_model_dir):
     """One in-process vLLM engine (AsyncLLM) on the tiny random model, float32, started with
     ``max_model_len=-1``: the engine's log lines of its start are ``gen.start_log`` (one engine
     start, not two, for test_max_model_len_minus_one_is_fitted_to_memory_and_logged)."""
-    import logging
-
     from backend.generators.vllm_engine import VLLMEngineGenerator
 
     gen = VLLMEngineGenerator(tiny_model_dir, dtype="float32", max_model_len=-1, seed=0)
@@ -80,7 +81,7 @@ def vllm_engine(tiny_model_dir):
         finally:
             log.removeHandler(records)
             log.setLevel(level)
-        gen.start_log = list(records)
+        gen.start_log = records.messages
         _log(f"tiny vLLM engine started in {time.perf_counter() - t0:.1f} s ({gen.describe()})")
         yield gen
     finally:

@@ -603,8 +603,7 @@ def _finished_on_disk(folder):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fmt", ["parquet"])
-def test_sigkill_mid_run_then_resume_has_every_id_exactly_once(tmp_path, fmt):
+def test_sigkill_mid_run_then_resume_has_every_id_exactly_once(tmp_path):
     """A real `rollout` subprocess (scripted backend, a token delay so it is mid-run) killed with
     SIGKILL at several points, resumed each time, then run to the end. Parquet only: a shard cut
     short there is a journal to finish, the harder case; JSONL's resume (a partial last line
@@ -613,6 +612,7 @@ def test_sigkill_mid_run_then_resume_has_every_id_exactly_once(tmp_path, fmt):
     import signal
     import time
 
+    fmt = "parquet"
     n_items = 40
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"k{i}", "prompt": f"Weather {i}?"}) + "\n" for i in range(n_items)))
