@@ -795,12 +795,21 @@ def test_sandbox_limits_are_hashable_settings():
     assert SandboxLimits().child_limits(2.0)["cpu_s"] == 3
 
 
-async def test_sandbox_startup_has_its_own_timeout():
+async def test_sandbox_startup_has_its_own_timeout(tmp_path):
     from backend.tools.sandbox import describe_protections, run_child
 
     request = {"mode": "call", "code": "def f():\n    '''Doc.'''\n    return 1\n", "function": "f", "arguments": {}}
-    run = await run_child(request, SandboxLimits(), 5.0, startup_timeout_s=0.001)
-    assert run.timed_out and "did not start" in run.notes[0]
+    # An interpreter that never reaches the ready signal. (A 1 ms limit on the real interpreter
+    # was racy: on a loaded machine the child could finish before the event loop looked.)
+    pid_file = tmp_path / "pid"
+    slow = tmp_path / "slow-python"
+    slow.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 60\n")
+    slow.chmod(0o755)
+    run = await run_child(request, SandboxLimits(python=str(slow)), 5.0, startup_timeout_s=1.0)
+    assert run.timed_out and "did not start within 1 s" in run.notes[0] and run.payload is None
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):  # the stuck child was killed and reaped, not left behind
+        os.kill(pid, 0)
     run = await run_child(request, SandboxLimits(), 5.0)
     assert run.payload == {"status": "ok", "content": "1", "note": None, "truncated": False, "original_length": None}
     info = describe_protections()
