@@ -409,7 +409,8 @@ def check_turn(res: dict, rep: Report, app: App) -> None:
         raise CheckFailed("turn", f"the trace's last message is not a non-empty assistant answer: {json.dumps(last)[:400]}")
     generator = (records[-1].get("metadata") or {}).get("generator") or {}
     rep.data["turn"].update(answer=content[:500], trace_file=trace_path, trace_records=len(records), generator=generator,
-                            termination_reason=records[-1].get("termination_reason"), app_load_ok=res.get("app_load_ok"))
+                            termination_reason=records[-1].get("termination_reason"), app_load_ok=res.get("app_load_ok"),
+                            api_defaults=res.get("api_defaults"))
     if generator.get("backend") in (None, "scripted"):
         raise CheckFailed("turn", f"the answer did not come from the model: the run's generator is {generator!r}")
 
@@ -463,6 +464,9 @@ def visit(args: argparse.Namespace) -> int:
     settings = json.loads(args.settings)
     c = Client(args.url, verbose=False, download_files=args.out, httpx_kwargs={"timeout": args.turn_timeout_s})
     c.predict(api_name="/app_load")  # what a page view runs first; raises if it fails
+    # what the API says /playground_run's settings default to (settings={} means these)
+    api = c.view_api(return_format="dict", print_info=False)["named_endpoints"]["/playground_run"]["parameters"]
+    api_defaults = api[1].get("parameter_default") if len(api) > 1 else None
     t0 = time.monotonic()
     out = c.submit(args.message, settings, api_name="/playground_run").result(timeout=args.turn_timeout_s)
     seconds = round(time.monotonic() - t0, 1)
@@ -470,7 +474,7 @@ def visit(args: argparse.Namespace) -> int:
     if isinstance(trace, dict):  # a FileData dict (older clients)
         trace = trace.get("path") or trace.get("value")
     print(json.dumps({"app_load_ok": True, "seconds": seconds, "chat": chat, "status": status, "trace": trace,
-                      "model_status": model_status}, default=str))
+                      "model_status": model_status, "api_defaults": api_defaults}, default=str))
     return 0
 
 

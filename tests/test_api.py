@@ -79,6 +79,19 @@ def scripted_app(tmp_path_factory, script_file):
         yield url
 
 
+def test_app_py_without_the_mcp_flag_serves_no_mcp_endpoint(scripted_app):
+    """The MCP endpoint is opt-in (``--mcp``, tests/test_mcp.py starts app.py with it): this app.py
+    has no flag, and a JSON-RPC POST to /mcp is not served."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(scripted_app + "mcp", data=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode(),
+                                 headers={"content-type": "application/json", "accept": "application/json, text/event-stream"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=30)
+    assert e.value.code in (404, 405)
+
+
 def client(url: str, downloads: Path | None = None):
     """A gradio_client Client: a session of its own; files downloaded into ``downloads``."""
     from gradio_client import Client
@@ -383,33 +396,6 @@ def test_the_lens_of_a_file_with_both_logprobs_over_the_api(scripted_app, tmp_pa
     assert metric("max_abs_delta") == pytest.approx(max(map(abs, d)), rel=1e-6)
     assert metric("kl_k3") == pytest.approx(sum(row["mismatch_kl"][i] for i in on) / len(on), rel=1e-2)
     assert 'class="ali-lens-tok"' in worst and scatter
-
-
-# ---- slow: the embedded model ------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_empty_settings_on_the_embedded_model_answer_after_the_forced_call(tmp_path, smollm2_model_dir):
-    """``python app.py --backend transformers`` (the embedded SmolLM2): ``settings={}`` is the
-    page's Send: the weather tool, a forced call on the first turn, then the model's answer. (The
-    app on its default backend, vLLM where it is installed, runs the same turn in
-    tests/test_shutdown.py's SIGTERM case; its engine's start is a minute and a half here.)"""
-    with running_app(["--backend", "transformers"], tmp_path / "app.log", start_timeout_s=240) as url:
-        c = client(url, tmp_path)
-        default = c.view_api(return_format="dict", print_info=False)["named_endpoints"]["/playground_run"]["parameters"][1]
-        assert default["parameter_default"]["tool_choice"] == "required, then auto"
-        assert default["parameter_default"]["backend"] == "transformers"
-        out = c.submit(PAGE_MESSAGE, {}, api_name="/playground_run").result(timeout=600)
-    assert "run 1 ended" in status_of(out), status_of(out)
-    t = read_trace(out[3]["value"])
-    assert t["metadata"]["generator"]["backend"] == default["parameter_default"]["backend"]
-    assert [m["role"] for m in t["messages"][:3]] == ["user", "assistant", "tool"]
-    assert t["messages"][1]["tool_calls"][0]["function"]["name"] == "get_current_temperature"
-    assert json.loads(t["messages"][2]["content"])["temperature"] == 72
-    last = t["messages"][-1]
-    assert last["role"] == "assistant" and last["content"].strip() and not last.get("tool_calls"), last
-    assert t["termination_reason"] == "no_tool_calls", t["termination_reason"]
-    assert len(t["response_mask"]) == len(t["response_ids"]) and mask_runs(t["response_mask"]) == [1, 0, 1]
 
 
 def test_export_with_no_rows_is_what_the_table_lists_and_an_emptied_table_exports_nothing(tmp_path):

@@ -403,15 +403,7 @@ async def test_app_py_serves_mcp_with_the_flag(tmp_path):
     assert "MCP server" in (tmp_path / "app.log").read_text()
 
 
-@pytest.mark.slow  # ≥ 10 s here (scripts/test_durations.py): out of the edit loop, in CI
-async def test_app_py_without_the_flag_has_no_endpoint(tmp_path):
-    from test_browser import running_app
-
-    with running_app(["--backend", "scripted"], tmp_path / "app.log") as url:
-        async with httpx.AsyncClient(timeout=30) as c:
-            r = await c.post(url + "mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                             headers={"accept": "application/json, text/event-stream"})
-        assert r.status_code in (404, 405)
+# app.py without --mcp serves no endpoint: tests/test_api.py's app (no flag) checks it
 
 
 # ---- issue 31, items 9-13: one check rule, bounded answers, fair lanes, validation, schemas ----------
