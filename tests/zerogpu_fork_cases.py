@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import faulthandler
 import multiprocessing
+import os
 import pickle
 import sys
 import threading
@@ -33,6 +34,33 @@ from backend.generators.base import Constraint, GenerationError, SamplingParams
 from backend.generators.transformers_local import TransformersGenerator
 
 FORK_TIMEOUT_S = 120  # a GPU task that never answers fails the test instead of hanging it
+SETTLE_S = 2.0  # how long a fork waits for threads that were joined but have not yet exited
+
+
+def _os_threads_without_python() -> set[int]:
+    """This process's OS threads that are not live Python threads: native ones (jemalloc's,
+    tokenizers') and Python threads that were joined but are still exiting."""
+    try:
+        tasks = {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:  # not Linux: nothing to wait for
+        return set()
+    return tasks - {t.native_id for t in threading.enumerate()}
+
+
+def _settle(known: set[int]) -> None:
+    """Wait (at most SETTLE_S) until no thread but ``known`` ones is outside Python's view.
+
+    Thread.join() returns when the Python thread state is gone, before the OS thread has run its
+    thread-local destructors; the in-process generation's thread, just joined, can be inside MKL's
+    buffer release then, holding MKL's allocator lock. A fork at that moment copies the lock held,
+    and the forked task's first sgemm spins on it for ever (gdb: ``mm_account_ptr_by_tid``; seen
+    as a 100 s hang in a Linear's forward, in CI and here about 1 run in 7 under two CPU burners,
+    each time with such a thread listed at the fork). ZeroGPU's task computes on CUDA, not MKL:
+    this is the CPU stand-in's hazard, so the stand-in waits for the thread to be gone. A native
+    thread that a test starts and keeps (a scorer's pool) just ends the wait at SETTLE_S."""
+    deadline = time.monotonic() + SETTLE_S
+    while _os_threads_without_python() - known and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 class FakeZeroGPU:
@@ -43,6 +71,7 @@ class FakeZeroGPU:
         self.leases: list[float] = []
         self.queue_s = 0.0  # how long a call waits in ZeroGPU's queue (the clock below moves on)
         self.clock_offset = 0.0
+        self.native_threads = _os_threads_without_python()  # the ones a fork need not wait for
 
     def time(self) -> float:
         """backend.zerogpu's clock: the wall clock plus the queue waits so far."""
@@ -89,6 +118,7 @@ class FakeZeroGPU:
             ctx = multiprocessing.get_context("fork")
             q = ctx.Queue()
             p = ctx.Process(target=child, args=(q, args, kwargs, gen), daemon=True)
+            _settle(fake.native_threads)
             p.start()
             try:
                 while True:
