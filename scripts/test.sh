@@ -38,6 +38,11 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # test module in each worker on every run (collection 25 s instead of 11 s, both workers), and
 # every process the tests start compiled again what it imported
 unset PYTHONDONTWRITEBYTECODE
+# one CPU thread for torch (and MKL) in each process the tests start, unless the caller says
+# otherwise: the workers already keep every core busy, and a second intra-op thread only adds
+# its spinning and syncing (the torch-heavy files: 16 % less CPU time for the same wall time,
+# docs/benchmarks.md). vLLM's CPU engine runs one thread here either way.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 .venv/bin/python -m ruff check backend ui app.py tests bench scripts
 if [ "$changed" = 1 ]; then
   mapfile -t picked < <(.venv/bin/python scripts/changed_tests.py)
