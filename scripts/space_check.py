@@ -15,9 +15,11 @@ What a ``sdk: gradio`` Space does, step by step, each bounded in time and timed:
    ``pip install -r pre-requirements.txt``, ``pip install -r requirements.txt``, then what the
    Space builder adds itself: ``gradio[oauth]==<sdk_version>``, ``uvicorn>=0.14.0``, ``spaces``.
    Nothing from ``scripts/setup.sh``: the point is that these two files are enough. pip's own
-   download cache is reused (and only that). One difference from the builder, which changes
+   download cache is reused (and only that). Two differences from the builder, which change
    neither what resolves nor what runs: ``--no-compile`` (no byte-compiling of ~23,000 modules
-   at install, about two minutes here; the app compiles what it imports when it starts).
+   at install, about two minutes here; the app compiles what it imports when it starts), and
+   ``--retries 0`` for a requirement file whose own index this machine cannot resolve (said in
+   the report: see :func:`unresolvable_index_hosts`).
 4. ``start``: ``python app.py`` in the copy with the Space's environment (``SPACE_ID=user/ali``,
    ``SYSTEM=spaces``, ``GRADIO_SERVER_NAME=0.0.0.0``, a free ``GRADIO_SERVER_PORT``,
    ``HF_HUB_OFFLINE=1``; ``HOME``, the caches and ``TMPDIR`` in the work folder; no persistent
@@ -209,6 +211,43 @@ def build_env(venv: Path) -> dict[str, str]:
     return env
 
 
+INDEX_OPTION = re.compile(r"^\s*(?:--extra-index-url|--index-url|-i)[\s=]+(\S+)", re.M)
+
+
+def unresolvable_index_hosts(req: Path, timeout_s: float = 5.0) -> list[str]:
+    """The hosts of the package indexes a requirement file names (``--index-url``,
+    ``--extra-index-url``) that this machine cannot resolve. pip would try each of them 4 times
+    per package it looks up, sleeping between tries, before it goes on with the other indexes:
+    on a machine that cannot reach download.pytorch.org that was most of the pre-requirements
+    stage. A Space reaches them; here they are asked once (``--retries 0``), which changes
+    nothing that resolves."""
+    import threading
+    import urllib.parse
+
+    try:
+        text = req.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    hosts = sorted({h for h in (urllib.parse.urlsplit(u).hostname for u in INDEX_OPTION.findall(text)) if h})
+    bad = []
+    for host in hosts:
+        answer: list[bool] = []
+
+        def look(h: str = host) -> None:
+            try:
+                socket.getaddrinfo(h, 443)
+                answer.append(True)
+            except OSError:
+                answer.append(False)
+
+        t = threading.Thread(target=look, daemon=True)
+        t.start()
+        t.join(timeout_s)
+        if answer != [True]:
+            bad.append(host)
+    return bad
+
+
 def build_venv(work: Path, space: Path, meta: dict[str, str], args: argparse.Namespace, rep: Report) -> Path:
     sdk = meta.get("sdk_version")
     if meta.get("sdk") != "gradio" or not sdk:
@@ -225,10 +264,17 @@ def build_venv(work: Path, space: Path, meta: dict[str, str], args: argparse.Nam
     env = build_env(venv)
     pip = [vpy, "-m", "pip", "install", *PIP_FLAGS]
     steps = [("pip-upgrade", ["--upgrade", "pip"], 300)]
-    if (space / "pre-requirements.txt").is_file():
-        steps.append(("pre-requirements", ["-r", "pre-requirements.txt"], args.pip_timeout_s))
-    steps += [("requirements", ["-r", "requirements.txt"], args.pip_timeout_s),
-              ("sdk", [f"gradio[oauth]=={sdk}", *SDK_EXTRAS], 600)]
+    for name in ("pre-requirements", "requirements"):
+        req = space / f"{name}.txt"
+        if name == "requirements" or req.is_file():
+            extra = ["-r", req.name]
+            unreachable = unresolvable_index_hosts(req)
+            if unreachable:
+                rep.warn(f"{', '.join(unreachable)} (named in {req.name}) does not resolve on this machine: "
+                         "pip asked it once per package instead of retrying (a Space reaches it)")
+                extra += ["--retries", "0"]  # after PIP_FLAGS' own: the last one wins
+            steps.append((name, extra, args.pip_timeout_s))
+    steps.append(("sdk", [f"gradio[oauth]=={sdk}", *SDK_EXTRAS], 600))
     for name, extra, limit in steps:
         with rep.stage(name):
             run_bounded(name, [*pip, *extra], timeout_s=limit, env=env, cwd=space, log=logs / f"{name}.log")

@@ -46,6 +46,25 @@ def _pin(path: Path, name: str) -> str:
     raise AssertionError(f"{path.name} pins no {name}")
 
 
+def test_an_index_this_machine_cannot_resolve_is_asked_once(tmp_path):
+    """pip retries an unreachable index 3 times per package it looks up, sleeping between tries
+    (download.pytorch.org here: 24 s of the pre-requirements stage, 8.5 s with --retries 0). The
+    check names such hosts from the requirement file itself; ``.invalid`` never resolves (RFC 2606)."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import space_check
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    req = tmp_path / "pre-requirements.txt"
+    req.write_text("# a comment\n--extra-index-url https://wheels.example.invalid/whl/cpu\n"
+                   "--index-url=http://localhost:9/simple\n-i https://mirror.nowhere.invalid/simple\ntorch==2.13.0\n")
+    assert space_check.unresolvable_index_hosts(req) == ["mirror.nowhere.invalid", "wheels.example.invalid"]
+    plain = tmp_path / "requirements.txt"
+    plain.write_text("transformers==5.19.0\n")
+    assert space_check.unresolvable_index_hosts(plain) == []
+    assert space_check.unresolvable_index_hosts(tmp_path / "missing.txt") == []
+
+
 @pytest.fixture(scope="module")
 def space(tmp_path_factory):
     """One run of the whole simulation: (report, output folder, the script's stdout)."""
