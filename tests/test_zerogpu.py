@@ -40,7 +40,7 @@ def _run_fork_cases(marker: str) -> str:
     (``mkl_serv_allocate`` -> ``mm_account_ptr_by_tid``, from ``sgemm``), whose per-thread buffer
     book the fork copied from a parent whose generation thread had used it. MKL_DISABLE_FAST_MM=1
     (MKL's documented switch) makes MKL allocate with malloc instead: 9 runs of 9 passed under the
-    same load. It still hung about 1 run in 7 under two burners, and the hang caught with the
+    same load. It still hung in 3 runs of 11 under two burners, and the hang caught with the
     threads listed had a Python thread that was joined but not yet exited at the fork (the one
     likely explanation, not a proof): the stand-in now waits for such a
     thread to be gone before it forks (``_settle`` in the cases file, which says why); 12 runs of

@@ -54,7 +54,7 @@ def _settle(known: set[int]) -> None:
     thread-local destructors; the in-process generation's thread, just joined, can be inside MKL's
     buffer release then, holding MKL's allocator lock. A fork at that moment copies the lock held,
     and the forked task's first sgemm spins on it for ever (gdb: ``mm_account_ptr_by_tid``; seen
-    as a 100 s hang in a Linear's forward, in CI and here about 1 run in 7 under two CPU burners,
+    as a 100 s hang in a Linear's forward, in CI and here 3 runs in 11 under two CPU burners,
     and the one hang caught with the threads listed had such a thread at the fork; the
     gdb stack is the earlier one). ZeroGPU's task computes on CUDA, not MKL:
     this is the CPU stand-in's hazard, so the stand-in waits for the thread to be gone. A native
