@@ -50,8 +50,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
@@ -221,9 +223,6 @@ def unresolvable_index_hosts(req: Path, timeout_s: float = 5.0) -> list[str]:
     on a machine that cannot reach download.pytorch.org that was most of the pre-requirements
     stage. A Space reaches them; here they are asked once (``--retries 0``), which changes
     nothing that resolves."""
-    import threading
-    import urllib.parse
-
     try:
         text = req.read_text(encoding="utf-8")
     except OSError:
