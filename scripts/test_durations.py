@@ -7,6 +7,11 @@
 Groups the ``12.34s setup tests/x.py::test`` lines by test file (set-up, call and tear-down apart:
 a file's set-up is mostly its fixtures, the first test of a module or session paying for them)
 and lists the slowest set-ups on their own, which name the expensive fixtures' first users.
+``--cpu`` reads instead the per-test CPU log that ``ALI_TEST_CPU_LOG=FILE`` makes tests/conftest.py
+write (``FILE`` or ``FILE.gw0``, ``FILE.gw1``... under xdist) and sets each file's wall seconds beside
+the CPU seconds its tests cost (this process and every process below it): on a machine whose cores
+the run keeps busy, CPU is what a test costs; wall time well above its CPU is waiting (a timeout, a
+sleep, the network), which a busy machine does not make longer.
 ``--json`` writes each test's seconds (set-up, call and tear-down together; those under
 :data:`JSON_MIN_S` left out): ``tests/test_seconds.json``, which tests/conftest.py reads to hand the
 costliest groups of the tests selected to the workers first (a group weighs what its selected tests
@@ -48,13 +53,56 @@ def by_file(rows) -> list[tuple[str, dict[str, float], int]]:
     return sorted(((f, dict(v), len(tests[f])) for f, v in acc.items()), key=lambda r: -r[1]["total"])
 
 
+def cpu_rows(path: str) -> list[dict]:
+    """The rows of ``path`` and of its per-worker files (``path.gw0``...), malformed lines skipped."""
+    import glob
+
+    rows = []
+    for name in sorted({*glob.glob(path), *glob.glob(glob.escape(path) + ".gw*")}):
+        with open(name, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                    rows.append({"id": str(row["id"]), "wall": float(row["wall"]), "cpu": float(row["cpu"])})
+                except (ValueError, KeyError, TypeError):
+                    continue
+    return rows
+
+
+def cpu_report(rows: list[dict], top: int) -> str:
+    """Files by CPU seconds, then the tests that waited longest (wall minus CPU)."""
+    acc: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    for r in rows:
+        a = acc[r["id"].split("::")[0]]
+        a[0] += r["wall"]
+        a[1] += r["cpu"]
+        a[2] += 1
+    wall, cpu = sum(r["wall"] for r in rows), sum(r["cpu"] for r in rows)
+    out = [f"{len(rows)} tests: {wall:.0f} s wall, {cpu:.0f} s CPU (this process and every process below it)", "",
+           "| file | tests | wall s | CPU s | CPU share | waiting s |", "|---|---|---|---|---|---|"]
+    for f, (w, c, n) in sorted(acc.items(), key=lambda kv: -kv[1][1])[:top]:
+        out.append(f"| `{f}` | {n} | {w:.0f} | {c:.0f} | {100 * c / cpu if cpu else 0:.1f} % | {max(0.0, w - c):.0f} |")
+    out += ["", "| waited longest (wall minus CPU) | wall s | CPU s |", "|---|---|---|"]
+    for r in sorted(rows, key=lambda r: -(r["wall"] - r["cpu"]))[: top // 2]:
+        out.append(f"| `{r['id']}` | {r['wall']:.1f} | {r['cpu']:.1f} |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("log", help="a pytest log with --durations=0 output ('-' for stdin)")
+    ap.add_argument("log", help="a pytest log with --durations=0 output ('-' for stdin); with --cpu, ALI_TEST_CPU_LOG's file")
+    ap.add_argument("--cpu", action="store_true", help="the log is ALI_TEST_CPU_LOG's: wall and CPU seconds by file")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--markdown", action="store_true", help="markdown tables")
     ap.add_argument("--json", action="store_true", help="each test's seconds as JSON (tests/test_seconds.json)")
     args = ap.parse_args(argv)
+    if args.cpu:
+        crows = cpu_rows(args.log)
+        if not crows:
+            print(f"no CPU rows in {args.log} or {args.log}.gw*: run the tests with ALI_TEST_CPU_LOG={args.log}", file=sys.stderr)
+            return 1
+        print(cpu_report(crows, args.top))
+        return 0
     lines = sys.stdin if args.log == "-" else open(args.log, encoding="utf-8", errors="replace")
     rows = parse(lines)
     if not rows:

@@ -300,5 +300,52 @@ class _CostliestGroupsFirst:
         items.sort(key=lambda item: -weight[_group_name(item)])  # stable: a file's own order is kept
 
 
+class _CpuLog:
+    """``ALI_TEST_CPU_LOG=FILE``: one JSON line per test (set-up, call and tear-down together) with
+    its wall seconds and the CPU seconds it cost: this process's, plus every process below it
+    (the apps, vLLM engines, browsers and subprocesses a test starts: the live ones' CPU clocks, and
+    what ended ones left in ``RUSAGE_CHILDREN`` once reaped). A test whose CPU is far below its wall
+    time waited (a timeout, a sleep, the network); ``scripts/test_durations.py --cpu FILE`` sums it.
+    Per worker file (``FILE.gwN``) under xdist."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @staticmethod
+    def _cpu() -> float:
+        import resource
+
+        import psutil
+
+        total = 0.0
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+            r = resource.getrusage(who)
+            total += r.ru_utime + r.ru_stime
+        for p in psutil.Process().children(recursive=True):
+            try:
+                t = p.cpu_times()  # with what its own ended children left (a browser's renderers)
+                total += t.user + t.system + t.children_user + t.children_system
+            except psutil.Error:
+                pass
+        return total
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        import json
+
+        wall0, cpu0 = time.perf_counter(), self._cpu()
+        try:
+            return (yield)
+        finally:
+            row = {"id": item.nodeid, "wall": round(time.perf_counter() - wall0, 3), "cpu": round(self._cpu() - cpu0, 3),
+                   "load": os.getloadavg()[0]}
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+
+
 def pytest_configure(config):
     config.pluginmanager.register(_CostliestGroupsFirst(), "ali-costliest-groups-first")
+    cpu_log = os.environ.get("ALI_TEST_CPU_LOG")
+    if cpu_log:
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        config.pluginmanager.register(_CpuLog(f"{cpu_log}.{worker}" if worker else cpu_log), "ali-cpu-log")
