@@ -7,10 +7,15 @@ this test fails if the grouping is lost again."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
+from pathlib import Path
 
 import pytest
 from conftest import _test_seconds, group_weights
+
+ROOT = Path(__file__).resolve().parents[1]
 
 THIS_FILE = "tests/test_xdist_groups.py"
 
@@ -111,3 +116,37 @@ def test_a_test_run_again_says_why_it_failed_the_first_time(tmp_path):
     assert "2 passed, 1 rerun" in out, out[-3000:]
     assert "why test_once.py::test_fails_once ran again (call)" in out, out[-3000:]
     assert "WHY-IT-FAILED" in out.split("ran again", 1)[1] and "test_passes ran again" not in out, out[-3000:]
+
+
+def test_the_cpu_log_counts_what_a_test_and_its_children_cost_and_not_its_waiting(tmp_path):
+    """ALI_TEST_CPU_LOG (tests/conftest.py): a test whose child process spins ~1 s is charged that
+    CPU; a test that sleeps 1 s is charged its wall time but almost no CPU; then
+    ``scripts/test_durations.py --cpu`` sums them by file. Run in a pytest of its own with this conftest."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copy(os.path.join(os.path.dirname(__file__), "conftest.py"), tmp_path / "conftest.py")
+    (tmp_path / "test_cost.py").write_text(
+        "import subprocess, sys, time\n"
+        "def test_child_spins():\n"
+        "    subprocess.run([sys.executable, '-c', 'import time\\nt = time.process_time()\\n"
+        "while time.process_time() - t < 1.0: pass'], check=True)\n"
+        "def test_sleeps():\n"
+        "    time.sleep(1.0)\n")
+    log = tmp_path / "cpu.jsonl"
+    env = dict(os.environ, ALI_TEST_CPU_LOG=str(log))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_cost.py"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = {row["id"]: row for row in map(json.loads, log.read_text().splitlines())}
+    spin, sleep = rows["test_cost.py::test_child_spins"], rows["test_cost.py::test_sleeps"]
+    assert spin["cpu"] >= 0.9, spin  # the child's CPU, reaped: RUSAGE_CHILDREN
+    assert sleep["wall"] >= 1.0 and sleep["cpu"] < 0.3, sleep
+    spec = importlib.util.spec_from_file_location("test_durations_script", ROOT / "scripts" / "test_durations.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    report = mod.cpu_report(mod.cpu_rows(str(log)), top=10)
+    assert "2 tests:" in report and "| `test_cost.py` | 2 |" in report, report
+    waited = report.split("waited longest", 1)[1]
+    assert waited.index("test_sleeps") < waited.index("test_child_spins"), report
