@@ -135,7 +135,9 @@ def test_the_cpu_log_counts_what_a_test_and_its_children_cost_and_not_its_waitin
         "def test_sleeps():\n"
         "    time.sleep(1.0)\n")
     log = tmp_path / "cpu.jsonl"
-    env = dict(os.environ, ALI_TEST_CPU_LOG=str(log))
+    # not as an xdist worker (that one would write cpu.jsonl.gwN: caught by a fresh-clone run)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    env["ALI_TEST_CPU_LOG"] = str(log)
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_cost.py"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
