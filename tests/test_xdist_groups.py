@@ -90,16 +90,29 @@ def test_the_durations_json_sums_each_tests_phases_and_drops_the_cheap_ones(tmp_
     assert json.loads(capsys.readouterr().out) == {"tests/test_a.py::test_x[p @ 1]": 15.0, "tests/test_b.py::test_z": 1.0}
 
 
-def test_a_test_run_again_says_why_it_failed_the_first_time(tmp_path):
-    """pytest-rerunfailures names a rerun test in its summary and drops its failure: a flake a rerun
-    hides left nothing to diagnose (CI: the lens browser test, twice). tests/conftest.py prints each
-    rerun's first failure at the end. Checked in a pytest run of its own with this conftest."""
+def _own_pytest(tmp_path, name: str, source: str, env: dict[str, str] | None = None):
+    """``source`` as ``tmp_path/name``, run by a pytest of its own with this conftest, not as an
+    xdist worker (the worker's variables are left out); the finished process."""
     import shutil
     import subprocess
     import sys
 
     shutil.copy(os.path.join(os.path.dirname(__file__), "conftest.py"), tmp_path / "conftest.py")
-    (tmp_path / "test_once.py").write_text(
+    (tmp_path / name).write_text(source)
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    run_env.update(env or {})
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", name],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300, env=run_env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r
+
+
+def test_a_test_run_again_says_why_it_failed_the_first_time(tmp_path):
+    """pytest-rerunfailures names a rerun test in its summary and drops its failure: a flake a rerun
+    hides left nothing to diagnose (CI: the lens browser test, twice). tests/conftest.py prints each
+    rerun's first failure at the end. Checked in a pytest run of its own with this conftest."""
+    r = _own_pytest(
+        tmp_path, "test_once.py",
         "import os, pytest\n"
         "@pytest.mark.flaky(reruns=1)\n"
         "def test_fails_once(tmp_path_factory):\n"
@@ -109,9 +122,6 @@ def test_a_test_run_again_says_why_it_failed_the_first_time(tmp_path):
         "        assert 'the first' == 'the second', 'WHY-IT-FAILED'\n"
         "def test_passes():\n"
         "    pass\n")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_once.py"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = r.stdout
     assert "2 passed, 1 rerun" in out, out[-3000:]
     assert "why test_once.py::test_fails_once ran again (call)" in out, out[-3000:]
@@ -121,26 +131,18 @@ def test_a_test_run_again_says_why_it_failed_the_first_time(tmp_path):
 def test_the_cpu_log_counts_what_a_test_and_its_children_cost_and_not_its_waiting(tmp_path):
     """ALI_TEST_CPU_LOG (tests/conftest.py): a test whose child process spins ~1 s is charged that
     CPU; a test that sleeps 1 s is charged its wall time but almost no CPU; then
-    ``scripts/test_durations.py --cpu`` sums them by file. Run in a pytest of its own with this conftest."""
-    import shutil
-    import subprocess
-    import sys
-
-    shutil.copy(os.path.join(os.path.dirname(__file__), "conftest.py"), tmp_path / "conftest.py")
-    (tmp_path / "test_cost.py").write_text(
+    ``scripts/test_durations.py --cpu`` sums them by file. Run in a pytest of its own with this
+    conftest, not as an xdist worker (that one writes cpu.jsonl.gwN: caught by a fresh-clone run)."""
+    log = tmp_path / "cpu.jsonl"
+    _own_pytest(
+        tmp_path, "test_cost.py",
         "import subprocess, sys, time\n"
         "def test_child_spins():\n"
         "    subprocess.run([sys.executable, '-c', 'import time\\nt = time.process_time()\\n"
         "while time.process_time() - t < 1.0: pass'], check=True)\n"
         "def test_sleeps():\n"
-        "    time.sleep(1.0)\n")
-    log = tmp_path / "cpu.jsonl"
-    # not as an xdist worker (that one would write cpu.jsonl.gwN: caught by a fresh-clone run)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
-    env["ALI_TEST_CPU_LOG"] = str(log)
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "test_cost.py"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        "    time.sleep(1.0)\n",
+        env={"ALI_TEST_CPU_LOG": str(log)})
     rows = {row["id"]: row for row in map(json.loads, log.read_text().splitlines())}
     spin, sleep = rows["test_cost.py::test_child_spins"], rows["test_cost.py::test_sleeps"]
     assert spin["cpu"] >= 0.9, spin  # the child's CPU, reaped: RUSAGE_CHILDREN
@@ -150,5 +152,9 @@ def test_the_cpu_log_counts_what_a_test_and_its_children_cost_and_not_its_waitin
     spec.loader.exec_module(mod)
     report = mod.cpu_report(mod.cpu_rows(str(log)), top=10)
     assert "2 tests:" in report and "| `test_cost.py` | 2 |" in report, report
-    waited = report.split("waited longest", 1)[1]
-    assert waited.index("test_sleeps") < waited.index("test_child_spins"), report
+    # the waiting list gives each test's wall and CPU seconds (its order depends on the load: the
+    # spinning child waits for a core too when the machine is busy)
+    waited = {line.split("`")[1]: [float(x) for x in line.split("|")[2:4]]
+              for line in report.split("waited longest", 1)[1].splitlines() if line.startswith("| `")}
+    assert waited["test_cost.py::test_sleeps"][0] >= 1.0 > 0.3 > waited["test_cost.py::test_sleeps"][1], report
+    assert waited["test_cost.py::test_child_spins"][1] >= 0.9, report
