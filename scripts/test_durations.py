@@ -56,9 +56,10 @@ def by_file(rows) -> list[tuple[str, dict[str, float], int]]:
 def cpu_rows(path: str) -> list[dict]:
     """The rows of ``path`` and of its per-worker files (``path.gw0``...), malformed lines skipped."""
     import glob
+    import os
 
     rows = []
-    for name in sorted({*glob.glob(path), *glob.glob(glob.escape(path) + ".gw*")}):
+    for name in ([path] if os.path.isfile(path) else []) + sorted(glob.glob(glob.escape(path) + ".gw*")):
         with open(name, encoding="utf-8", errors="replace") as f:
             for line in f:
                 try:

@@ -164,7 +164,7 @@ def test_run_charts_follow_a_verl_folder_shown_on_the_tab(app, tmp_path):  # noq
     box = app.page.locator("#tf-folder textarea, #tf-folder input").first
     if not box.is_visible():  # the trace-set section is collapsed when the app has no --traces
         app.page.locator("#tf-set").get_by_text("Trace set:").first.click()
-        # typed into while the section was still opening, the text was lost (1 run in 2 alone here):
+        # typed into while the section was still opening, the text was lost (2 runs in 5 alone here):
         # the box is typed into once it shows, as a person would
         box.wait_for(state="visible")
         app.next_frame()

@@ -69,17 +69,18 @@ def test_the_browser_files_on_the_shared_app_are_one_group(request: pytest.Fixtu
     assert "tests/test_mcp.py" not in shared and "tests/test_browser_logprob_lens.py" not in shared, shared
 
 
+def _durations_script():
+    """scripts/test_durations.py as a module (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("test_durations_script", ROOT / "scripts" / "test_durations.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def test_the_durations_json_sums_each_tests_phases_and_drops_the_cheap_ones(tmp_path, capsys):
     """scripts/test_durations.py --json, what tests/test_seconds.json is written with: a test's
     set-up, call and tear-down together, by its id without xdist's group; below 0.3 s left out."""
-    import importlib.util
-    import json
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("test_durations_script",
-                                                  Path(__file__).resolve().parents[1] / "scripts" / "test_durations.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _durations_script()
     log = tmp_path / "run.log"
     log.write_text("12.50s setup    tests/test_a.py::test_x[p @ 1]@tests/test_a.py\n"
                    "2.00s call     tests/test_a.py::test_x[p @ 1]@tests/test_a.py\n"
@@ -147,9 +148,7 @@ def test_the_cpu_log_counts_what_a_test_and_its_children_cost_and_not_its_waitin
     spin, sleep = rows["test_cost.py::test_child_spins"], rows["test_cost.py::test_sleeps"]
     assert spin["cpu"] >= 0.9, spin  # the child's CPU, reaped: RUSAGE_CHILDREN
     assert sleep["wall"] >= 1.0 and sleep["cpu"] < 0.3, sleep
-    spec = importlib.util.spec_from_file_location("test_durations_script", ROOT / "scripts" / "test_durations.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _durations_script()
     report = mod.cpu_report(mod.cpu_rows(str(log)), top=10)
     assert "2 tests:" in report and "| `test_cost.py` | 2 |" in report, report
     # the waiting list gives each test's wall and CPU seconds (its order depends on the load: the
