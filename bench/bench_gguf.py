@@ -19,7 +19,6 @@ the medians and the paired ratios ours / baseline are reported, with the load av
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -28,7 +27,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' per-tensor progress bar
 
-from bench.common import uptime  # noqa: E402
+from bench.common import paired_report, uptime  # noqa: E402
 
 
 def baseline(path) -> tuple[float, dict]:
@@ -76,14 +75,10 @@ def main() -> dict:
         base_t.append(bt)
         ours_t.append(ot)
         ratios.append(ot / bt)
-    res = {
+    return paired_report({
         "file": f"{path.name} ({path.stat().st_size / 1e6:.0f} MB, {len(got)} tensors)", "reps": a.reps,
         "baseline_s": round(statistics.median(base_t), 2), "ours_s": round(statistics.median(ours_t), 2),
-        "ratio_median": round(statistics.median(ratios), 3), "ratio_min": round(min(ratios), 3),
-        "ratio_max": round(max(ratios), 3), "load_before": load_before, "load_after": uptime(),
-    }
-    print(json.dumps(res) if a.json else "\n".join(f"{k}: {v}" for k, v in res.items()))
-    return res
+    }, ratios, load_before, a.json)
 
 
 if __name__ == "__main__":

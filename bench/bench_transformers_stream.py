@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -29,7 +28,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from bench.common import uptime  # noqa: E402
+from bench.common import paired_report, uptime  # noqa: E402
 
 
 class _Count:
@@ -105,15 +104,11 @@ def main() -> dict:
         base_t.append(bt)
         ours_t.append(ot)
         ratios.append(ot / bt)
-    res = {
+    return paired_report({
         "model": "SmolLM2-135M-Instruct (transformers, float32, CPU)", "tokens": a.tokens, "reps": a.reps,
         "baseline_ms_per_token": round(1000 * statistics.median(base_t) / a.tokens, 2),
         "ours_ms_per_token": round(1000 * statistics.median(ours_t) / a.tokens, 2),
-        "ratio_median": round(statistics.median(ratios), 3), "ratio_min": round(min(ratios), 3),
-        "ratio_max": round(max(ratios), 3), "load_before": load_before, "load_after": uptime(),
-    }
-    print(json.dumps(res) if a.json else "\n".join(f"{k}: {v}" for k, v in res.items()))
-    return res
+    }, ratios, load_before, a.json)
 
 
 if __name__ == "__main__":

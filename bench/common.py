@@ -153,6 +153,18 @@ def uptime() -> str:
         return " ".join(f.read().split()[:3])
 
 
+def paired_report(res: dict, ratios: list[float], load_before: str, as_json: bool) -> dict:
+    """Adds the paired ratios ours / baseline (median, min, max) and the load before and after
+    to a bench's figures, prints them (one JSON line, or a line per figure) and returns them
+    (bench_transformers_stream.py, bench_gguf.py)."""
+    import statistics
+
+    res = {**res, "ratio_median": round(statistics.median(ratios), 3), "ratio_min": round(min(ratios), 3),
+           "ratio_max": round(max(ratios), 3), "load_before": load_before, "load_after": uptime()}
+    print(json.dumps(res) if as_json else "\n".join(f"{k}: {v}" for k, v in res.items()))
+    return res
+
+
 # ---- trace sets ----------------------------------------------------------------------------------------
 
 # the trace-set bounds (issue 22; a prime-rl run, issue 30): cold ≤ 1.5× json.loads, warm ≤ 0.35× cold, peak ≤ 600 MB
