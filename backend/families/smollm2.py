@@ -124,7 +124,7 @@ def _smollm2_tokenizer_dir(root: str) -> str:
 def smollm2_tokenizer_dir() -> str:
     """A folder with SmolLM2-135M-Instruct's tokenizer (from the GGUF) and our tool template.
 
-    Tokenizer-only (built in ~10 s, no weight conversion); its tokenizer files are the same as
+    Tokenizer-only (built in ~5 s, no weight conversion); its tokenizer files are the same as
     the ones in :func:`backend.models.default_model_path`."""
     return _smollm2_tokenizer_dir(str(cache.cache_root()))
 
