@@ -41,18 +41,25 @@ def read_gguf_llama(path: str | os.PathLike) -> tuple[dict, dict]:
     weights) and rebuilds gguf's tensor-name map once per submodule (~400 times for SmolLM2);
     those were ~10 s of a ~14 s conversion. ``tests/test_backends_transformers.py`` checks the
     result against transformers' loader tensor for tensor. A tensor this map cannot place is an
-    error, not a skipped tensor."""
+    error, not a skipped tensor, and a damaged file (cut short, bytes changed) is a
+    :class:`ModelBuildError` naming it, whatever part of the read it breaks."""
+    try:
+        return _read_gguf_llama(path)
+    except ModelBuildError:
+        raise
+    except Exception as e:  # a damaged file fails anywhere in gguf, numpy or the config's checks
+        raise ModelBuildError(f"{os.path.basename(path)} is not a readable GGUF file: {type(e).__name__}: {e}") from e
+
+
+def _read_gguf_llama(path: str | os.PathLike) -> tuple[dict, dict]:
     import numpy as np
     import torch
     from gguf import MODEL_ARCH, GGUFReader, dequantize, get_tensor_name_map
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.modeling_gguf_pytorch_utils import GGUF_TO_TRANSFORMERS_MAPPING, TENSOR_PROCESSORS
 
-    try:
-        reader = GGUFReader(path)
-        arch = reader.fields["general.architecture"].contents()
-    except (KeyError, ValueError, OSError) as e:
-        raise ModelBuildError(f"{os.path.basename(path)} is not a readable GGUF file: {e}") from e
+    reader = GGUFReader(path)
+    arch = reader.fields["general.architecture"].contents()
     if arch != "llama":
         raise ModelBuildError(f"{os.path.basename(path)}: GGUF architecture {arch!r}; only llama is converted here")
     table = GGUF_TO_TRANSFORMERS_MAPPING["config"]

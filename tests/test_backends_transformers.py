@@ -9,6 +9,7 @@ import os
 import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -223,8 +224,8 @@ def _write_gguf(path, arch: str, tensors: dict) -> str:
 
 
 def test_gguf_conversion_refuses_what_it_cannot_place(tmp_path):
-    """A GGUF that is not llama, a tensor with no llama parameter, and a file that is not GGUF at
-    all: each a ModelBuildError naming the file, never a half-converted model."""
+    """A GGUF that is not llama, a tensor with no llama parameter, a file cut short and one that is
+    not GGUF at all: each a ModelBuildError naming the file, never a half-converted model."""
     ok = _write_gguf(tmp_path / "ok.gguf", "llama", {"token_embd.weight": (4, 8), "blk.0.attn_q.weight": (8, 8)})
     cfg, state = models.read_gguf_llama(ok)
     assert cfg["num_hidden_layers"] == 1 and cfg["tie_word_embeddings"] is True
@@ -235,10 +236,41 @@ def test_gguf_conversion_refuses_what_it_cannot_place(tmp_path):
     odd = _write_gguf(tmp_path / "odd.gguf", "llama", {"token_embd.weight": (4, 8), "blk.0.mystery.weight": (8,)})
     with pytest.raises(models.ModelBuildError, match=r"odd\.gguf: GGUF tensor 'blk\.0\.mystery\.weight'"):
         models.read_gguf_llama(odd)
+    cut = tmp_path / "cut.gguf"  # a download or copy that stopped short
+    cut.write_bytes(Path(ok).read_bytes()[:-10])
+    with pytest.raises(models.ModelBuildError, match=r"cut\.gguf is not a readable GGUF file"):
+        models.read_gguf_llama(cut)
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"GGUF" + b"\xff" * 64)
     with pytest.raises(models.ModelBuildError, match=r"junk\.gguf is not a readable GGUF file"):
         models.read_gguf_llama(junk)
+
+
+def test_a_damaged_gguf_is_a_model_build_error_wherever_it_breaks(tmp_path):
+    """Seeded damage to a small llama GGUF (cut at a random byte, or 1-6 random bytes changed):
+    every read gives the model or a ModelBuildError naming the file, never another exception
+    (a truncation broke GGUFReader with an IndexError, a changed head count broke the config's
+    checks, a changed key lost num_hidden_layers)."""
+    import random
+
+    good = Path(_write_gguf(tmp_path / "good.gguf", "llama", {"token_embd.weight": (4, 8), "blk.0.attn_q.weight": (8, 8)})).read_bytes()
+    rnd, outcomes = random.Random(0), {"ok": 0, "refused": 0}
+    for i in range(300):
+        damaged = bytearray(good)
+        if i % 2:
+            damaged = damaged[: rnd.randrange(len(damaged))]
+        else:
+            for _ in range(rnd.randint(1, 6)):
+                damaged[rnd.randrange(len(damaged))] = rnd.randrange(256)
+        f = tmp_path / f"d{i}.gguf"
+        f.write_bytes(bytes(damaged))
+        try:
+            models.read_gguf_llama(f)
+            outcomes["ok"] += 1
+        except models.ModelBuildError as e:
+            assert f"d{i}.gguf" in str(e)
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 150, outcomes  # the damage was mostly fatal: the loop tested the errors
 
 
 def test_tiny_models_are_deterministic(tiny_model_dir):
