@@ -88,7 +88,9 @@ def build_once(final: Path, build: Callable[[Path], None], describe: dict) -> Pa
     """Build ``final`` with ``build(tmpdir)`` unless it exists; concurrency-safe.
 
     The lock serialises builders (the second waits and then finds the folder); the temp folder +
-    rename means a crash mid-build never leaves a half-written ``final``."""
+    rename means a crash mid-build never leaves a half-written ``final``, and the next builder
+    removes the temp folders a killed one left (the app converts its model in the background at
+    start, so a Ctrl-C there would otherwise leave ~270 MB behind each time)."""
     if is_built(final):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -97,6 +99,10 @@ def build_once(final: Path, build: Callable[[Path], None], describe: dict) -> Pa
             return final
         if final.exists():  # a folder without our marker: left by something else or an old crash
             shutil.rmtree(final, ignore_errors=True)
+        # holding the lock, no other builder of ``final`` is running: its temp folders are leftovers
+        for left in final.parent.iterdir():
+            if left.name.startswith(final.name + ".tmp.") and left.is_dir():
+                shutil.rmtree(left, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=final.name + ".tmp.", dir=final.parent))
         try:
             t0 = time.perf_counter()

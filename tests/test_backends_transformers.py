@@ -312,6 +312,32 @@ def test_build_once_is_safe_under_concurrency(tmp_path):
     assert not (tmp_path / "other").exists()
 
 
+def test_build_once_removes_what_a_killed_builder_left(tmp_path):
+    """A builder process killed mid-build (SIGKILL: no finally runs) leaves its temp folder; the
+    next build_once removes it, and builds."""
+    import signal
+    import subprocess
+    import sys
+
+    final = tmp_path / "thing"
+    code = ("import sys, time, pathlib\nfrom backend import cache\n"
+            "def build(out):\n    (out / 'half').write_text('x')\n    print('building', flush=True)\n    time.sleep(600)\n"
+            f"cache.build_once(pathlib.Path({str(final)!r}), build, {{}})\n")
+    p = subprocess.Popen([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "building"
+        left = [x for x in tmp_path.iterdir() if x.name.startswith("thing.tmp.")]
+        assert len(left) == 1 and (left[0] / "half").exists()
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+    assert left[0].exists()  # nothing cleaned it up
+    cache.build_once(final, lambda out: (out / "x.txt").write_text("ok"), {})
+    assert (final / "x.txt").read_text() == "ok"
+    assert [x.name for x in tmp_path.iterdir() if ".tmp." in x.name] == []
+
+
 def test_cache_root_env(monkeypatch, tmp_path):
     monkeypatch.setenv("ALI_CACHE_DIR", str(tmp_path / "a"))
     assert cache.cache_root() == tmp_path / "a"

@@ -107,3 +107,33 @@ async def test_app_default_run_on_transformers_when_vllm_is_absent(monkeypatch, 
     check_token_exact(trace, ctx.model.bundle.tokenizer)
     titles = [m.get("metadata", {}).get("title", "") for m in chats[-1]]
     assert any(t.startswith("Tool call") for t in titles) and any(t.startswith("Tool result") for t in titles)
+
+
+def test_the_app_converts_the_embedded_model_while_the_page_is_read(tmp_path, monkeypatch):
+    """A cold start (a Space without persistent storage): the warm-up thread app.py starts also
+    converts the embedded model's folder, so the first visitor's Send does not wait for it. An
+    app that runs no model (scripted) converts nothing. The cache here is empty of models; its
+    tokenizers are the session's (their warm-up is not the subject)."""
+    import os
+
+    import app
+    from backend import cache, models
+    from backend.families.smollm2 import smollm2_tokenizer_dir
+
+    smollm2_tokenizer_dir()  # the session's tokenizer folder exists before it is shared
+    fresh = tmp_path / "cache"
+    fresh.mkdir()
+    os.symlink(cache.cache_root() / "tokenizers", fresh / "tokenizers")
+    monkeypatch.setenv("ALI_CACHE_DIR", str(fresh))
+
+    scripted = app.build_context(app.parse_args(["--backend", "scripted"]))
+    assert not scripted.embedded_model
+    scripted.warm_up().join(timeout=300)
+    assert not (fresh / "models").exists()
+
+    ctx = app.build_context(app.parse_args(["--backend", "transformers"]))
+    assert ctx.embedded_model and not models.default_model_built()
+    th = ctx.warm_up()
+    th.join(timeout=300)
+    assert not th.is_alive() and models.default_model_built()
+    assert models.default_model_path().startswith(str(fresh))

@@ -336,9 +336,14 @@ class AppContext:
         return with_trace_template(bundle, trace, allow_files=not self.trust.public, load=load)
 
     def warm_up(self) -> threading.Thread:
-        """Load, in a background thread, the tokenizers the sample traces and the playground use."""
+        """Load, in a background thread, the tokenizers the sample traces and the playground use;
+        then, where the model backend runs the embedded default model, convert its folder from
+        the GGUF (once per cache: ~5 s, on every cold start of a Space without persistent
+        storage) while the first visitor reads the page, not after they press Send. Loading
+        the model itself stays with the first run (on ZeroGPU app.py preloads it)."""
         names = {t.tokenizer.name for _, t in self.samples if t.tokenizer.name}
         names.add(self.default_tokenizer)
+        embedded = self.embedded_model
         # transformers resolves its names lazily, and two threads resolving one at once can get
         # an ImportError (seen: 'cannot import name PreTrainedTokenizerFast'): resolve here,
         # once, before any request or this warm-up thread can
@@ -353,6 +358,13 @@ class AppContext:
                         self.tokenizers.get(n)
                     except Exception:  # noqa: BLE001 - reported when the user opens the trace
                         pass
+            if embedded:
+                from backend.models import default_model_path
+
+                try:
+                    default_model_path()  # a run that needs it meanwhile waits on the build's lock
+                except Exception:  # noqa: BLE001 - the first run reports it, as it would without this
+                    pass
 
         th = threading.Thread(target=work, name="ali-warm-up", daemon=True)
         th.start()
