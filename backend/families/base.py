@@ -134,7 +134,10 @@ class TurnRule:
                     kwargs: dict[str, Any] | None) -> list[int]:
         """The ids the template adds for ``new_messages`` and the generation prompt, rendered after
         the synthetic context (a token suffix, checked to be one). RenderError when the template
-        refuses the synthetic context or the suffix check fails."""
+        refuses the synthetic context or the suffix check fails. New messages that are not all tool
+        results (a harness's next user message) go by :meth:`grouped_ids`."""
+        if any(m.get("role") != "tool" for m in new_messages):
+            return self.grouped_ids(history, new_messages, tools, kwargs)
         if tools:
             # the tool schemas only change the (diffed-away) system prompt of most templates: checked
             # once per tool set with and without them, and left out of later renders when the ids agree
@@ -150,9 +153,34 @@ class TurnRule:
                 tools = None
         return self._context_ids(history, new_messages, tools, kwargs)
 
+    def grouped_ids(self, history: list[dict[str, Any]], new_messages: list[dict[str, Any]], tools: Any,
+                    kwargs: dict[str, Any] | None) -> list[int]:
+        """New messages in groups, as verl 0.9.1's builder appends them: each run of tool messages
+        after the synthetic turn that calls them, each other message (user, system, an assistant
+        turn in between) alone after the synthetic system + user; the generation prompt with the
+        last group. The groups' ids, joined."""
+        out: list[int] = []
+        seen = list(history)
+        groups = message_groups(new_messages)
+        for k, group in enumerate(groups):
+            last = k == len(groups) - 1
+            if group[0].get("role") == "tool":
+                prefix = self.synthetic_prefix(seen, group)
+            else:
+                if last and group[0].get("role") == "assistant":
+                    raise RenderError("new messages cannot end with an assistant turn: the model's turn comes next")
+                prefix = [SYNTHETIC_SYSTEM, SYNTHETIC_USER]
+            out += self._suffix_ids(prefix, group, tools, kwargs, last)
+            seen += group
+        return out
+
     def _context_ids(self, history: list[dict[str, Any]], new_messages: list[dict[str, Any]], tools: Any,
                      kwargs: dict[str, Any] | None) -> list[int]:
-        prefix = self.synthetic_prefix(history, new_messages)
+        return self._suffix_ids(self.synthetic_prefix(history, new_messages), new_messages, tools, kwargs, True)
+
+    def _suffix_ids(self, prefix: list[dict[str, Any]], new_messages: list[dict[str, Any]], tools: Any,
+                    kwargs: dict[str, Any] | None, gen: bool) -> list[int]:
+        """The ids ``new_messages`` (and the generation prompt when ``gen``) add after ``prefix``."""
         try:
             before = self._prefix_ids(prefix, tools, kwargs)
         except (RenderError, TypeError):
@@ -160,7 +188,7 @@ class TurnRule:
             for c in prefix[-1].get("tool_calls") or []:
                 c["function"]["arguments"] = "{}"
             before = self._prefix_ids(prefix, tools, kwargs)
-        after = self._ids(prefix + list(new_messages), tools, kwargs, True)
+        after = self._ids(prefix + list(new_messages), tools, kwargs, gen)
         if after[: len(before)] != before:
             at = next((k for k, (x, y) in enumerate(zip(before, after)) if x != y), min(len(before), len(after)))
             raise RenderError(
@@ -218,6 +246,17 @@ class SeparatorRule(TurnRule):
                         why=f"the template writes {self.end_token + self.separator!r} between turns; generation stops at "
                             f"{self.end_token!r}")
         return Edit()
+
+
+def message_groups(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Runs of tool messages, and every other message alone (verl 0.9.1's append groups)."""
+    groups: list[list[dict[str, Any]]] = []
+    for m in messages:
+        if m.get("role") == "tool" and groups and groups[-1][0].get("role") == "tool":
+            groups[-1].append(m)
+        else:
+            groups.append([m])
+    return groups
 
 
 def turn_separator(bundle: Any, end: str) -> str | None:

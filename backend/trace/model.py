@@ -86,6 +86,8 @@ class TerminationReason(StrEnum):
     ERROR = "error", "failed"
     # imported from chat-completions logs (finish_reason)
     CONTENT_FILTER = "content_filter", "stopped by the content filter"
+    # backend.gateway: a captured branch whose last turn called tools; the harness runs them
+    HARNESS = "harness", "handed its tool calls to the harness", "ok"
 
 
 class FindingCode(StrEnum):

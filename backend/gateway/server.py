@@ -1,0 +1,145 @@
+"""The gateway's HTTP routes (FastAPI, as gradio serves the app): the same routes under ``/v1`` and
+under ``/s/NAME/v1`` (the session named by the route), added to a new app or to the app's own.
+
+Every refusal is a 4xx JSON error in the dialect's shape (a bad body, a missing key, an unknown
+route, a body over the limit: 413), never a traceback, and the next request is served as usual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from backend.gateway import chat
+from backend.gateway.core import Gateway, GatewayError, body_digest, session_name
+
+log = logging.getLogger(__name__)
+
+# the route of each dialect, its module (request parser, response, stream, error shape)
+DIALECTS = {"chat/completions": chat}
+
+
+def _bearer(request: Request) -> str | None:
+    auth = request.headers.get("authorization") or ""
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip() or None
+    return request.headers.get("x-api-key") or None
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, refused with 413 as soon as it passes ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise GatewayError(f"the body is {int(declared):,} bytes, over this gateway's limit of {limit:,}", 413)
+    chunks, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise GatewayError(f"the body is over this gateway's limit of {limit:,} bytes", 413)
+        chunks.append(part)
+    return b"".join(chunks)
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        where = f" ({e.msg} at line {e.lineno}, column {e.colno})" if isinstance(e, json.JSONDecodeError) else ""
+        raise GatewayError(f"the body is not valid JSON{where}") from None
+    try:  # a lone surrogate (\\ud800) decodes, and then fails in the tokenizer: refused here, by name
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise GatewayError("the body holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape)") from None
+    return body
+
+
+def gateway_router(gateway: Gateway, *, key: str | None = None) -> APIRouter:
+    """The gateway's routes. ``key``: every request must send it (``Authorization: Bearer`` or
+    ``x-api-key``); sessions are then named by the route or the session header only."""
+    router = APIRouter()
+
+    def authorize(request: Request) -> str | None:
+        sent = _bearer(request)
+        if key is not None:
+            if sent is None or not hmac.compare_digest(sent.encode("utf-8", "surrogatepass"), key.encode("utf-8")):
+                raise GatewayError("a valid API key is required (Authorization: Bearer KEY or x-api-key)", 401,
+                                   "authentication_error")
+            return None  # the operator's key names no session
+        return sent
+
+    async def turn(request: Request, dialect: Any, name: str | None) -> Any:
+        try:
+            client_key = authorize(request)
+            raw = await read_body(request, gateway.limits.max_body_bytes)
+            req, options = dialect.parse_request(parse_json(raw), gateway.served_model)
+            req.digest = body_digest(raw)
+            session = session_name(name, client_key, request.headers.get("x-session-id"))
+            result = await gateway.turn(session, req)
+        except GatewayError as e:
+            return JSONResponse(dialect.error_body(e), status_code=e.status)
+        except Exception as e:  # a bug: the client gets a JSON error, the log the traceback
+            log.exception("gateway: the request failed")
+            err = GatewayError(f"internal error in the gateway ({type(e).__name__}); its log has the details", 500, "api_error")
+            return JSONResponse(dialect.error_body(err), status_code=500)
+        headers = {"x-ali-session": result.session, "x-ali-branch": result.branch}
+        if result.replayed:
+            headers["x-ali-replayed"] = "true"
+        if options.get("stream"):
+            return StreamingResponse(dialect.stream(result, options), media_type="text/event-stream", headers=headers)
+        return JSONResponse(dialect.response(result, options), headers=headers)
+
+    def models(request: Request) -> Any:
+        try:
+            authorize(request)
+        except GatewayError as e:
+            return JSONResponse(chat.error_body(e), status_code=e.status)
+        return {"object": "list", "data": [{"id": gateway.served_model, "object": "model", "created": 0,
+                                            "owned_by": "agent-loop-inspector"}]}
+
+    def bind(dialect: Any) -> Callable[..., Any]:
+        async def handler(request: Request) -> Any:
+            return await turn(request, dialect, request.path_params.get("session"))
+        return handler
+
+    for prefix in ("/v1", "/s/{session}/v1"):
+        for route, dialect in DIALECTS.items():
+            router.add_api_route(f"{prefix}/{route}", bind(dialect), methods=["POST"], include_in_schema=False)
+        router.add_api_route(f"{prefix}/models", models, methods=["GET"], include_in_schema=False)
+
+        async def unknown(request: Request, path: str = "") -> Any:
+            err = GatewayError(f"no route {request.method} {request.url.path} on this gateway", 404, "not_found_error")
+            return JSONResponse(chat.error_body(err), status_code=404)
+
+        router.add_api_route(prefix + "/{path:path}", unknown, methods=["GET", "POST", "PUT", "DELETE", "PATCH"],
+                             include_in_schema=False)
+    return router
+
+
+def create_app(gateway: Gateway, *, key: str | None = None) -> FastAPI:
+    """A FastAPI app serving only the gateway (``python -m backend gateway``); the generators are
+    closed when it shuts down."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        await gateway.close()
+
+    app = FastAPI(title="Agent Loop Inspector gateway", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    app.include_router(gateway_router(gateway, key=key))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        err = GatewayError(f"no route {request.method} {request.url.path} on this gateway" if exc.status_code == 404
+                           else str(exc.detail), exc.status_code, kind)
+        return JSONResponse(chat.error_body(err), status_code=exc.status_code)
+
+    return app
