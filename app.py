@@ -97,6 +97,15 @@ OPTIONS: list[tuple[tuple[str, ...], str, str, Any, str, dict[str, Any]]] = [
     (("--sample-dir",), "ALI_SAMPLE_DIR", "str", None, "folder of *.jsonl traces to load at start (default: sample_traces/)", {}),
     (("--mcp",), "ALI_MCP", "flag", None,
      "also serve render / parse / check as an MCP server (streamable HTTP) at /mcp on the same port", {"action": "store_true"}),
+    (("--gateway",), "ALI_GATEWAY", "flag", None,
+     "also serve the capture gateway (/v1/chat/completions, /s/NAME/v1/...) on the same port, in front of the app's "
+     "model: any OpenAI-style harness's turns recorded token-exact (docs/gateway.md); off in public mode without "
+     "--gateway-key", {"action": "store_true"}),
+    (("--capture-dir",), "ALI_CAPTURE_DIR", "str", None,
+     "--gateway: folder of capture files, one SESSION.jsonl per session (default: captures/ in the cache folder); "
+     "followed as a trace set when --traces is not given", {}),
+    (("--gateway-key",), "ALI_GATEWAY_KEY", "str", None,
+     "--gateway: an API key every request must send (Authorization: Bearer KEY or x-api-key)", {}),
 ]
 PUBLIC_RUN_TIMEOUT_S = 300.0
 
@@ -214,6 +223,8 @@ def build_context(args: argparse.Namespace):
     samples, problems = load_samples(Path(args.sample_dir) if args.sample_dir else SAMPLE_DIR)
     for p in problems:
         log.warning("sample traces: %s", p)
+    if args.gateway and not args.traces:  # the captures are a live trace set in the Trace files tab
+        args.traces = capture_dir(args)
     tok = args.tokenizer if args.tokenizer and (args.backend == "scripted" or args.no_model) else "qwen3"
     if args.max_upload_mb <= 0:
         raise SystemExit("--max-upload-mb must be positive")
@@ -235,6 +246,15 @@ def build_context(args: argparse.Namespace):
         trust=trust_policy(args, model_tokenizer=own),
         traces=_trace_set_spec(args.traces),
     )
+
+
+def capture_dir(args: argparse.Namespace) -> str:
+    """The gateway's capture folder (made now, so that the trace set that follows it exists)."""
+    from backend.cache import cache_root
+
+    path = args.capture_dir or str(cache_root() / "captures")
+    os.makedirs(path, exist_ok=True)
+    return path
 
 
 def _trace_set_spec(spec: str | None) -> str | None:
@@ -319,6 +339,14 @@ def main(argv: list[str] | None = None) -> None:
         from ui import mcp_server
 
         kw.update(mcp_server.launch_kwargs(ctx, host=args.host, app_kwargs=kw.get("app_kwargs")))
+    if args.gateway:  # the capture gateway (/v1/...) on this port, in front of the app's model
+        from ui import gateway
+
+        why_not = gateway.refusal(ctx, args.gateway_key, public_address=args.share or not is_loopback(args.host))
+        if why_not:
+            log.warning("WARNING: %s", why_not)
+        else:
+            kw.update(gateway.launch_kwargs(ctx, capture_dir(args), key=args.gateway_key, app_kwargs=kw.get("app_kwargs")))
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, **kw)
     lifecycle.wait_for_shutdown()  # launch() returns once the server is stopped
 

@@ -7,19 +7,21 @@ route, a body over the limit: 413), never a traceback, and the next request is s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from backend.errors import UserError
 from backend.gateway import chat
-from backend.gateway.core import Gateway, GatewayError, body_digest, session_name
+from backend.gateway.core import Gateway, GatewayError, GatewayLimits, body_digest, session_name
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +63,23 @@ def parse_json(raw: bytes) -> Any:
     return body
 
 
-def gateway_router(gateway: Gateway, *, key: str | None = None) -> APIRouter:
-    """The gateway's routes. ``key``: every request must send it (``Authorization: Bearer`` or
-    ``x-api-key``); sessions are then named by the route or the session header only."""
+def gateway_router(gateway: Gateway | Callable[[], Awaitable[Gateway]], *, key: str | None = None,
+                   body_limit: int | None = None) -> APIRouter:
+    """The gateway's routes. ``gateway``: the gateway, or an async function that builds it on the
+    first request (the app's model loads on first use). ``key``: every request must send it
+    (``Authorization: Bearer`` or ``x-api-key``); sessions are then named by the route or the
+    session header only. ``body_limit``: bytes a body may hold (default: the gateway's limit)."""
     router = APIRouter()
+    built: list[Gateway] = [gateway] if isinstance(gateway, Gateway) else []
+    building = asyncio.Lock()
+    limit = body_limit or (gateway.limits.max_body_bytes if isinstance(gateway, Gateway) else GatewayLimits.from_env().max_body_bytes)
+
+    async def current() -> Gateway:
+        if not built:
+            async with building:
+                if not built:
+                    built.append(await gateway())  # type: ignore[operator]
+        return built[0]
 
     def authorize(request: Request) -> str | None:
         sent = _bearer(request)
@@ -78,13 +93,18 @@ def gateway_router(gateway: Gateway, *, key: str | None = None) -> APIRouter:
     async def turn(request: Request, dialect: Any, name: str | None) -> Any:
         try:
             client_key = authorize(request)
-            raw = await read_body(request, gateway.limits.max_body_bytes)
-            req, options = dialect.parse_request(parse_json(raw), gateway.served_model)
+            raw = await read_body(request, limit)
+            body = parse_json(raw)
+            gw = await current()
+            req, options = dialect.parse_request(body, gw.served_model)
             req.digest = body_digest(raw)
             session = session_name(name, client_key, request.headers.get("x-session-id"))
-            result = await gateway.turn(session, req)
+            result = await gw.turn(session, req)
         except GatewayError as e:
             return JSONResponse(dialect.error_body(e), status_code=e.status)
+        except UserError as e:  # the model could not be loaded, a template the operator gave failed, ...
+            err = GatewayError(str(e), 503, "api_error")
+            return JSONResponse(dialect.error_body(err), status_code=503)
         except Exception as e:  # a bug: the client gets a JSON error, the log the traceback
             log.exception("gateway: the request failed")
             err = GatewayError(f"internal error in the gateway ({type(e).__name__}); its log has the details", 500, "api_error")
@@ -96,12 +116,13 @@ def gateway_router(gateway: Gateway, *, key: str | None = None) -> APIRouter:
             return StreamingResponse(dialect.stream(result, options), media_type="text/event-stream", headers=headers)
         return JSONResponse(dialect.response(result, options), headers=headers)
 
-    def models(request: Request) -> Any:
+    async def models(request: Request) -> Any:
         try:
             authorize(request)
+            gw = await current()
         except GatewayError as e:
             return JSONResponse(chat.error_body(e), status_code=e.status)
-        return {"object": "list", "data": [{"id": gateway.served_model, "object": "model", "created": 0,
+        return {"object": "list", "data": [{"id": gw.served_model, "object": "model", "created": 0,
                                             "owned_by": "agent-loop-inspector"}]}
 
     def bind(dialect: Any) -> Callable[..., Any]:
