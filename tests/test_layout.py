@@ -128,9 +128,9 @@ def test_no_import_cycles():
 
 def test_the_cycle_check_finds_a_cycle():
     """The checker itself: a two-module cycle and a three-module cycle are found."""
-    g = {"backend.engine": {"backend.rendering"}, "backend.rendering": {"backend.engine"},
-         "backend.diagnostics": {"backend.labels"}, "backend.labels": {"backend.seqdiff"}, "backend.seqdiff": {"backend.diagnostics"}}
-    assert sorted(_cycles(g)) == [["backend.diagnostics", "backend.labels", "backend.seqdiff"], ["backend.engine", "backend.rendering"]]
+    g = {"backend.engine": {"backend.tokens.rendering"}, "backend.tokens.rendering": {"backend.engine"},
+         "backend.checks.diagnostics": {"backend.checks.labels"}, "backend.checks.labels": {"backend.checks.seqdiff"}, "backend.checks.seqdiff": {"backend.checks.diagnostics"}}
+    assert sorted(_cycles(g)) == [["backend.checks.diagnostics", "backend.checks.labels", "backend.checks.seqdiff"], ["backend.engine", "backend.tokens.rendering"]]
 
 
 def test_no_private_names_across_packages():
@@ -222,7 +222,7 @@ def test_the_constraint_check_finds_the_old_arrow(tmp_path):
 
 # what the family modules sit under: the tokenizer layer reads their tables, the models are built
 # on their tokenizers, the engine and the UI use both
-ABOVE_THE_FAMILIES = ("backend.tokenizers", "backend.models", "backend.generators", "backend.engine", "ui")
+ABOVE_THE_FAMILIES = ("backend.loading.tokenizers", "backend.loading.models", "backend.generators", "backend.engine", "ui")
 
 
 def test_the_families_import_nothing_above_them():
@@ -234,19 +234,19 @@ def test_the_families_import_nothing_above_them():
 def test_what_the_families_build_on_imports_no_family():
     """Rendering (the rules render through it), the vocabulary machinery and the build cache (the
     recipes build with them) take the bundle or the vocabulary as an argument."""
-    under = ["backend.rendering", "backend.vocab", "backend.cache", "backend.bpe", "backend.trl_templates"]
-    assert [bad for m in under for bad in _upward(m, above=("backend.families", "backend.tokenizers", "backend.models"))] == []
+    under = ["backend.tokens.rendering", "backend.tokens.vocab", "backend.runtime.cache", "backend.tokens.bpe", "backend.tokens.trl_templates"]
+    assert [bad for m in under for bad in _upward(m, above=("backend.families", "backend.loading.tokenizers", "backend.loading.models"))] == []
 
 
 def test_the_family_check_finds_the_old_arrows(tmp_path):
     """The checker itself, on the imports rendering had before the families were split out (the
     bundle type from the tokenizer layer; Mistral's decoder, inside a function)."""
     p = tmp_path / "old_rendering.py"
-    p.write_text("from backend.tokenizers import TokenizerBundle\n"
+    p.write_text("from backend.loading.tokenizers import TokenizerBundle\n"
                  "def render():\n    from backend.families.mistral import decode_with_offsets\n", encoding="utf-8")
-    found = [x.split(" imports ")[1] for x in _upward("backend.rendering", str(p),
-                                                       above=("backend.families", "backend.tokenizers"))]
-    assert found == ["backend.tokenizers", "backend.families.mistral"]
+    found = [x.split(" imports ")[1] for x in _upward("backend.tokens.rendering", str(p),
+                                                       above=("backend.families", "backend.loading.tokenizers"))]
+    assert found == ["backend.loading.tokenizers", "backend.families.mistral"]
 
 
 BENCH = os.path.join(ROOT, "bench")
