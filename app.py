@@ -148,9 +148,9 @@ def parse_args(argv: list[str] | None = None, environ: dict[str, str] | None = N
 
 
 def trust_policy(args: argparse.Namespace, environ: dict[str, str] | None = None, model_tokenizer: str | None = None):
-    """The trust boundary for this server (backend.trust): public or local mode from the flags
+    """The trust boundary for this server (backend.safety.trust): public or local mode from the flags
     and the environment, the run time limit."""
-    from backend.trust import Mode, TrustPolicy, decide_mode
+    from backend.safety.trust import Mode, TrustPolicy, decide_mode
 
     env = os.environ if environ is None else environ
     forced = "public" if args.public else "local" if args.local else env.get("ALI_MODE") or None
@@ -169,7 +169,7 @@ def trust_policy(args: argparse.Namespace, environ: dict[str, str] | None = None
 
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     """The engine options the operator set (flags or ``ALI_*`` variables); what is left unset is
-    picked for the hardware (:func:`backend.hardware.plan`)."""
+    picked for the hardware (:func:`backend.deploy.hardware.plan`)."""
     if args.backend == "vllm-server":
         return {"routing": args.routing} if args.routing else {}
     if args.backend == "transformers":
@@ -203,7 +203,7 @@ def build_context(args: argparse.Namespace):
             raise SystemExit(f"--script: {e}") from None
     options = None
     if not args.no_model and args.backend != "scripted":
-        from backend import hardware
+        from backend.deploy import hardware
 
         if args.backend == "vllm-server" and not args.server_url:
             raise SystemExit("--backend vllm-server needs --server-url URL")
@@ -250,7 +250,7 @@ def build_context(args: argparse.Namespace):
 
 def capture_dir(args: argparse.Namespace) -> str:
     """The gateway's capture folder (made now, so that the trace set that follows it exists)."""
-    from backend.cache import cache_root
+    from backend.runtime.cache import cache_root
 
     path = args.capture_dir or str(cache_root() / "captures")
     os.makedirs(path, exist_ok=True)
@@ -288,7 +288,7 @@ def configure_logging() -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     configure_logging()
-    from backend import zerogpu
+    from backend.runtime import zerogpu
 
     # on ZeroGPU: `spaces` before anything touches torch / CUDA (it patches torch on import); with
     # a CPU build of torch its import would fail: checked first, said in one line, not imported
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     if problem:
         log.warning("hardware: WARNING: %s", problem)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    from backend.cache import use_space_storage
+    from backend.runtime.cache import use_space_storage
 
     data = use_space_storage()  # before huggingface_hub is imported: it reads HF_HOME then
     if data is not None:
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
     import ui
 
     ctx = build_context(args)
-    from backend import lifecycle
+    from backend.deploy import lifecycle
 
     # SIGTERM / SIGINT: cancel runs, stop the server, close the model and the template worker,
     # kill what is left, remove temp files, exit (bounded: ALI_SHUTDOWN_TIMEOUT_S)
@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
              "visitors can name only offline profiles, trl templates and inline Jinja; "
              if t.public else "typed paths and hub ids are loaded; ",
              f"runs stop after {t.run_timeout_s:g} s" if t.run_timeout_s else "runs have no time limit")
-    from backend.trust import is_loopback
+    from backend.safety.trust import is_loopback
 
     if not t.public and (args.share or not is_loopback(args.host)):
         log.warning("WARNING: local mode on %s: anyone who can reach this server can make it read files and load hub ids; "

@@ -3,7 +3,7 @@
 Every ``LoopConfig`` field declares a :class:`Knob` in its dataclass metadata: the label and help
 the Playground widget and the CLI flag show, the widget kind, the values it accepts (checked in
 ``LoopConfig.__post_init__``), the largest value a visitor of a public server may send (read by
-:data:`backend.trust.RANGES`), the CLI flag and the ``ALI_*`` environment variable where one
+:data:`backend.safety.trust.RANGES`), the CLI flag and the ``ALI_*`` environment variable where one
 exists. :data:`FIELDS` is that table; the Playground widgets, the CLI flags and the validation
 are built from it, so a new knob is one field here.
 

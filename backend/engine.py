@@ -26,9 +26,9 @@ from typing import Any
 from backend.config import ConfigError, LoopConfig  # noqa: F401 - ConfigError: re-exported
 from backend.families import rule_for
 from backend.generators.base import Constraint, Generation, GenerationError, Generator, conversation
+from backend.loading.tokenizers import TokenizerBundle
 from backend.parsers import get_parser
-from backend.rendering import RenderError, decode, empty_render_prefix, render, render_tool_turn
-from backend.tokenizers import TokenizerBundle
+from backend.tokens.rendering import RenderError, decode, empty_render_prefix, render, render_tool_turn
 from backend.tool_choice import ToolChoiceError, build_constraint, choice_for_turn, validate_policy
 from backend.trace import Step, ToolCall, ToolResult, Trace, new_trace_id
 from backend.trace.builder import TraceBuilder
@@ -99,7 +99,7 @@ class AgentLoop:
         self.parser = get_parser(self.config.parser or tokenizer.parser, tokenizer=tokenizer.tokenizer)
         self._system_prefix: str | None = None
         # whether verl's way of tokenizing a tool turn was seen to agree with the conversation's
-        # suffix for this template (backend.rendering.render_tool_turn)
+        # suffix for this template (backend.tokens.rendering.render_tool_turn)
         self._verl_agrees = False
         self._stop_ids = set(tokenizer.stop_token_ids)
         # how a tool turn continues the sequence for this tokenizer + template (tool_turns "continuous");
@@ -482,7 +482,7 @@ class AgentLoop:
 
     async def _legacy_turn(self, run: _Run, new_messages: list[dict[str, Any]]) -> tuple[str, list[int], StepInfo]:
         """verl < 0.9: the tool turn as the conversation's suffix, or verl's render-alone method
-        where it agrees (backend.rendering.render_tool_turn); no junction edit."""
+        where it agrees (backend.tokens.rendering.render_tool_turn); no junction edit."""
         text, ids, info = await self._off_loop(
             render_tool_turn, self.bundle, new_messages,
             history=run.messages, tools=self.tool_schemas,

@@ -4,8 +4,8 @@ Both checks align the loop's token ids with a re-render of the final messages. M
 same process, for engine-made traces (scripted model, qwen3 profile, token-exact) of growing
 length:
 
-* ``check``: :func:`backend.diagnostics.check` as the app and ``python -m backend check`` run it
-  (alignment by :mod:`backend.seqdiff`: lines and turns first, then token by token);
+* ``check``: :func:`backend.checks.diagnostics.check` as the app and ``python -m backend check`` run it
+  (alignment by :mod:`backend.checks.seqdiff`: lines and turns first, then token by token);
 * baseline: the same ``check`` with the alignment done by ``difflib.SequenceMatcher`` over the
   whole sequences (``autojunk=False``), what the diagnostics did before ``seqdiff``.
 
@@ -92,8 +92,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from backend import diagnostics
-    from backend.tokenizers import load_tokenizer
+    from backend.checks import diagnostics
+    from backend.loading.tokenizers import load_tokenizer
 
     bundle = load_tokenizer("qwen3")
     ours = diagnostics._opcodes

@@ -29,8 +29,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from backend.engine import AgentLoop, LoopConfig  # noqa: E402
 from backend.generators.base import Generation, Generator, SamplingParams  # noqa: E402
-from backend.rendering import render_ids  # noqa: E402
-from backend.tokenizers import load_tokenizer  # noqa: E402
+from backend.loading.tokenizers import load_tokenizer  # noqa: E402
+from backend.tokens.rendering import render_ids  # noqa: E402
 from backend.tools import ToolRegistry  # noqa: E402
 
 

@@ -271,7 +271,7 @@ _TOKS: dict[str, Any] = {}
 
 def tokenizer(key: str) -> Any:
     if key not in _TOKS:
-        from backend.tokenizers import load_tokenizer
+        from backend.loading.tokenizers import load_tokenizer
 
         if key == "qwen3+tags":  # these families have no offline vocabulary (as the parser tests do)
             t = copy.deepcopy(load_tokenizer("qwen3").tokenizer)

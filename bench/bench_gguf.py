@@ -41,7 +41,7 @@ def baseline(path) -> tuple[float, dict]:
 
 
 def ours(path) -> tuple[float, dict]:
-    from backend import models
+    from backend.loading import models
 
     t0 = time.perf_counter()
     _, state = models.read_gguf_llama(path)

@@ -30,10 +30,10 @@ def main() -> None:
 
     import torch
 
-    from backend import models
+    from backend.checks.logprobs import TransformersScorer
     from backend.generators.base import SamplingParams
     from backend.generators.transformers_local import TransformersGenerator
-    from backend.logprobs import TransformersScorer
+    from backend.loading import models
 
     model = a.model or str(models.default_model_path())
     torch.manual_seed(0)

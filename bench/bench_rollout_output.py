@@ -43,7 +43,7 @@ SCHEMA = {
 def one_trace():
     from backend.engine import AgentLoop
     from backend.generators.scripted import ScriptedGenerator
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
     from backend.tools import ToolRegistry
 
     bundle = load_tokenizer("qwen3")

@@ -178,9 +178,9 @@ async def run_phase(urls, routing, bundle, registry, config, conversations, tag)
 async def main(args) -> dict:
     from vllm_servers import LocalVLLMServer
 
-    from backend import models
     from backend.engine import LoopConfig
-    from backend.tokenizers import load_tokenizer
+    from backend.loading import models
+    from backend.loading.tokenizers import load_tokenizer
     from backend.tools import ToolRegistry
 
     model = models.resolve_model(None)

@@ -63,8 +63,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from backend import token_text  # noqa: E402
-from backend.tokenizers import load_tokenizer  # noqa: E402
+from backend.loading import token_text  # noqa: E402
+from backend.loading.tokenizers import load_tokenizer  # noqa: E402
 from ui import token_view as tv  # noqa: E402
 
 # ---- input -------------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ EMOJI = "Done 👍🏽 — family 👨‍👩‍👧‍👦, flags 🇯🇵🇫�
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORPUS_FILES = ["README.md", "ui/token_view.py", "backend/engine.py", "backend/trace/model.py", "ui/inspector.py", "backend/diagnostics.py"]
+CORPUS_FILES = ["README.md", "ui/token_view.py", "backend/engine.py", "backend/trace/model.py", "ui/inspector.py", "backend/checks/diagnostics.py"]
 
 
 def _corpus() -> str:

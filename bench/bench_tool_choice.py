@@ -47,11 +47,11 @@ async def timed(gen, ids, sp, constraint=None):
 
 
 async def bench_backend(name: str, reps: int) -> dict:
-    from backend import models
     from backend.generators.base import SamplingParams
     from backend.generators.factory import create_generator
-    from backend.rendering import render
-    from backend.tokenizers import load_tokenizer
+    from backend.loading import models
+    from backend.loading.tokenizers import load_tokenizer
+    from backend.tokens.rendering import render
     from backend.tool_choice import build_constraint
 
     bundle = load_tokenizer("smollm2")

@@ -80,9 +80,9 @@ def main() -> dict:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    from backend import models
     from backend.generators.transformers_local import TransformersGenerator
-    from backend.tokenizers import load_tokenizer
+    from backend.loading import models
+    from backend.loading.tokenizers import load_tokenizer
 
     gen = TransformersGenerator(models.default_model_path()).load()
     tok = load_tokenizer("smollm2")

@@ -263,10 +263,10 @@ def classify(turn: Turn, raw_out: list[int], sent: dict, raw_so: dict | None, to
 
 
 async def main(args) -> dict:
-    from backend import models
     from backend.engine import AgentLoop, LoopConfig
     from backend.generators.vllm_engine import structured_outputs_params
-    from backend.tokenizers import load_tokenizer
+    from backend.loading import models
+    from backend.loading.tokenizers import load_tokenizer
     from backend.tools import ToolRegistry
 
     load_start = os.getloadavg()

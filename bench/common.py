@@ -89,7 +89,7 @@ def call(name: str, **args) -> str:
 def make_traces() -> list:
     from backend.engine import AgentLoop, LoopConfig
     from backend.generators.scripted import ScriptedGenerator
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     b = load_tokenizer("qwen3")
     reg = _registry({"get_current_temperature": get_current_temperature, "search": search})

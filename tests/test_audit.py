@@ -1,4 +1,4 @@
-"""The re-render audit (backend.audit, CLI ``audit``): whether a full re-render of a rollout's
+"""The re-render audit (backend.checks.audit, CLI ``audit``): whether a full re-render of a rollout's
 messages gives the ids the model was shown. The oracle for "breaks" is transformers' own
 ``apply_chat_template`` of the final messages, compared here with the loop's ids directly."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from cli_inprocess import run_cli
 
-from backend.audit import AuditReport, audit, audit_trace
+from backend.checks.audit import AuditReport, audit, audit_trace
 from backend.config import LoopConfig
 from backend.engine import AgentLoop
 from backend.generators.scripted import ScriptedGenerator
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.tools import ToolRegistry
 from backend.trace import Trace
 

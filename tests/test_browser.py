@@ -628,7 +628,7 @@ def xss_trace_file(tmp_path_factory) -> Path:
     them, plus a bad line; in a file whose NAME is a payload."""
     from backend.engine import AgentLoop, LoopConfig
     from backend.generators.scripted import ScriptedGenerator
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
     from backend.tools import ToolRegistry
 
     tools = [{

@@ -70,7 +70,7 @@ def test_a_link_opens_a_group_with_its_sample(browser, app_url):  # noqa: F811 -
     reload of that address shows the same group and sample."""
     from urllib.parse import parse_qs, quote, urlsplit
 
-    from backend.groups import group_traces
+    from backend.checks.groups import group_traces
     from backend.trace import load_traces
 
     traces = [t for p in sorted((ROOT / "sample_traces").glob("*.jsonl")) for t in load_traces(str(p)).traces]

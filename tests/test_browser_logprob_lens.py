@@ -47,7 +47,7 @@ def lens_app_url(tmp_path_factory, smollm2_model_dir):
     from backend.config import LoopConfig
     from backend.engine import AgentLoop
     from backend.generators.transformers_local import TransformersGenerator
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
     from backend.tools import ToolRegistry
     from backend.trace import write_jsonl
 

@@ -25,8 +25,8 @@ from test_browser import CHROMIUM, App  # noqa: F401 - fixtures, used by name
 from test_browser_inspector import CONTRAST_JS
 from test_ui_token_view import DELTAS, PROBS, _scored
 
-from backend.logprobs import position_logprobs
-from backend.tokenizers import load_tokenizer
+from backend.checks.logprobs import position_logprobs
+from backend.loading.tokenizers import load_tokenizer
 from backend.trace import load_traces
 from ui import theme
 from ui import token_view as tv

@@ -1,6 +1,6 @@
 """The re-render audit on the Trace files tab, in headless Chromium (the real app, see
 tests/test_browser.py): the sample traces the tab shows are audited with one click, the sentence,
-tables and chart show what :func:`backend.audit.audit` says of the same traces (run here), a
+tables and chart show what :func:`backend.checks.audit.audit` says of the same traces (run here), a
 rollout opens in the Inspector; an upload clears the audit of the traces shown before, and its
 traces that cannot be audited are listed with why, their text never markup.
 """
@@ -27,8 +27,8 @@ SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))
 
 @pytest.fixture(scope="module")
 def expected():
-    """backend.audit of the samples, each with the tokenizer the app decodes it with."""
-    from backend.audit import audit
+    """backend.checks.audit of the samples, each with the tokenizer the app decodes it with."""
+    from backend.checks.audit import audit
     from ui.context import AppContext
 
     ctx = AppContext()

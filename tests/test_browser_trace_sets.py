@@ -18,7 +18,7 @@ from test_browser import App, running_app  # noqa: F401 - fixtures, used by name
 
 from backend.engine import AgentLoop, LoopConfig
 from backend.generators.scripted import ScriptedGenerator
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.tools import ToolRegistry
 from backend.trace import write_jsonl
 

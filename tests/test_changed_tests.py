@@ -17,7 +17,7 @@ def _picked(*changed: str) -> list[str]:
 
 
 def test_a_module_picks_the_tests_that_reach_it_and_not_the_others():
-    picked = _picked("backend/seqdiff.py")
+    picked = _picked("backend/checks/seqdiff.py")
     assert "tests/test_seqdiff.py" in picked
     assert "tests/test_layout.py" not in picked and "tests/test_changed_tests.py" not in picked
 

@@ -210,7 +210,7 @@ CATALOGUE_TOOLS = [{"type": "function", "function": {
 
 
 def _reference(tools, messages):
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     b = load_tokenizer("qwen3")
     return b.tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=False,

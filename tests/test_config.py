@@ -48,7 +48,7 @@ def test_validation_comes_from_the_table():
 
 
 def test_trust_ranges_come_from_the_table():
-    from backend.trust import RANGES
+    from backend.safety.trust import RANGES
 
     with_range = {n for n, k in FIELDS.items() if k.visitor_max is not None}
     # every number a visitor can send is bounded on a public server

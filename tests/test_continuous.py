@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from cli_inprocess import run_cli
 
+from backend.checks.diagnostics import check
 from backend.config import LoopConfig
-from backend.diagnostics import check
 from backend.engine import AgentLoop
 from backend.families import PROFILES, RULES, rule_for
 from backend.generators.scripted import ScriptedGenerator
-from backend.rendering import render_ids
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
+from backend.tokens.rendering import render_ids
 from backend.tools import ToolRegistry
 from backend.trace import Trace
 from backend.trace.builder import mask_runs

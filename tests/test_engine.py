@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from backend.engine import AgentLoop, ConfigError, LoopConfig
 from backend.generators.scripted import ScriptedGenerator
-from backend.rendering import render
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
+from backend.tokens.rendering import render
 from backend.tools import ToolRegistry
 from backend.trace import Trace
 

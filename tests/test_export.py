@@ -10,10 +10,10 @@ import pytest
 from cli_inprocess import run_cli
 
 from backend.engine import AgentLoop, LoopConfig
-from backend.export import export_traces, hf_row, verl_row
+from backend.exporters.export import export_traces, hf_row, verl_row
 from backend.generators.scripted import ScriptedGenerator
 from backend.importers import import_file, load_any
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.trace import (
     INDEX_COLUMNS,
     LoadProblem,
@@ -181,7 +181,7 @@ def test_verl_rows_round_trip_through_the_verl_importer(tmp_path, traces, qwen3)
 
 
 def test_unknown_export_format(tmp_path, traces):
-    from backend.export import ExportError
+    from backend.exporters.export import ExportError
 
     with pytest.raises(ExportError):
         export_traces(traces, "csv", str(tmp_path / "x"))

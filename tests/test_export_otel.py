@@ -1,4 +1,4 @@
-"""Export to OpenTelemetry GenAI spans (OTLP JSON, backend/export_otel.py), checked against the
+"""Export to OpenTelemetry GenAI spans (OTLP JSON, backend/exporters/export_otel.py), checked against the
 official ``opentelemetry-proto`` messages: every line must parse as an ``ExportTraceServiceRequest``
 (protobuf's JSON parser reads bytes as base64, so the OTLP/JSON hex ids are converted for the
 check, and must decode to 16 / 8 bytes). Traces come from the real engine with the scripted
@@ -19,10 +19,10 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from backend.engine import AgentLoop, LoopConfig
-from backend.export import EXPORT_FORMATS, export_traces
-from backend.export_otel import DEFAULT_AGENT_NAME, otel_trace_id, traces_to_otlp, write_otlp_jsonl
+from backend.exporters.export import EXPORT_FORMATS, export_traces
+from backend.exporters.export_otel import DEFAULT_AGENT_NAME, otel_trace_id, traces_to_otlp, write_otlp_jsonl
 from backend.generators.scripted import ScriptedGenerator
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.tools import ToolRegistry
 from backend.trace import StepState, Trace, load_traces
 
@@ -371,7 +371,7 @@ def test_ids_are_deterministic_valid_and_distinct(tmp_path, all_traces):
 
 
 def test_writing_streams_the_traces(tmp_path, all_traces, monkeypatch):
-    import backend.export_otel as eo
+    import backend.exporters.export_otel as eo
 
     pulled = 0
     seen: list[int] = []

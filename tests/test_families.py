@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from cli_inprocess import run_cli
 
-from backend.diagnostics import check
+from backend.checks.diagnostics import check
 from backend.engine import AgentLoop, LoopConfig
 from backend.families import PROFILES
 from backend.generators.scripted import ScriptedGenerator
+from backend.loading.tokenizers import describe_profiles, load_tokenizer, template_fit_warnings
 from backend.parsers import get_parser
-from backend.tokenizers import describe_profiles, load_tokenizer, template_fit_warnings
 from backend.tools import ToolRegistry
 from backend.trace.builder import mask_runs
 
@@ -361,7 +361,7 @@ async def test_harmony_channels_are_on_the_step_and_in_the_step_table():
     ("llama3", {"date_string": "01 Jan 2030"}, "Today Date: 01 Jan 2030"),
 ])
 def test_chat_template_kwargs_reach_every_family(name, kwargs, expect):
-    from backend.rendering import render
+    from backend.tokens.rendering import render
 
     bundle = load_tokenizer(name)
     plain = render(bundle, QUESTION, [SCHEMA], spans=False).text

@@ -62,7 +62,7 @@ from backend.importers import load_any
 
 bundle = None
 if sys.argv[2] == "import":
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
     bundle = load_tokenizer("qwen3")
 before = hwm_kb()
 res = load_any(sys.argv[1], import_foreign=bundle is not None, bundle=bundle)
@@ -831,7 +831,7 @@ def test_the_pool_comes_back_after_a_worker_dies(tmp_path, make_pool):
 SHUTDOWN_SCRIPT = r"""
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
-from backend import lifecycle
+from backend.deploy import lifecycle
 from backend.importers import load_any
 from backend.trace import parquet_guard
 
@@ -845,7 +845,7 @@ print(json.dumps({"traces": len(res.traces), "pids": pids, "left": [p for p in p
 
 
 def test_the_apps_shutdown_closes_the_parquet_workers(tmp_path):
-    """The app's shutdown (SIGTERM: backend.lifecycle) closes the Parquet workers as it closes the
+    """The app's shutdown (SIGTERM: backend.deploy.lifecycle) closes the Parquet workers as it closes the
     template workers: none is left for the final sweep to kill, and the shutdown is clean."""
     path = tmp_path / "t.parquet"
     write_parquet([small_trace(1), small_trace(2)], str(path))

@@ -22,7 +22,7 @@ from test_families import ANSWER, CALL, answer_text, call_text
 from verl_oracle import VERL_FAMILY
 
 from backend.gateway.core import FORK_CAUSES, Gateway, GatewayError, session_name
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.tools import ToolRegistry
 
 PROFILES = ["qwen3", "qwen3.5", "llama3"]

@@ -26,7 +26,7 @@ from test_gateway import CALL_ZURICH
 from verl_oracle import VERL_FAMILY
 
 from backend.gateway.core import FORK_CAUSES
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -14,7 +14,7 @@ import pytest
 from gateway_support import read_capture, serving, verl_session
 
 from backend.gateway.core import Gateway
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -1,4 +1,4 @@
-"""GRPO groups (backend/groups.py): hand-built traces, and TRL's own completion logs
+"""GRPO groups (backend/checks/groups.py): hand-built traces, and TRL's own completion logs
 (tests/data/import/trl, written by ``trl.GRPOTrainer``: tests/fixtures_gen/gen_trl.py), whose
 ``advantage`` column is TRL's ``(r − mean) / (std + 1e-4)`` over each group: the oracle for the
 grouping and the group statistics."""
@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from cli_inprocess import run_cli
 
-from backend.groups import departure, find_group, group_traces
+from backend.checks.groups import departure, find_group, group_traces
 from backend.importers import import_file
 from backend.trace import Trace
 from backend.trace.model import Step

@@ -1,4 +1,4 @@
-"""Hardware detection and the engine settings picked for it (backend.hardware), and the app's use
+"""Hardware detection and the engine settings picked for it (backend.deploy.hardware), and the app's use
 of them. No GPU here: the machine is faked at its edges (nvidia-smi's output, the installed
 torch / vLLM versions, the environment). The expected settings restate facts about the cards
 (a T4 is compute 7.5, without bfloat16; an A10G has 24 GB), not the code's output."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend import hardware as hw
+from backend.deploy import hardware as hw
 
 # nvidia-smi --query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits, as the
 # driver prints it on each Space hardware (memory in MiB)

@@ -29,9 +29,9 @@ from backend.engine import AgentLoop, LoopConfig
 from backend.errors import UserError
 from backend.families.gpt_oss import HarmonyRenderer, HarmonyRenderError, harmony_encoding, template_differences
 from backend.generators.scripted import ScriptedGenerator
+from backend.loading.tokenizers import TokenizerBundle
 from backend.parsers import get_parser
-from backend.rendering import RenderError
-from backend.tokenizers import TokenizerBundle
+from backend.tokens.rendering import RenderError
 from backend.tools import ToolRegistry
 from backend.trace.builder import mask_runs
 

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from backend.importers import _records, detect, detect_why, get_importer, import_file, import_records
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.trace import LoadProblem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -340,7 +340,7 @@ def test_openai_chat_reports_what_it_drops_from_anthropic_data(qwen3):
 def test_a_tool_result_with_is_error_is_a_failed_tool_result_on_its_step(qwen3):
     """``is_error: true`` (the save_note call of the parallel scenario) makes the step's result a
     failure, which the Inspector and the ``tool_error`` diagnostic show."""
-    from backend.diagnostics import check
+    from backend.checks.diagnostics import check
 
     res = import_file(os.path.join(AD, "messages.jsonl"), "anthropic", bundle=qwen3)
     t = next(t for t in res.traces if any(m.get("tool_call_id") == "toolu_13" for m in t.messages))

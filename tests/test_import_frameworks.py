@@ -15,7 +15,7 @@ import pytest
 from cli_inprocess import run_cli
 
 from backend.importers import _records, detect, detect_why, get_importer, import_file, import_records
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import")

@@ -18,7 +18,7 @@ import pytest
 from backend.importers import detect, detect_why, import_file
 from backend.importers.otel import conversations_of_trace, dialects
 from backend.importers.otlp import read_record
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.trace.model import StepState
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -15,7 +15,7 @@ import re
 import pytest
 
 from backend.importers import detect, detect_why, import_file
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import")

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from backend.importers import _records, detect, detect_why, get_importer, import_file, import_records
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.trace import LoadProblem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from backend.importers import detect, import_file
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import")
@@ -538,7 +538,7 @@ def test_yaml_over_its_size_limit_is_refused(tmp_path, monkeypatch):
 
 def test_an_upload_of_arts_yaml_is_imported_and_a_bomb_says_why(tmp_path):
     """The Trace files tab (public mode): ART's YAML log is imported; a refused YAML says why, once."""
-    from backend.trust import Mode, TrustPolicy
+    from backend.safety.trust import Mode, TrustPolicy
     from ui import trace_files
     from ui.context import AppContext, Session
 

@@ -26,9 +26,9 @@ import shutil
 import pytest
 
 from backend.importers import detect, import_file, load_any
-from backend.pickle_guard import PicklePool, PickleRefused, globals_of, looks_like_pickle, read_pickle
+from backend.safety.pickle_guard import PicklePool, PickleRefused, globals_of, looks_like_pickle, read_pickle
+from backend.safety.trust import LOCAL, Mode, TrustPolicy, VisitorInputError
 from backend.trace.model import StepState
-from backend.trust import LOCAL, Mode, TrustPolicy, VisitorInputError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import")
@@ -252,7 +252,7 @@ def test_a_forbidden_global_is_refused_and_never_run(tmp_path):
 
 
 def test_a_refusal_keeps_the_worker():
-    from backend import pickle_guard
+    from backend.safety import pickle_guard
 
     with pytest.raises(PickleRefused, match="posix.system"):
         read_pickle(FORBIDDEN, max_bytes=1 << 20)
@@ -352,7 +352,7 @@ def test_load_any_imports_a_pt_only_when_asked(tmp_path):
 
 
 def test_a_public_server_refuses_pickles_before_reading_them(tmp_path, monkeypatch):
-    import backend.pickle_guard as guard
+    import backend.safety.pickle_guard as guard
     from ui import trace_files
     from ui.context import AppContext, Session
 

@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 
 from backend.importers import detect, import_file
-from backend.pickle_guard import PickleRefused, globals_of, looks_like_pickle, read_pickle
+from backend.safety.pickle_guard import PickleRefused, globals_of, looks_like_pickle, read_pickle
+from backend.safety.trust import LOCAL, Mode, TrustPolicy, VisitorInputError
 from backend.trace.model import StepState
-from backend.trust import LOCAL, Mode, TrustPolicy, VisitorInputError
 from tests.test_import_rl_nemo_slime import generated, response_steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -298,7 +298,7 @@ def test_torch_format_tensors_and_kept_rewards_and_uids(tmp_path, fake_skyrl):
 
 
 def test_a_public_server_refuses_skyrl_dumps_before_reading_them(tmp_path, monkeypatch):
-    import backend.pickle_guard as guard
+    import backend.safety.pickle_guard as guard
     from ui import trace_files
     from ui.context import AppContext, Session
 

@@ -18,7 +18,7 @@ import os
 import pytest
 
 from backend.importers import detect, detect_why, import_file
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ITER = os.path.join(ROOT, "tests", "data", "import", "tinker", "iteration_000003")

@@ -18,10 +18,10 @@ import shutil
 
 import pytest
 
+from backend.checks.logprobs import compare, position_logprobs
 from backend.importers import detect, detect_why, import_file
 from backend.importers.rollout_fields import run_path_fields
-from backend.logprobs import compare, position_logprobs
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import", "verifiers")

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from backend.importers import detect, detect_why, import_file
-from backend.tokenizers import load_tokenizer, read_trl_template
+from backend.loading.tokenizers import load_tokenizer, read_trl_template
 from backend.trace.index import _score, training_step_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

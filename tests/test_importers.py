@@ -12,7 +12,7 @@ import pytest
 from cli_inprocess import run_cli
 
 from backend.importers import FORMATS, detect, import_agents_sdk_run, import_file, import_records
-from backend.tokenizers import load_tokenizer, read_trl_template
+from backend.loading.tokenizers import load_tokenizer, read_trl_template
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import")
@@ -339,7 +339,7 @@ def test_openai_chat_several_choices_and_legacy_functions(qwen3):
 
 
 def test_seed000_broken_trace_imports_with_an_orphan(qwen3):
-    from backend.diagnostics import check
+    from backend.checks.diagnostics import check
 
     res = import_file(os.path.join(DATA, "seed000_broken.json"))
     (t,) = res.traces

@@ -1,6 +1,6 @@
 """The logprob lens (issue 14) on real components: the embedded SmolLM2-135M-Instruct generating
 with the transformers backend (logprobs recorded), rescored by a teacher-forced transformers
-forward pass (backend.logprobs), compared over mask-1 tokens, diagnosed, imported/exported as
+forward pass (backend.checks.logprobs), compared over mask-1 tokens, diagnosed, imported/exported as
 verl rows and scored by the CLI.
 
 Tolerances (measured on this model, CPU, float32 weights): the float32 rescoring of a
@@ -21,12 +21,12 @@ import os
 import pytest
 from cli_inprocess import run_cli
 
+from backend.checks.diagnostics import check
+from backend.checks.logprobs import TransformersScorer, compare, score_trace, semantics_problem
 from backend.config import LoopConfig
-from backend.diagnostics import check
 from backend.engine import AgentLoop
-from backend.export import verl_row
-from backend.logprobs import TransformersScorer, compare, score_trace, semantics_problem
-from backend.tokenizers import load_tokenizer
+from backend.exporters.export import verl_row
+from backend.loading.tokenizers import load_tokenizer
 from backend.trace import Trace, write_jsonl
 from backend.trace.model import FindingCode, LogprobSemantics, StepState
 
@@ -220,7 +220,7 @@ def test_constrained_turns_raw_logprobs_are_raw_processed_ones_are_the_grammars(
 
 
 def test_logprob_mismatch_points_at_the_token_and_thresholds_are_configurable(weather, scorer32):
-    from backend.diagnostics import LogprobThresholds
+    from backend.checks.diagnostics import LogprobThresholds
 
     st = score_trace(weather, scorer32)
     s = gen_steps(st)[0]

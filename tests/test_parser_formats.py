@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import backend.parsers
+from backend.loading.tokenizers import load_tokenizer, read_trl_template
 from backend.parsers import (
     PARSER_MODULES,
     ParseResult,
@@ -31,7 +32,6 @@ from backend.parsers import (
     tool_call_formats,
     unregister_parser,
 )
-from backend.tokenizers import load_tokenizer, read_trl_template
 from backend.tool_choice import ToolChoiceError, build_constraint, check_ids
 from backend.trace import ToolCall
 

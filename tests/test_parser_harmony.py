@@ -386,7 +386,7 @@ def tok():
 
 
 def test_trl_template_writes_the_recipient_first_and_both_read_the_same(tok):
-    from backend.tokenizers import read_trl_template
+    from backend.loading.tokenizers import read_trl_template
 
     template = read_trl_template("gptoss")
     for c in CALLS:
@@ -415,7 +415,7 @@ def test_declaration():
 
 def test_trl_gptoss_templates_sniff_as_harmony_and_no_other_template_changes():
     import backend.parsers.base as base
-    from backend.tokenizers import read_trl_template, trl_template_names
+    from backend.loading.tokenizers import read_trl_template, trl_template_names
 
     names = trl_template_names()
     assert "gptoss" in names and len(names) > 10

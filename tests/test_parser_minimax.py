@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from backend.loading.tokenizers import load_tokenizer
 from backend.parsers import ParseResult, get_format, get_parser, guess_parser, parser_for_vllm
-from backend.tokenizers import load_tokenizer
 from backend.tool_choice import build_constraint, check_ids
 
 TOOLS = [

@@ -59,7 +59,7 @@ def errors(res: ParseResult, severity: str = "error") -> list[str]:
 def tok():
     """A deep copy of the Qwen3 tokenizer with the four formats' tags as special tokens (the shared
     cached tokenizer is never changed)."""
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     t = copy.deepcopy(load_tokenizer("qwen3").tokenizer)
     t.add_tokens(TAGS, special_tokens=True)

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from backend.loading.tokenizers import load_tokenizer, read_trl_template
 from backend.parsers import ParseResult, get_format, get_parser, guess_format, guess_parser, parser_for_vllm
 from backend.parsers.qwen3_xml import convert_value, schema_types
-from backend.tokenizers import load_tokenizer, read_trl_template
 from backend.tool_choice import build_constraint, check_ids
 
 VLLM_NAMES = ("qwen3_coder", "qwen3_xml")

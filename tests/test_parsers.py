@@ -526,7 +526,7 @@ def test_types_are_the_trace_types():
 
 @pytest.fixture(scope="module")
 def qwen_bundle():
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     return load_tokenizer("qwen3")
 
@@ -645,10 +645,10 @@ def test_a_repaired_call_is_a_warning_downstream_not_an_error(tmp_path):
     keeps the content as the parser read it."""
     import asyncio
 
-    from backend.diagnostics import check
+    from backend.checks.diagnostics import check
     from backend.engine import AgentLoop
     from backend.generators.scripted import ScriptedGenerator
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
     from backend.tools import ToolRegistry
     from backend.trace import TraceIndex, write_jsonl
     from backend.trace.messages import parse_assistant_text as assistant_message

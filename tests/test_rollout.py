@@ -17,6 +17,7 @@ from cli_inprocess import run_cli
 from backend.engine import LoopConfig
 from backend.generators.base import Generation, Generator
 from backend.generators.scripted import ScriptedGenerator
+from backend.loading.tokenizers import load_tokenizer
 from backend.rollout import (
     SHARD_RE,
     Progress,
@@ -29,7 +30,6 @@ from backend.rollout import (
     repair_partial_tail,
     run_rollouts,
 )
-from backend.tokenizers import load_tokenizer
 from backend.trace import load_traces
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -14,7 +14,7 @@ from backend.engine import AgentLoop, LoopConfig
 from backend.generators.base import Generation, Generator, conversation_key
 from backend.generators.routing import LRU, HashRing
 from backend.generators.vllm_server import VLLMServerGenerator
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 
 URLS = ["http://gpu1:8000", "http://gpu2:8000", "http://gpu3:8000"]
 KEYS = [f"conversation-{i}" for i in range(3000)]

@@ -1,4 +1,4 @@
-"""backend.seqdiff: difflib-shaped opcodes for long sequences in bounded time.
+"""backend.checks.seqdiff: difflib-shaped opcodes for long sequences in bounded time.
 
 Small ``limit`` values force every path (element-wise difflib, segments, a run too long to
 align) on inputs small enough to check against ground truth."""
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backend import seqdiff
+from backend.checks import seqdiff
 
 
 def check_valid(a, b, ops) -> None:

@@ -1,4 +1,4 @@
-"""Clean shutdown (``backend/lifecycle.py``): SIGTERM / SIGINT end the app, every process it
+"""Clean shutdown (``backend/deploy/lifecycle.py``): SIGTERM / SIGINT end the app, every process it
 started and its temp files, in bounded time.
 
 * The real app (``python app.py``, embedded SmolLM2: on vLLM for SIGTERM, on transformers for
@@ -206,7 +206,7 @@ def test_signal_stops_the_app_its_engine_and_removes_its_temp_files(sig, backend
 SCRIPT = r"""
 import asyncio, json, os, signal, subprocess, sys, threading, time
 import psutil
-from backend import lifecycle
+from backend.deploy import lifecycle
 
 mode, timeout = sys.argv[1], float(sys.argv[2])
 d = lifecycle.temp_dir("ali-run-")
@@ -285,7 +285,7 @@ def _start_script(mode: str, timeout_s: float, **env: str) -> tuple[subprocess.P
 
 
 def test_temp_dirs_stay_under_the_process_root(tmp_path):
-    from backend import lifecycle
+    from backend.deploy import lifecycle
 
     a, b = lifecycle.temp_dir("ali-run-"), lifecycle.temp_dir("ali-export-")
     root = lifecycle.temp_root()

@@ -1,5 +1,5 @@
 """The guarded template renderer as a shared service: one visitor's endless template must not
-stall anyone else's render (backend/template_guard.py).
+stall anyone else's render (backend/tokens/template_guard.py).
 
 Real worker processes, real templates. Timing assertions compare events between threads (which
 finished first) or use bounds that are large multiples of the quantity measured: this runs on
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from backend.template_guard import GUARD, TemplateGuardError, TemplatePool, guarded_render
+from backend.tokens.template_guard import GUARD, TemplateGuardError, TemplatePool, guarded_render
 
 # 10^10 iterations (the sandbox refuses ranges above 100000): never finishes on its own
 LOOP = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
@@ -217,7 +217,7 @@ def test_close_leaves_no_worker_alive(make_pool):
 PARENT_SCRIPT = """
 import os, signal, sys, threading, time
 sys.path.insert(0, sys.argv[1])
-from backend.template_guard import TemplatePool
+from backend.tokens.template_guard import TemplatePool
 if __name__ == "__main__":
     pool = TemplatePool(2, timeout_s=600, start_timeout_s=120)
     pool.start()

@@ -9,8 +9,8 @@ import random
 import pytest
 from transformers.utils import get_json_schema
 
-from backend.rendering import RenderError, render, render_text, render_tool_turn
-from backend.tokenizers import TokenizerLoadError, load_tokenizer, resolve_template, training_variant
+from backend.loading.tokenizers import TokenizerLoadError, load_tokenizer, resolve_template, training_variant
+from backend.tokens.rendering import RenderError, render, render_text, render_tool_turn
 
 QWEN_PROFILES = ["qwen3", "qwen3-thinking", "qwen2.5"]
 
@@ -267,7 +267,7 @@ def test_rendering_to_dict_is_json():
 def test_hostile_templates_are_stopped_with_a_clear_error(tmpl, needle, monkeypatch):
     import time
 
-    from backend import template_guard
+    from backend.tokens import template_guard
 
     b = load_tokenizer("qwen3", template=tmpl)
     assert b.untrusted_template
@@ -292,7 +292,7 @@ def test_a_trace_of_an_encoder_family_records_no_template_hash():
     Jinja profile records its template's."""
     import hashlib
 
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     empty = hashlib.sha256(b"").hexdigest()
     for profile in ("mistral", "gpt-oss-harmony"):

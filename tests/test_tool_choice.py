@@ -11,8 +11,8 @@ import pytest
 
 from backend.engine import AgentLoop, ConfigError, LoopConfig
 from backend.generators.scripted import ScriptedGenerator
+from backend.loading.tokenizers import load_tokenizer
 from backend.parsers import get_parser, tool_call_formats
-from backend.tokenizers import load_tokenizer
 from backend.tool_choice import ToolChoiceError, build_constraint, check_ids, choice_for_turn, normalize_policy
 from backend.tools import ToolRegistry
 

@@ -878,8 +878,8 @@ def test_catalogue_types_render_exactly_as_transformers(tmp_path, profile):
     """(a) The tools as given go into the template: render() of a catalogue with dict / float /
     tuple / any / long / String equals transformers' apply_chat_template, text and ids; the file
     loader for rendering keeps the types and reports what a run reads them as."""
-    from backend.rendering import render
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
+    from backend.tokens.rendering import render
     from backend.tools import schemas_for_rendering
 
     bundle = load_tokenizer(profile)
@@ -927,7 +927,7 @@ def test_catalogue_types_tool_choice_required_grammar_accepts_a_valid_call():
     """(c) tool_choice=required built from the catalogue (xgrammar, real qwen3 token ids) accepts
     a valid call to each tool, an arbitrary object for the property-less "dict", any value for
     "any", and refuses a call that breaks the mapped types."""
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
     from backend.tool_choice import build_constraint, check_ids
 
     tok = load_tokenizer("qwen3").tokenizer
@@ -950,8 +950,8 @@ def test_catalogue_types_tool_choice_required_grammar_accepts_a_valid_call():
 
 
 def test_unknown_type_names_are_refused_for_runs_with_the_field_and_the_fix_but_render(tmp_path):
-    from backend.rendering import render
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
+    from backend.tokens.rendering import render
     from backend.tool_choice import ToolChoiceError, build_constraint
     from backend.tools import schemas_for_rendering
 
@@ -1027,7 +1027,7 @@ async def test_engine_trace_records_placeholders_and_type_mappings():
     mock=default, and the trace's metadata lists the mapped types and the tools without a mock."""
     from backend.engine import AgentLoop, LoopConfig
     from backend.generators.scripted import ScriptedGenerator
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
     from backend.trace import Trace
 
     bundle = load_tokenizer("qwen3")
@@ -1048,7 +1048,7 @@ async def test_engine_trace_records_placeholders_and_type_mappings():
 def test_template_lab_renders_plain_schemas_catalogue_types_and_an_empty_list():
     """The template lab passes the tools box straight to render: a plain OpenAI list (no "mock"),
     catalogue types and [] all render, equal to apply_chat_template."""
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
     from ui import template_lab
     from ui.context import AppContext
 
@@ -1070,10 +1070,10 @@ def test_check_validates_catalogue_typed_arguments():
     read them."""
     import asyncio
 
-    from backend.diagnostics import check
+    from backend.checks.diagnostics import check
     from backend.engine import AgentLoop, LoopConfig
     from backend.generators.scripted import ScriptedGenerator
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     bundle = load_tokenizer("qwen3")
     bad = '<tool_call>\n{"name": "calculate_triangle_area", "arguments": {"base": "ten", "height": 5}}\n</tool_call>'

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backend import diagnostics, labels
+from backend.checks import diagnostics, labels
 from backend.engine import AgentLoop
 from backend.generators.scripted import ScriptedGenerator
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.tools import ToolRegistry
 from backend.trace import MessageSpan, Step, Trace, TraceFormatError, load_traces, write_jsonl
 from backend.trace.builder import TraceBuilder, TraceBuildError, mask_runs

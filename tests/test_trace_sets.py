@@ -14,7 +14,7 @@ from cli_inprocess import run_cli
 import backend.importers  # noqa: F401 - registers other tools' readers (verl dumps) with the trace-set catalogue
 from backend.engine import AgentLoop, LoopConfig
 from backend.generators.scripted import ScriptedGenerator
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.trace import Trace, TraceIndex, write_jsonl, write_parquet
 from backend.trace.index import SUMMARY_COLUMNS, summary_of_record, summary_of_trace
 
@@ -378,7 +378,7 @@ def test_writer_process_appends_while_the_index_follows(tmp_path, engine_traces)
 
 
 def _app_ctx(spec: str | None, public: bool = False):
-    from backend.trust import Mode, TrustPolicy
+    from backend.safety.trust import Mode, TrustPolicy
     from ui.context import AppContext
 
     return AppContext(traces=spec, trust=TrustPolicy(mode=Mode.PUBLIC if public else Mode.LOCAL))
@@ -408,7 +408,7 @@ def test_tab_pages_and_filters_over_the_index(tmp_path, engine_traces):
     # termination by its label or verl's code; the parse-error traces are malformed_tool_call
     mal = [t for s in (1, 2, 3) for t in by_step[s] if t.termination_reason == "malformed_tool_call"]
     assert mal
-    from backend.labels import termination_label
+    from backend.checks.labels import termination_label
 
     for reason in ("malformed_tool_call", termination_label("malformed_tool_call")):
         view.reason = reason

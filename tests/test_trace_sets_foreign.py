@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from backend.importers import import_file
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.trace.catalog import TraceSet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -202,7 +202,7 @@ def test_rl_columns_group_sample_rank_are_the_files_own(tmp_path, qwen3):
 
 def test_rl_columns_of_our_traces_and_a_verl_uid(tmp_path):
     """Our own traces give ``metadata.group`` / ``sample`` / ``rank`` as written; a verl rollout-dump
-    row (hand-built here) its ``uid`` as the group, as backend/groups.py names it."""
+    row (hand-built here) its ``uid`` as the group, as backend/checks/groups.py names it."""
     from backend.trace import Trace, write_jsonl
 
     d = tmp_path / "set"

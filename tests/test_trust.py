@@ -1,4 +1,4 @@
-"""The trust boundary in-process (backend/trust.py and the UI paths that use it): which mode a
+"""The trust boundary in-process (backend/safety/trust.py and the UI paths that use it): which mode a
 server is in, what visitor input may name in each mode, where a template's trust comes from,
 the number ranges, the run time limit, the bounded tokenizer cache. The same attacks against a
 real app subprocess over HTTP are in tests/adversarial/test_public_visitor.py."""
@@ -16,10 +16,10 @@ from playground_support import fresh, run_all, settings
 import app as app_module
 from backend.engine import AgentLoop, LoopConfig
 from backend.generators.scripted import ScriptedGenerator, ScriptError, check_script
-from backend.tokenizers import load_tokenizer, read_trl_template
+from backend.loading.tokenizers import load_tokenizer, read_trl_template
+from backend.safety.trust import LOCAL, RANGES, Mode, TrustPolicy, VisitorInputError, decide_mode, is_loopback
 from backend.trace import Trace
 from backend.trace.model import TerminationReason
-from backend.trust import LOCAL, RANGES, Mode, TrustPolicy, VisitorInputError, decide_mode, is_loopback
 from ui import inspector, template_lab
 from ui.context import AppContext, ModelOptions, ModelService, UserError, new_session
 

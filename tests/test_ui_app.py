@@ -335,7 +335,7 @@ def test_an_upload_of_our_traces_is_listed_not_held(ctx, tmp_path, monkeypatch):
     holds the one trace the Inspector shows (at most MAX_OPENED opened ones), its own link to the
     file (gradio deletes its copy after an hour), and the table's filters, search, charts and
     export give what they give for the same traces held in memory."""
-    from backend.labels import trace_termination_label
+    from backend.checks.labels import trace_termination_label
     from backend.trace import load_traces
 
     monkeypatch.setattr(trace_files, "MAX_OPENED", 3)

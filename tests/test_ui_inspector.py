@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from backend.importers import import_file
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.trace import load_traces
 from ui import inspector, theme
 from ui import token_view as tv

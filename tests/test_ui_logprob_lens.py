@@ -2,7 +2,7 @@
 embedded SmolLM2-135M-Instruct generated with the transformers backend (rollout logprobs
 recorded, a tool turn so that mask-0 tokens exist), scored by the lens as the app does it (the
 app's own model, a worker thread), its numbers, charts and worst tokens checked against
-backend.logprobs.compare; mask-0 tokens kept out of everything shown; which models may score a
+backend.checks.logprobs.compare; mask-0 tokens kept out of everything shown; which models may score a
 trace (public mode never loads one a trace names); verl imports shown without scoring.
 
 Tolerance: the float32 rescoring of a float32 transformers run, see tests/test_logprobs.py
@@ -19,13 +19,13 @@ import gradio as gr
 import pytest
 from cli_inprocess import run_cli
 
+from backend.checks.logprobs import compare
 from backend.config import LoopConfig
 from backend.engine import AgentLoop
-from backend.logprobs import compare
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
+from backend.safety.trust import Mode, TrustPolicy
 from backend.trace import Trace
 from backend.trace.model import StepState
-from backend.trust import Mode, TrustPolicy
 from ui import inspector
 from ui import logprob_lens as L
 from ui.context import AppContext, ModelOptions, ModelService, Session
@@ -235,7 +235,7 @@ def test_cap_and_idle_states(weather, scored, ctx_samples):
 
 
 def test_verl_rows_show_both_logprobs_without_scoring(scored, tmp_path):
-    from backend.export import verl_row
+    from backend.exporters.export import verl_row
     from backend.importers import import_file
 
     path = tmp_path / "verl.jsonl"
@@ -341,7 +341,7 @@ def test_the_playground_records_logprobs_when_asked_and_the_lens_scores_that_run
     assert gen and all(st.logprobs is not None and len(st.logprobs) == st.end - st.start for st in gen)
     assert all(lp <= 0.0 for st in gen for lp in st.logprobs)
     scored = asyncio.run(L.score(ctx, runs[True], "float32"))
-    from backend.logprobs import compare
+    from backend.checks.logprobs import compare
 
     assert compare(scored).trace.tokens == sum(st.end - st.start for st in gen)
 

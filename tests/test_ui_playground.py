@@ -14,7 +14,7 @@ import pytest
 from playground_support import fresh, run_all, settings
 
 from backend import engine
-from backend.labels import TERMINATION_WORDS, termination_label, trace_termination_label
+from backend.checks.labels import TERMINATION_WORDS, termination_label, trace_termination_label
 from backend.trace import Trace
 from ui import playground, trace_files
 from ui.context import AppContext, load_samples
@@ -53,7 +53,7 @@ def test_every_engine_end_state_has_a_label_with_its_code():
 
 def test_an_import_without_an_end_state_says_so(ctx):
     from backend.importers import import_records
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     res = import_records([{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}],
                          "openai-chat", bundle=load_tokenizer("qwen3"))
@@ -260,8 +260,8 @@ BAD_IN_MACRO = "{% macro f(x) %}\n{{ x.nope.deeper }}\n{% endmacro %}\n\n{{ f(me
 ])
 def test_a_user_template_error_names_its_line(template, line, words):
     """Inline Jinja renders in the guarded worker: its error still says where it failed."""
-    from backend.rendering import RenderError, render_text
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
+    from backend.tokens.rendering import RenderError, render_text
 
     bundle = load_tokenizer("qwen3").with_template(template)
     assert bundle.untrusted_template
@@ -272,8 +272,8 @@ def test_a_user_template_error_names_its_line(template, line, words):
 
 def test_a_trusted_template_error_names_its_line():
     """The operator's templates render in-process (apply_chat_template): same words."""
-    from backend.rendering import RenderError, render_text
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
+    from backend.tokens.rendering import RenderError, render_text
 
     bundle = load_tokenizer("qwen3").with_template("gemma")  # a trl template: trusted, one line long
     assert not bundle.untrusted_template

@@ -140,7 +140,7 @@ def test_inspector_opens_a_trace_whose_id_has_slashes(ctx, weather):
     saved = playground._tmp_trace_file(t, sess)
     assert os.path.basename(saved) == "trace-a_.._.._b_img.jsonl"
     # both downloads sit in the session's own folders, under the app's temp root
-    from backend import lifecycle
+    from backend.deploy import lifecycle
 
     root = lifecycle.temp_root()
     assert all(os.path.realpath(p).startswith(os.path.realpath(root) + os.sep) for p in (path, saved))

@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from backend.checks.labels import termination_label
 from backend.engine import AgentLoop, LoopConfig
 from backend.generators.scripted import ScriptedGenerator
-from backend.labels import termination_label
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.tools import ToolRegistry
 from backend.trace import Trace, TraceIndex, load_traces
 from backend.trace.io import write_jsonl
@@ -188,7 +188,7 @@ def test_aggregates_by_step_match_the_traces(verl_run):
         for lab in set(labels):
             assert shares.loc[step, lab] == pytest.approx(100 * labels.count(lab) / len(traces)), (step, lab)
         assert shares.loc[step].sum() == pytest.approx(100)
-    # the end states carry the words of backend.labels with verl's code
+    # the end states carry the words of backend.checks.labels with verl's code
     assert {"answered (no_tool_calls)", "tool error (tool_error)", "malformed tool call (malformed_tool_call)",
             "hit response_length (response_length)"} <= set(shares.columns)
 

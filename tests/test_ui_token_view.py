@@ -12,7 +12,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.trace import load_traces
 from ui import token_view as tv
 from ui.context import SAMPLE_DIR
@@ -180,7 +180,7 @@ def test_incomplete_utf8_shows_bytes_not_replacement_chars(qwen):
 
 
 def test_split_utf8():
-    from backend.token_text import split_utf8
+    from backend.loading.token_text import split_utf8
 
     assert split_utf8("é".encode() + b"\xe2\x80") == [(True, "é".encode()), (False, b"\xe2\x80")]
     assert split_utf8(b"\x9cab") == [(False, b"\x9c"), (True, b"ab")]
@@ -293,7 +293,7 @@ def scored(weather):
 
 
 def test_position_logprobs_per_position(scored, weather):
-    from backend.logprobs import position_logprobs
+    from backend.checks.logprobs import position_logprobs
 
     ro, tr = position_logprobs(scored)
     n = len(scored.input_ids)
@@ -421,7 +421,7 @@ def test_payload_with_logprobs_stays_within_1_5x(qwen, scored):
         big_ids += base
         big_kinds += tv.trace_kinds(scored)
     ro, tr = [], []
-    from backend.logprobs import position_logprobs
+    from backend.checks.logprobs import position_logprobs
 
     r1, t1 = position_logprobs(scored)
     while len(ro) < len(big_ids):

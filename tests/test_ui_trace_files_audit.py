@@ -1,10 +1,10 @@
 """The Trace files tab's re-render audit (ui/trace_audit.py, wired by ui/trace_files.py), in
-process: the view of the sample traces against :func:`backend.audit.audit` run here on the same
+process: the view of the sample traces against :func:`backend.checks.audit.audit` run here on the same
 traces (read from ``sample_traces/*.jsonl`` by this test) with the tokenizer the app decodes each
 with; traces that cannot be audited are listed with why; text from traces is escaped; the bounds
 (traces per audit, time) are said; a row opens its trace the way the tab's table does, and a row
 of traces the tab no longer shows does not. No count here is written down: they come from
-``backend.audit``."""
+``backend.checks.audit``."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from cli_inprocess import run_cli
 
-from backend.audit import CAUSE_LABELS, AuditReport, TraceAudit, audit
-from backend.diagnostics import Difference
+from backend.checks.audit import CAUSE_LABELS, AuditReport, TraceAudit, audit
+from backend.checks.diagnostics import Difference
 from backend.trace import Trace, load_traces, write_jsonl
 from ui import trace_audit as ta
 from ui import trace_files
@@ -42,7 +42,7 @@ def sample_traces() -> list[Trace]:
 
 @pytest.fixture(scope="module")
 def oracle(ctx, sample_traces) -> AuditReport:
-    """backend.audit on the samples, each with the bundle the app decodes it with."""
+    """backend.checks.audit on the samples, each with the bundle the app decodes it with."""
     return audit(sample_traces, lambda t: ctx.trace_bundle(t)[0] or "no tokenizer")
 
 
@@ -173,12 +173,12 @@ def test_a_trace_that_cannot_be_read_or_audited_is_a_row_not_a_traceback(ctx, sa
     assert list(rollouts["breaks"])[0] == ta.NOT_AUDITED and "could not read it (OSError: the file went away)" in rollouts["causes"][0]
     assert list(rollouts["id"]) == ["gone", sample_traces[0].id]
 
-    import backend.audit
+    import backend.checks.audit
 
     def fails(*a, **k):
         raise RuntimeError("a bug in /srv/secret/place.py")
 
-    monkeypatch.setattr(backend.audit, "audit", fails)
+    monkeypatch.setattr(backend.checks.audit, "audit", fails)
     summary, _, _, _, rollouts = ta.audit_view(ctx, src)
     assert "the audit failed (RuntimeError: a bug in …/place.py)" in rollouts["causes"][1]
     monkeypatch.setattr(ta, "run_audit", fails)

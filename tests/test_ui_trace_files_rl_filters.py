@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from backend.trust import Mode, TrustPolicy
+from backend.safety.trust import Mode, TrustPolicy
 from ui import trace_files as tf
 from ui.context import AppContext, Session, load_samples
 from ui.trace_sets import ALL, REWARD_CHOICES

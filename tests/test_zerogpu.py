@@ -1,4 +1,4 @@
-"""ZeroGPU (backend.zerogpu): the transformers generation and the lens's scoring inside
+"""ZeroGPU (backend.runtime.zerogpu): the transformers generation and the lens's scoring inside
 ``@spaces.GPU``. The cases that run a call the way ZeroGPU does (arguments pickled, the function
 in a process forked for the call, its output streamed back; quota and queue) are in
 ``tests/zerogpu_fork_cases.py`` and run here in a fresh Python process (why: its docstring). The
@@ -18,8 +18,8 @@ import types
 
 import pytest
 
-from backend import zerogpu
 from backend.generators import transformers_local as tl
+from backend.runtime import zerogpu
 
 CASES = os.path.join(os.path.dirname(__file__), "zerogpu_fork_cases.py")
 
@@ -179,7 +179,7 @@ def test_zerogpu_hardware_with_cpu_torch_starts_without_importing_spaces():
     queue it builds has an explicit size (gradio makes it 1 on ZeroGPU when none is given)."""
     code = (
         "import sys, json, gradio as gr\n"
-        "from backend import lifecycle\n"
+        "from backend.deploy import lifecycle\n"
         "seen = {}\n"
         "def launch(self, **kw):\n"
         "    seen['max_size'] = self._queue.max_size\n"

@@ -28,10 +28,10 @@ import types
 import gradio as gr
 import pytest
 
-from backend import zerogpu
 from backend.generators import transformers_local as tl
 from backend.generators.base import Constraint, GenerationError, SamplingParams
 from backend.generators.transformers_local import TransformersGenerator
+from backend.runtime import zerogpu
 
 FORK_TIMEOUT_S = 120  # a GPU task that never answers fails the test instead of hanging it
 SETTLE_S = 2.0  # how long a fork waits for threads that were joined but have not yet exited
@@ -75,7 +75,7 @@ class FakeZeroGPU:
         self.native_threads = _os_threads_without_python()  # the ones a fork need not wait for
 
     def time(self) -> float:
-        """backend.zerogpu's clock: the wall clock plus the queue waits so far."""
+        """backend.runtime.zerogpu's clock: the wall clock plus the queue waits so far."""
         return time.time() + self.clock_offset
 
     def GPU(self, task=None, *, duration=None, size=None):  # noqa: N802 - the package's name
@@ -230,10 +230,10 @@ def test_lens_scoring_in_a_forked_gpu_process(monkeypatch, smollm2_model_dir):
     call (the forked process inherits it, as ZeroGPU's worker does), numbers equal to in-process."""
     import asyncio
 
+    from backend.checks.logprobs import TransformersScorer, score_trace
     from backend.config import LoopConfig
     from backend.engine import AgentLoop
-    from backend.logprobs import TransformersScorer, score_trace
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
     from ui import logprob_lens as L
     from ui.context import AppContext, ModelOptions, ModelService
 

@@ -137,7 +137,7 @@ def step_timeline(trace: Trace | None) -> go.Figure:
 
 def file_distributions(traces: list[Trace]) -> go.Figure:
     """Turns, response lengths and termination reasons of a set of traces."""
-    from backend.labels import trace_termination_label
+    from backend.checks.labels import trace_termination_label
 
     return distributions([t.num_turns for t in traces], [len(t.response_ids) for t in traces],
                          [trace_termination_label(t) for t in traces])

@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from backend.labels import termination_label
+from backend.checks.labels import termination_label
 from backend.trace import Step, ToolResult, Trace
 from backend.trace.model import StepState as S
 

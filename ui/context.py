@@ -23,8 +23,8 @@ from typing import Any
 
 from backend.config import default_tool_choice, runs_embedded_model
 from backend.errors import UserError  # the UI modules import it from here too
+from backend.safety.trust import LOCAL, TrustPolicy
 from backend.trace import Trace
-from backend.trust import LOCAL, TrustPolicy
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +62,8 @@ class ModelOptions:
     tokenizer: str | None = None
     template: str | None = None
     engine_opts: dict[str, Any] = field(default_factory=dict)
-    hardware: str | None = None  # backend.hardware.Hardware.describe(): what the backend was picked for
-    scorer_device: str = "cpu"  # the logprob lens's forward pass (backend.hardware.Plan.scorer_device)
+    hardware: str | None = None  # backend.deploy.hardware.Hardware.describe(): what the backend was picked for
+    scorer_device: str = "cpu"  # the logprob lens's forward pass (backend.deploy.hardware.Plan.scorer_device)
 
     def describe(self) -> str:
         what = self.model or ("the server's model" if self.backend == "vllm-server" else "SmolLM2-135M-Instruct (embedded)")
@@ -164,7 +164,7 @@ class ModelService:
 
     def _build(self) -> tuple[Any, Any]:
         from backend.generators.factory import create_generator
-        from backend.tokenizers import load_model_tokenizer, load_tokenizer
+        from backend.loading.tokenizers import load_model_tokenizer, load_tokenizer
 
         o = self.options
         assert o is not None
@@ -223,7 +223,7 @@ class TokenizerCache:
     def get(self, name: str, template: str | None = None) -> Any:
         """Operator-level load (an offline profile, or what the operator named): a visitor's
         input goes through :meth:`AppContext.visitor_bundle` first."""
-        from backend.tokenizers import load_tokenizer
+        from backend.loading.tokenizers import load_tokenizer
 
         hit = self.peek(name, template)
         if hit is not None:
@@ -267,7 +267,7 @@ class AppContext:
 
     def visitor_bundle(self, tokenizer: Any, template: Any = None) -> Any:
         """A tokenizer bundle for visitor input (any field of the app): the trust policy decides
-        what may be named (:class:`backend.trust.TrustPolicy`); a template the visitor typed, or
+        what may be named (:class:`backend.safety.trust.TrustPolicy`); a template the visitor typed, or
         one that came with a tokenizer the visitor named, renders in the guarded worker."""
         from backend.families import PROFILES
 
@@ -322,9 +322,9 @@ class AppContext:
 
     def trace_template(self, bundle: Any, trace: Trace) -> tuple[Any, str]:
         """``bundle`` with the template ``trace`` was made with when it can be found, and why
-        not otherwise (:func:`backend.tokenizers.with_trace_template`, the CLI's rule). A name or
+        not otherwise (:func:`backend.loading.tokenizers.with_trace_template`, the CLI's rule). A name or
         text from a file: never a path on a public server."""
-        from backend.tokenizers import with_trace_template
+        from backend.loading.tokenizers import with_trace_template
 
         def load(spec: str) -> Any:
             key = f"trace:{spec}"
@@ -359,7 +359,7 @@ class AppContext:
                     except Exception:  # noqa: BLE001 - reported when the user opens the trace
                         pass
             if embedded:
-                from backend.models import default_model_path
+                from backend.loading.models import default_model_path
 
                 try:
                     default_model_path()  # a run that needs it meanwhile waits on the build's lock
@@ -389,7 +389,7 @@ class AppContext:
 
 def _load_typed_tokenizer(name: str) -> Any:
     """A tokenizer a local user typed (hub id or path): loaded as typed, its template guarded."""
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     return load_tokenizer(name).guarded()
 
@@ -465,7 +465,7 @@ class Session:
     cancel: Any = None  # asyncio.Event of the run in progress
     # the session's download folders by kind (run, export, trace): the newest of each kind is
     # kept (gradio serves its own copy of a file once it is returned), all go when the session
-    # ends (State delete_callback) or the app stops (backend.lifecycle)
+    # ends (State delete_callback) or the app stops (backend.deploy.lifecycle)
     temp_dirs: dict[str, str] = field(default_factory=dict)
     # the routing key of the conversation (every message is a run; all of them go to one vLLM
     # server, which holds the conversation's prefix); a new one on Reset
@@ -485,7 +485,7 @@ class Session:
         return lock
 
     def temp_dir(self, kind: str) -> str:
-        from backend import lifecycle
+        from backend.deploy import lifecycle
 
         old = self.temp_dirs.pop(kind, None)
         if old:
@@ -498,7 +498,7 @@ class Session:
         return d
 
     def remove_temp_dirs(self) -> None:
-        from backend import lifecycle
+        from backend.deploy import lifecycle
 
         for d in list(self.temp_dirs.values()):
             try:

@@ -2,7 +2,7 @@
 side, ranked by reward, and two of them aligned token by token.
 
 What the tab shows (an upload, the samples, or a trace set: ``ui.trace_files.audit_source`` gives
-them, read one at a time, the first :data:`MAX_TRACES`) is grouped by :func:`backend.groups.group_traces`
+them, read one at a time, the first :data:`MAX_TRACES`) is grouped by :func:`backend.checks.groups.group_traces`
 (``metadata.group``, else verl's ``uid``, else the prompt, within a training step) when the section
 is first opened (or a link names a group), one trace at a time, at most :data:`MAX_READ_TOKENS`
 response tokens. The groups are kept in the session (small: numbers and ids, never the traces)
@@ -33,8 +33,8 @@ from urllib.parse import quote
 import gradio as gr
 import pandas as pd
 
-from backend.groups import Group, departure, find_group, group_traces, response_text
-from backend.token_text import decoder_for
+from backend.checks.groups import Group, departure, find_group, group_traces, response_text
+from backend.loading.token_text import decoder_for
 from ui import assets
 from ui.token_view import fragments
 

@@ -19,7 +19,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from backend.labels import termination_label, trace_termination_label
+from backend.checks.labels import termination_label, trace_termination_label
 from backend.trace import Step, Trace
 from backend.trace.builder import mask_runs  # noqa: F401  (ui.inspector.mask_runs: tests, callers)
 from backend.trace.model import StepState as S
@@ -289,7 +289,7 @@ def diagnostics_rows(trace: Trace | None, bundle: Any | None) -> pd.DataFrame:
     if trace is None:
         return pd.DataFrame([], columns=DIAG_COLUMNS)
     try:
-        from backend.diagnostics import check
+        from backend.checks.diagnostics import check
     except ImportError:
         return pd.DataFrame([{"severity": "info", "code": "unavailable", "message": "diagnostics are not installed in this build",
                               "step": "", "message #": "", "token": ""}], columns=DIAG_COLUMNS)
@@ -662,7 +662,7 @@ def build(ctx: AppContext, session: gr.State) -> InspectorUI:
         plot_tokens = gr.Plot(label="Tokens per step", show_label=False, elem_id="insp-plot-tokens")
         plot_timeline = gr.Plot(label="Step timeline", show_label=False, elem_id="insp-plot-timeline")
     diagnostics = gr.Dataframe(headers=DIAG_COLUMNS, value=diagnostics_rows(None, None), interactive=False,
-                               label="Diagnostics (backend.diagnostics)", elem_id="insp-diagnostics", wrap=True,
+                               label="Diagnostics (backend.checks.diagnostics)", elem_id="insp-diagnostics", wrap=True,
                                column_widths=["8%", "16%", "58%", "6%", "6%", "6%"])
 
     ui = InspectorUI(trace_dd, decode_dd, summary, steps_df, step_dd, chat, step_header, step_text, step_tokens,

@@ -2,7 +2,7 @@
 trainer's, for the selected trace.
 
 * **Score with trainer view**: a teacher-forced transformers forward pass over the trace's ids
-  (:mod:`backend.logprobs`) with *the model that served it*, when this app has that model: the
+  (:mod:`backend.checks.logprobs`) with *the model that served it*, when this app has that model: the
   embedded default model or the operator's ``--model`` (in local mode also a local model folder
   the trace names). A model id or path that comes from a trace file is visitor input: on a
   public server it is only ever *compared* with the app's own model, never loaded. The scored
@@ -19,7 +19,7 @@ trainer's, for the selected trace.
   never takes the memory the engine needs to start.
 * The numbers (:func:`numbers_html`): per trace and per step, mean / max |Δ|, verl's
   ``rollout_probs_diff_max/mean/std``, the share of tokens whose ratio is outside [1/C, C] and
-  the k3 KL, over **mask-1 tokens only** (:func:`backend.logprobs.compare`).
+  the k3 KL, over **mask-1 tokens only** (:func:`backend.checks.logprobs.compare`).
 * Charts (plotly): rollout vs trainer logprob (mask-1 tokens), the ratio histogram, mean |Δ| per
   step. The worst tokens, listed and clickable: a click selects the token's step if needed and
   dispatches ``tv-select`` on the token view (``ui/token_view.py``'s shared interface).
@@ -39,9 +39,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from backend import zerogpu
+from backend.checks.logprobs import DEFAULT_CAP, Comparison, compare, has_logprob_pairs, rollout_temperature
 from backend.errors import UserError
-from backend.logprobs import DEFAULT_CAP, Comparison, compare, has_logprob_pairs, rollout_temperature
+from backend.runtime import zerogpu
 from backend.trace import Trace
 from ui import assets
 from ui.theme import CHART
@@ -91,7 +91,7 @@ def app_model(ctx: Any) -> tuple[list[str], Any] | None:
     o = ctx.model.options
     if o is None:
         return None
-    from backend.models import DEFAULT_MODEL_ALIASES, default_model_path, resolve_model
+    from backend.loading.models import DEFAULT_MODEL_ALIASES, default_model_path, resolve_model
 
     if o.backend in ("vllm", "transformers"):
         if not o.model or o.model in DEFAULT_MODEL_ALIASES:
@@ -148,7 +148,7 @@ class _Scorers:
         self.max_entries = max_entries
 
     def get(self, model: str, dtype: str, device: str = "cpu") -> Any:
-        from backend.logprobs import TransformersScorer
+        from backend.checks.logprobs import TransformersScorer
 
         key = (model, dtype, device)
         with self._lock:
@@ -258,7 +258,7 @@ def _score_task(model: str, dtype: str, device: str, trace: Trace, lease_s: floa
     """Load (once per process) and run the scorer: ``("ok", scored trace)`` or ``("error",
     message)``, data either way (on ZeroGPU this runs in the process forked for the call, and an
     exception would arrive as its class name only)."""
-    from backend.logprobs import ScoreError, score_trace
+    from backend.checks.logprobs import ScoreError, score_trace
 
     try:
         scorer = SCORERS.get(model, dtype, device)
@@ -312,7 +312,7 @@ def score_sync(ctx: Any, trace: Trace, dtype: str) -> Trace:
     if not _BUSY.acquire(blocking=False):
         raise LensError("another trace is being scored on this server; try again when it is done")
     try:
-        from backend.logprobs import ScoreError
+        from backend.checks.logprobs import ScoreError
 
         device = scorer_device(ctx)
         if device == "cuda" and shares_card_with_vllm(ctx) and (model, dtype, device) not in SCORERS.keys():

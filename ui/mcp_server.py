@@ -6,11 +6,11 @@ output, the diagnostics of a trace. Every tool is a pure function of the data se
 
 * tokenizers are named only among the offline profiles (and the model's own tokenizer, which the
   operator chose); templates only among trl's template names or as inline Jinja text, rendered in
-  the guarded worker (:mod:`backend.template_guard`). Hub ids, paths and URLs are refused in every
+  the guarded worker (:mod:`backend.tokens.template_guard`). Hub ids, paths and URLs are refused in every
   mode: the MCP tools never read the server's disk, whatever the app's mode
-  (:class:`backend.trust.TrustPolicy` in public mode decides what may be named);
-* every text is bounded by ``ALI_MAX_FIELD_CHARS`` (:data:`backend.trust.MAX_FIELD_CHARS`), a
-  template by :data:`backend.tokenizers.MAX_TEMPLATE_CHARS`, a request body by
+  (:class:`backend.safety.trust.TrustPolicy` in public mode decides what may be named);
+* every text is bounded by ``ALI_MAX_FIELD_CHARS`` (:data:`backend.safety.trust.MAX_FIELD_CHARS`), a
+  template by :data:`backend.loading.tokenizers.MAX_TEMPLATE_CHARS`, a request body by
   :func:`max_request_bytes`; token ids come back at most ``max_ids`` at a time; the calls running
   at once by the app's ``--concurrency-limit``, with a bounded wait behind them;
 * a bad input is an MCP tool error (``isError``) with a message that says what to send instead;
@@ -45,10 +45,10 @@ from pydantic import BaseModel, Field
 
 from backend.errors import UserError
 from backend.families import PROFILES
+from backend.loading.tokenizers import MAX_TEMPLATE_CHARS
 from backend.parsers import available_parsers
-from backend.template_errors import RenderError
-from backend.tokenizers import MAX_TEMPLATE_CHARS
-from backend.trust import MAX_FIELD_CHARS, Mode, Range, check_text, is_loopback
+from backend.safety.trust import MAX_FIELD_CHARS, Mode, Range, check_text, is_loopback
+from backend.tokens.template_errors import RenderError
 
 if TYPE_CHECKING:
     from ui.context import AppContext
@@ -254,7 +254,7 @@ def _bundle(ctx: AppContext, profile: Any, template: Any) -> Any:
 def do_render(ctx: AppContext, messages: Any, tools: Any = None, profile: str = "qwen3", template: str | None = None,
               add_generation_prompt: bool = True, chat_template_kwargs: dict[str, Any] | None = None,
               max_ids: int = DEFAULT_MAX_IDS) -> RenderOutput:
-    from backend.rendering import encode, render_text, render_warnings
+    from backend.tokens.rendering import encode, render_text, render_warnings
 
     ctx = _public(ctx)
     msgs = _messages(messages)
@@ -329,7 +329,7 @@ def do_parse(ctx: AppContext, text: str, profile: str | None = None, format: str
 
 def do_check(ctx: AppContext, trace: Any = None, messages: Any = None, tools: Any = None, profile: str | None = None,
              template: str | None = None, token_checks: bool = True) -> CheckOutput:
-    from backend.diagnostics import Finding, FindingCode, Location, check, summarize
+    from backend.checks.diagnostics import Finding, FindingCode, Location, check, summarize
 
     ctx = _public(ctx)
     if trace is None and messages is None:
@@ -439,7 +439,7 @@ def _result(out: BaseModel) -> Any:
 def _clear_error(e: BaseException) -> str | None:
     """The message of an error the caller can fix (bad input, a template that fails or overruns
     its limits), or None for an unexpected one."""
-    from backend.template_guard import TemplateGuardError
+    from backend.tokens.template_guard import TemplateGuardError
 
     if isinstance(e, (UserError, RenderError, TemplateGuardError)):
         text = str(e).strip()

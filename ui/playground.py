@@ -23,7 +23,7 @@ from typing import Any
 
 import gradio as gr
 
-from backend import lifecycle
+from backend.checks.labels import OK_CODES, termination_label
 from backend.config import (
     DEFAULTS,
     FIELDS,
@@ -34,7 +34,7 @@ from backend.config import (
     env_defaults,
     tool_choice_policy,
 )
-from backend.labels import OK_CODES, termination_label
+from backend.deploy import lifecycle
 from backend.trace import Trace
 from ui.chat import message_to_chat, pending_message, trace_to_chat
 from ui.context import AppContext, Session, UserError, short_error, trace_file_name
@@ -262,10 +262,10 @@ def _setting_value(name: str, v: Any) -> Any:
 
 
 def check_settings(ctx: AppContext, s: Any) -> Any:
-    """Every number and text of a run as this server accepts it (:mod:`backend.trust`): the
+    """Every number and text of a run as this server accepts it (:mod:`backend.safety.trust`): the
     API bypasses the widgets, so the ranges the widgets offer are enforced here (an empty number
     takes the app's default)."""
-    from backend.trust import check_text
+    from backend.safety.trust import check_text
 
     t = ctx.trust
     texts = [*_TEXT_SETTINGS, *(n for n in LOOP_WIDGETS if FIELDS[n].widget in ("text", "dropdown"))]
@@ -477,7 +477,7 @@ async def run_turn(ctx: AppContext, session: Session, user_text: str, s: RunSett
         raise UserError("type a message first")
     s = check_settings(ctx, s)
     try:
-        from backend.trust import check_text
+        from backend.safety.trust import check_text
 
         check_text(user_text, "the message")
     except ValueError as e:
@@ -632,7 +632,7 @@ def loop_widget(ctx: AppContext, name: str, defaults: Any = None) -> Any:
 
 
 def build(ctx: AppContext) -> PlaygroundUI:
-    from backend.tokenizers import families_line
+    from backend.loading.tokenizers import families_line
     from ui.template_lab import tokenizer_choices
 
     R = ctx.trust.ranges

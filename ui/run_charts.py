@@ -16,7 +16,7 @@ Measures per group, as the axis titles and the comparison table name them:
   median with the interquartile band (25th–75th percentile);
 * assistant turns (``turns``): median with the interquartile band;
 * termination: the share of the group's traces per end state, in the words of
-  :func:`backend.labels.termination_label` (``answered (no_tool_calls)``);
+  :func:`backend.checks.labels.termination_label` (``answered (no_tool_calls)``);
 * tool errors: the share of traces with at least one tool error (``tool_errors`` > 0: a tool result
   with ok false, or an error of a tool step). The index does not count tool calls, so this is a
   rate over traces, not over calls; the hover and the table also give the mean count per trace;
@@ -44,7 +44,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from backend.labels import termination_label
+from backend.checks.labels import termination_label
 from backend.trace.model import TerminationReason
 from ui.charts import LAYOUT, axis_labels, empty_figure, plot_text
 
@@ -170,7 +170,7 @@ def _ranges(names: list[str], inverse: np.ndarray) -> tuple[list[str], np.ndarra
 
 
 def termination_labels(codes: pd.Series) -> pd.Series:
-    """:func:`backend.labels.termination_label` of each code (computed once per distinct code)."""
+    """:func:`backend.checks.labels.termination_label` of each code (computed once per distinct code)."""
     idx, uniques = pd.factorize(codes, use_na_sentinel=True)
     words = np.array([termination_label(str(c)) for c in uniques] + [termination_label(None)], dtype=object)
     return pd.Series(words[idx], index=codes.index, dtype=object)  # -1 (missing): the last entry

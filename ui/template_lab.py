@@ -10,7 +10,7 @@ from typing import Any
 
 import gradio as gr
 
-from backend import seqdiff
+from backend.checks import seqdiff
 from ui import token_view
 from ui.context import AppContext, UserError, short_error
 
@@ -61,13 +61,13 @@ class TemplateLabUI:
 
 
 def _template_choices() -> list[str]:
-    from backend.tokenizers import trl_template_names
+    from backend.loading.tokenizers import trl_template_names
 
     return [OWN, CUSTOM, *trl_template_names()]
 
 
 def parse_json(text: str, what: str, kind: type) -> Any:
-    from backend.trust import VisitorInputError, check_text
+    from backend.safety.trust import VisitorInputError, check_text
 
     try:
         text = check_text(text, what).strip()
@@ -87,7 +87,7 @@ def parse_json(text: str, what: str, kind: type) -> Any:
 def render_one(ctx: AppContext, tokenizer: str, template: str, custom: str, messages: list, tools: list, gen_prompt: bool,
                kwargs: dict, prefix: str) -> tuple[str, str, str, Any]:
     """(summary html, text html, tokens html, Rendering or None)."""
-    from backend.rendering import render
+    from backend.tokens.rendering import render
 
     try:
         if not tokenizer:
@@ -205,7 +205,7 @@ def tokenizer_choices(ctx: AppContext) -> list[str]:
 
 
 def _side(ctx: AppContext, label: str, tok: str, tpl: str, prefix: str) -> Side:
-    from backend.tokenizers import families_line
+    from backend.loading.tokenizers import families_line
 
     public = ctx.trust.public
     with gr.Row():

@@ -20,7 +20,7 @@ windowed: the browser builds the spans of the chunks near the visible part from 
 per-token data. The root listens for ``tv-select`` (``detail.index``: a trace position).
 
 Token text (bytes, broken UTF-8 shown as ``\\xe2\\x80`` escapes, never as U+FFFD, special
-tokens) comes from :mod:`backend.token_text`, cached per tokenizer; the markup of each id is
+tokens) comes from :mod:`backend.loading.token_text`, cached per tokenizer; the markup of each id is
 cached here, per decoder. The view's CSS and JS are files: ``ui/assets/token_view.css`` and
 ``ui/assets/token_view.js`` (:data:`CSS`, :data:`JS`, read once at import).
 """
@@ -37,8 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.logprobs import position_logprobs
-from backend.token_text import TokenDecoder, TokenInfo, decoder_for, split_utf8
+from backend.checks.logprobs import position_logprobs
+from backend.loading.token_text import TokenDecoder, TokenInfo, decoder_for, split_utf8
 from backend.trace.model import StepState as S
 from ui import assets
 
@@ -94,7 +94,7 @@ def _fragment(tid: int, info: TokenInfo) -> tuple[str, str, bool]:
 
 
 # The markup of each id (:func:`_fragment`), cached per decoder: it lives as long as the
-# tokenizer's decoder does (backend.token_text.decoder_for).
+# tokenizer's decoder does (backend.loading.token_text.decoder_for).
 _FRAGMENTS: "weakref.WeakKeyDictionary[TokenDecoder, dict[int, tuple[str, str, bool]]]" = weakref.WeakKeyDictionary()
 _FRAGMENTS_LOCK = threading.Lock()
 
@@ -177,7 +177,7 @@ def _legend(counts: TokenCounts) -> str:
 # ---- colour modes (logprobs) -------------------------------------------------------------------
 
 # |Δ| = |trainer − rollout| per token, binned h0..h4; the last bin starts at ln 2, where the
-# importance ratio exp(Δ) leaves [1/2, 2] (the default truncation cap of backend.logprobs).
+# importance ratio exp(Δ) leaves [1/2, 2] (the default truncation cap of backend.checks.logprobs).
 HEAT_EDGES = (0.01, 0.05, 0.2, math.log(2.0))
 HEAT_LABELS = ("< 0.01", "< 0.05", "< 0.2", "< ln 2 (ratio in [½, 2])", "≥ ln 2 (ratio outside [½, 2])")
 # probability exp(logprob) of the token (the rollout's; the trainer's where the rollout has none),
@@ -290,7 +290,7 @@ def render_tokens(
     position of ``ids[0]`` in its trace and ``step_index`` the step all of them belong to, for a
     view of one step's tokens (the info line then gives trace positions and that step).
     ``logprobs``: ``(rollout, trainer)`` per token (None where absent), as
-    :func:`backend.logprobs.position_logprobs` gives them; with any value the view gets its
+    :func:`backend.checks.logprobs.position_logprobs` gives them; with any value the view gets its
     colour modes (probability, and |Δ| heat where both exist), switched client side.
     ``window``: send compact per-token data and let the browser build the token spans of the
     chunks near the visible part only (:func:`_windowed_body`); by default above

@@ -1,4 +1,4 @@
-"""The Trace files tab's re-render audit (:mod:`backend.audit`): would a full re-render of each
+"""The Trace files tab's re-render audit (:mod:`backend.checks.audit`): would a full re-render of each
 loaded trace's final messages (what many trainers do to build a training sample) give the ids the
 model was shown, and if not, why.
 
@@ -93,7 +93,7 @@ class AuditUI:
 
 def bundle_finder(ctx: AppContext) -> Callable[[Trace], Any]:
     """A trace's tokenizer bundle, as the Inspector gets it (:meth:`AppContext.trace_bundle`), or
-    why there is none (a string, :func:`backend.audit.audit`'s way). One lookup per tokenizer name
+    why there is none (a string, :func:`backend.checks.audit.audit`'s way). One lookup per tokenizer name
     and template digest of an audit."""
     cache: dict[tuple[str, str | None], Any] = {}
 
@@ -110,11 +110,11 @@ def bundle_finder(ctx: AppContext) -> Callable[[Trace], Any]:
 
 def run_audit(ctx: AppContext, items: Iterable[Item], *, budget_s: float = TIME_BUDGET_S,
               progress: Callable[[int], None] | None = None) -> tuple[Any, list[Item], int]:
-    """Audit ``items`` one at a time (:func:`backend.audit.audit`, with :func:`bundle_finder`'s
+    """Audit ``items`` one at a time (:func:`backend.checks.audit.audit`, with :func:`bundle_finder`'s
     bundles): ``(AuditReport, the items audited, in report order, how many were skipped past the
     time budget)``. A trace that cannot be read, or whose audit fails, is in the report with why
     (its ``error``), never dropped."""
-    from backend.audit import AuditReport, TraceAudit, audit
+    from backend.checks.audit import AuditReport, TraceAudit, audit
 
     rep = AuditReport()
     done: list[Item] = []
@@ -143,7 +143,7 @@ def run_audit(ctx: AppContext, items: Iterable[Item], *, budget_s: float = TIME_
 
 
 def _label(cause: str) -> str:
-    from backend.audit import CAUSE_LABELS
+    from backend.checks.audit import CAUSE_LABELS
 
     return CAUSE_LABELS.get(cause, cause)
 

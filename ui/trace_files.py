@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 import gradio as gr
 import pandas as pd
 
+from backend.checks.labels import trace_termination_label
 from backend.importers import FORMATS as IMPORT_FORMATS
-from backend.labels import trace_termination_label
 from backend.trace import Trace, TraceFileError, TraceFormatError, TraceIndex
 from backend.trace.index import summary_of_trace
 from ui import charts, grpo_groups, run_charts, trace_audit
@@ -47,7 +47,7 @@ from ui.trace_sets import (
     wire_set,
 )
 
-# "termination": the end state in words with verl's code beside it (backend.labels); "preview":
+# "termination": the end state in words with verl's code beside it (backend.checks.labels); "preview":
 # the first user message
 COLUMNS = ["#", "id", "source", "turns", "tokens", "termination", "errors", "preview"]
 AUTO = "auto"
@@ -81,7 +81,7 @@ class FileRows:
     losses: int = 0  # things the import did not carry over (listed with the problems)
     notes: list[str] = field(default_factory=list)  # how auto-detection chose between formats
     tokenizer: str | None = None
-    # per row, the GRPO group the group view puts it in (backend.groups.group_of: the file's group
+    # per row, the GRPO group the group view puts it in (backend.checks.groups.group_of: the file's group
     # id, else a hash of the prompt): what the group filter matches
     groups: list[str] = field(default_factory=list)
 
@@ -107,7 +107,7 @@ def _kept_name(path: str) -> str:
 
 def _rows_of(kept: str) -> FileRows:
     """The :class:`FileRows` of a file of our traces (every record validated as it is read)."""
-    from backend.groups import group_of
+    from backend.checks.groups import group_of
 
     ends: list[str] = []
     hay: list[str] = []
@@ -240,7 +240,7 @@ def preview(t: Trace, limit: int = PREVIEW_CHARS) -> str:
 def listing(index: TraceIndex, labels: list[str], traces: dict[str, Trace], ends: list[str] | None = None) -> pd.DataFrame:
     """The table of a file: one row per row of its ``index`` (id, source, turns, tokens, errors,
     preview come from the index), ``#`` the row's position in ``labels`` (its trace in the
-    session), the termination in words (:func:`backend.labels.trace_termination_label`; ``ends``:
+    session), the termination in words (:func:`backend.checks.labels.trace_termination_label`; ``ends``:
     those words per row, for a file whose traces are not held)."""
     cols = index.cols
     rows = []
@@ -307,8 +307,8 @@ def rl_frame(df: pd.DataFrame, labels: list[str], traces: dict[str, Trace], rows
     """The training step, GRPO group and reward (``training_step``, ``group``, ``score``, as the
     index has them) of a file's table rows (their ``#``): from the index of a file not held
     (``rows``), else from the traces in memory. ``group`` is the group the group view puts the row
-    in (:func:`backend.groups.group_of`: the file's group id, else a hash of its prompt)."""
-    from backend.groups import group_of
+    in (:func:`backend.checks.groups.group_of`: the file's group id, else a hash of its prompt)."""
+    from backend.checks.groups import group_of
 
     at = [int(i) for i in df["#"]]
     if rows is not None:
@@ -393,7 +393,7 @@ def read_upload(ctx: AppContext, path: str, fmt: str = AUTO, tokenizer: str | No
     ``tokenizer``, and the traces written to ``keep_in`` as our JSONL. No trace is held."""
     from backend import importers
     from backend.importers import load_any
-    from backend.pickle_guard import looks_like_pickle
+    from backend.safety.pickle_guard import looks_like_pickle
     from backend.trace.yaml_guard import is_yaml_path
 
     pickled = looks_like_pickle(path)
@@ -434,7 +434,7 @@ def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AU
     nothing of this one is kept)."""
     import html
 
-    from backend import lifecycle
+    from backend.deploy import lifecycle
     from backend.trace import human_bytes
 
     empty = pd.DataFrame([], columns=["line", "problem"])
@@ -472,7 +472,7 @@ def load_file(ctx: AppContext, session: Session, path: str | None, fmt: str = AU
 def _remove_when_unused(index: TraceIndex, folder: str) -> None:
     import weakref
 
-    from backend import lifecycle
+    from backend.deploy import lifecycle
 
     def remove() -> None:
         try:
@@ -538,7 +538,7 @@ def _show_file(ctx: AppContext, session: Session, name: str, rows: FileRows, imp
 def export_filtered(session: Session, df: pd.DataFrame | None, fmt: str) -> str:
     """The table's rows (their ``#``) as one file. No rows given (the API's default table, or a
     table the filters emptied): the rows the session's table lists now (its last filters)."""
-    from backend.export import export_traces
+    from backend.exporters.export import export_traces
 
     at = [int(i) for i in df["#"] if str(i).strip() != ""] if isinstance(df, pd.DataFrame) and "#" in df.columns else []
     if not at:  # an emptied table may hold one blank row

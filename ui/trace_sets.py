@@ -149,7 +149,7 @@ _LABELS: dict[str, str] = {}
 
 
 def _label_of(code: str) -> str:
-    from backend.labels import termination_label
+    from backend.checks.labels import termination_label
 
     if code not in _LABELS:
         _LABELS[code] = termination_label(code or None) if code else "no end state"
@@ -244,7 +244,7 @@ def set_outputs(session: Session, poll: bool = False) -> list[Any]:
 
 def export_set(session: Session, fmt: str, limit: int = 10_000) -> str:
     """The traces the set's filters keep (each read by its bytes), as one file; at most ``limit``."""
-    from backend.export import export_traces
+    from backend.exporters.export import export_traces
 
     view = set_view(session)
     ts, _ = session_set(session)

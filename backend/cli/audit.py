@@ -1,5 +1,5 @@
 """``audit``: would a full re-render of each rollout's messages (what many trainers still do)
-give the ids the model was shown? A table by cause and by turn (:mod:`backend.audit`). Exit
+give the ids the model was shown? A table by cause and by turn (:mod:`backend.checks.audit`). Exit
 status as ``check``: 0 every record was a trace and was audited; 1 some records were not traces
 (listed; the rest was audited); 2 nothing was audited."""
 
@@ -29,7 +29,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backend.audit import CAUSE_LABELS, audit
+    from backend.checks.audit import CAUSE_LABELS, audit
     from backend.cli.check import bundle_for_trace, load_source
 
     source, problems = load_source(args)

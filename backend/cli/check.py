@@ -39,11 +39,11 @@ def register(sub) -> None:
 def bundle_for_trace(trace, args, cache: dict):
     """``(bundle, skipped, template_note)`` for the token-level checks of ``trace``: the tokenizer
     (``--tokenizer``, else the trace's own offline profile) with ``--template``, else with the
-    template the trace was made with when it can be found (:func:`backend.tokenizers.with_trace_template`:
+    template the trace was made with when it can be found (:func:`backend.loading.tokenizers.with_trace_template`:
     the rule the MCP ``check`` tool follows too); ``template_note`` says why the trace's own
     template was not used. ``bundle`` None: skipped, ``skipped`` says why."""
     from backend.families import PROFILES
-    from backend.tokenizers import load_tokenizer, with_trace_template
+    from backend.loading.tokenizers import load_tokenizer, with_trace_template
 
     if args.no_tokens:
         return None, None, ""
@@ -92,7 +92,7 @@ def load_source(args):
 
 
 def run(args) -> int:
-    from backend.diagnostics import Finding, FindingCode, Location, LogprobThresholds, check, summarize
+    from backend.checks.diagnostics import Finding, FindingCode, Location, LogprobThresholds, check, summarize
 
     source, problems = load_source(args)
     th = LogprobThresholds()

@@ -44,7 +44,7 @@ def synthetic_start(text: str) -> float:
 
 
 def run(args) -> int:
-    from backend.export import export_traces
+    from backend.exporters.export import export_traces
     from backend.importers import load_any
     from backend.trace import TraceFileError
 

@@ -39,7 +39,7 @@ def build_gateway(args, *, scripted_ok: bool = True):
     from backend.gateway.core import Gateway
     from backend.generators.factory import create_generator, normalize_backend
     from backend.generators.scripted import ScriptedGenerator, load_script
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     cfg, _ = loop_config(args)
     b = "scripted" if args.generator == "scripted" else normalize_backend(args.generator)

@@ -1,4 +1,4 @@
-"""``groups``: the GRPO groups of a rollout file (:mod:`backend.groups`): per group its step,
+"""``groups``: the GRPO groups of a rollout file (:mod:`backend.checks.groups`): per group its step,
 prompt, mean and std of the rewards and whether they are all equal (no learning signal), and
 its samples ranked by reward with advantage, response tokens, end state and the first token
 where each departs from the best one. Another tool's file (TRL's completion logs, verl's
@@ -32,7 +32,7 @@ def _fmt(v: float | None) -> str:
 def run(args) -> int:
     import os
 
-    from backend.groups import group_traces
+    from backend.checks.groups import group_traces
     from backend.importers import load_any
     from backend.trace import TraceFileError
 

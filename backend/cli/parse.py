@@ -37,7 +37,7 @@ def run(args) -> int:
     bundle = None
     fmt = args.format
     if args.tokenizer or args.template or (fmt or "").startswith("vllm:") or fmt == "transformers":
-        from backend.tokenizers import load_tokenizer
+        from backend.loading.tokenizers import load_tokenizer
 
         bundle = load_tokenizer(args.tokenizer or "qwen3", template=args.template)
         print_warnings(bundle.template_warnings())

@@ -12,7 +12,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backend.tokenizers import describe_profiles
+    from backend.loading.tokenizers import describe_profiles
 
     rows = describe_profiles()
     lines = []

@@ -52,8 +52,8 @@ def load_tool_schemas(path: str | None):
 
 
 def run(args) -> int:
-    from backend.rendering import render
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
+    from backend.tokens.rendering import render
 
     bundle = load_tokenizer(args.tokenizer, template=args.template)
     msgs = load_messages(args.messages)

@@ -42,8 +42,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from backend.config import runs_embedded_model
+    from backend.loading.tokenizers import load_tokenizer
     from backend.rollout import Progress, RolloutError, RolloutStats, load_prompts, run_rollouts
-    from backend.tokenizers import load_tokenizer
 
     if args.concurrency < 1:
         raise CLIError("--concurrency must be at least 1")

@@ -43,7 +43,7 @@ def run(args) -> int:
     from backend.config import runs_embedded_model
     from backend.engine import AgentLoop
     from backend.generators.scripted import ScriptedGenerator, load_script
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
     from backend.trace import write_jsonl
     from backend.trace.builder import mask_runs
 

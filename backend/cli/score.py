@@ -1,6 +1,6 @@
 """``score``: add the trainer's view of the logprobs to every trace of a file.
 
-A teacher-forced forward pass with transformers over each trace's ids (:mod:`backend.logprobs`):
+A teacher-forced forward pass with transformers over each trace's ids (:mod:`backend.checks.logprobs`):
 each response step gets ``info.trainer_logprobs`` and the trace ``scorer``. The output is JSONL,
 one trace appended (and flushed) as soon as it is scored, so an interrupted run is resumed by
 running the same command again: traces whose id is already in ``--out`` are skipped. Exit
@@ -49,8 +49,8 @@ def _done_ids(path: str) -> set[str]:
 def run(args) -> int:
     from tqdm import tqdm
 
+    from backend.checks.logprobs import ScoreError, TransformersScorer, VLLMPromptScorer, compare, score_trace
     from backend.importers import load_any
-    from backend.logprobs import ScoreError, TransformersScorer, VLLMPromptScorer, compare, score_trace
     from backend.trace import TraceFileError, append_jsonl
 
     if not os.path.exists(args.traces):
@@ -76,7 +76,7 @@ def run(args) -> int:
     print_notes(notes)
     model = args.model
     if model is None:
-        from backend import models
+        from backend.loading import models
 
         model = str(models.default_model_path())
     scored = []

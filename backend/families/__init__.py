@@ -7,7 +7,7 @@ tables (empty where the family has none):
   ``--tokenizer`` name): vocabulary, default template, tool-call format, stop tokens (besides the
   vocabulary's EOS), reasoning markers, and its reference renderer where its encoder is not Jinja;
 - ``VOCABULARIES``: the vocabularies it rebuilds from a registry package
-  (:class:`backend.vocab.Vocabulary`: source files, special tokens, recipe);
+  (:class:`backend.tokens.vocab.Vocabulary`: source files, special tokens, recipe);
 - ``OWN_VOCABULARIES``: the ones it builds or loads itself
   (:class:`~backend.families.profile.OwnVocabulary`);
 - ``MODEL_NAMES``: ``(regex, profile)`` pairs that place a model by its name (first match wins);
@@ -28,12 +28,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from backend import vocab
 from backend.errors import ModelBuildError
 from backend.families import deepseek, gemma, glm, gpt_oss, llama3, minimax, mistral, qwen, smollm2
 from backend.families.base import ContextTurn, DerivedRule, Edit, TurnRule
 from backend.families.profile import OwnVocabulary, Profile
-from backend.vocab import Vocabulary
+from backend.tokens import vocab
+from backend.tokens.vocab import Vocabulary
 
 __all__ = ["FAMILIES", "ContextTurn", "Edit", "OWN_VOCABULARIES", "PROFILES", "RULES", "TurnRule", "VOCABULARIES",
            "rule_for", "vocab_dir"]
@@ -76,7 +76,7 @@ def vocabulary(name: str) -> Vocabulary:
 
 def vocab_dir(name: str) -> Path:
     """The tokenizer folder of the rebuilt vocabulary ``name``, built on first use
-    (:func:`backend.vocab.vocab_dir`)."""
+    (:func:`backend.tokens.vocab.vocab_dir`)."""
     return vocab.vocab_dir(vocabulary(name))
 
 

@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.rendering import RenderError, decode, encode, render_text
+from backend.tokens.rendering import RenderError, decode, encode, render_text
 
 SYNTHETIC_SYSTEM = {"role": "system", "content": "continuous token synthetic system"}
 SYNTHETIC_USER = {"role": "user", "content": "continuous token synthetic user"}

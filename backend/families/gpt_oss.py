@@ -89,15 +89,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from backend import cache, vocab
-from backend.bpe import build_bpe_files, load_folder_tokenizer, load_tiktoken_ranks, tiktoken_text
 from backend.errors import ModelBuildError, UserError
 from backend.families.base import TurnRule, token_id
 from backend.families.encoder import EncoderRule
 from backend.families.profile import Profile
-from backend.template_errors import RenderError, template_error_text
-from backend.trl_templates import read_trl_template
-from backend.vocab import Vocabulary, check_contiguous, read_quicktok_special, read_quicktok_vocab
+from backend.runtime import cache
+from backend.tokens import vocab
+from backend.tokens.bpe import build_bpe_files, load_folder_tokenizer, load_tiktoken_ranks, tiktoken_text
+from backend.tokens.template_errors import RenderError, template_error_text
+from backend.tokens.trl_templates import read_trl_template
+from backend.tokens.vocab import Vocabulary, check_contiguous, read_quicktok_special, read_quicktok_vocab
 
 # ---- the vocabulary ------------------------------------------------------------------------------
 
@@ -227,7 +228,7 @@ _ENDS = ("<|end|>", "<|call|>", "<|return|>")
 class HarmonyRenderError(RenderError, UserError):
     """openai-harmony cannot render these messages (or we refuse them first); says why.
 
-    A :class:`~backend.rendering.RenderError` so the engine ends the run as for a template
+    A :class:`~backend.tokens.rendering.RenderError` so the engine ends the run as for a template
     failure, and a :class:`~backend.errors.UserError` so the UI shows the message."""
 
 

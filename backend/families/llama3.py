@@ -14,11 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from backend.bpe import build_bpe_files
 from backend.errors import ModelBuildError
 from backend.families.base import TurnRule, token_id
 from backend.families.profile import Profile
-from backend.vocab import Vocabulary, check_contiguous, read_quicktok_special, read_quicktok_vocab
+from backend.tokens.bpe import build_bpe_files
+from backend.tokens.vocab import Vocabulary, check_contiguous, read_quicktok_special, read_quicktok_vocab
 
 # ---- the vocabulary ------------------------------------------------------------------------------
 

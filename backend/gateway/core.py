@@ -50,7 +50,7 @@ from backend.errors import UserError
 from backend.families import rule_for
 from backend.generators.base import Generation, GenerationError, Generator, SamplingParams, conversation
 from backend.parsers import get_parser
-from backend.rendering import RenderError, decode, render, render_text
+from backend.tokens.rendering import RenderError, decode, render, render_text
 from backend.tool_choice import ToolChoiceError, build_constraint, normalize_policy
 from backend.trace import Step, Trace, new_trace_id
 from backend.trace.builder import TraceBuilder

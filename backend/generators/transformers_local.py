@@ -3,7 +3,7 @@
 The generation is one generator function of plain data (:func:`_stream_task`: a registry key,
 the prompt ids, the sampling parameters, the constraint) that yields the new ids as they come and
 then the result, so that on a ZeroGPU Space it can run inside ``@spaces.GPU`` in the process
-forked for the call (:mod:`backend.zerogpu`), and anywhere else in a thread of this one: the same
+forked for the call (:mod:`backend.runtime.zerogpu`), and anywhere else in a thread of this one: the same
 code either way.
 
 One generation runs at a time per loaded model (a lock), so seeds are reproducible and a small
@@ -25,8 +25,8 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from backend import zerogpu
 from backend.generators.base import Generation, GenerationError, Generator, Request, SamplingParams, first_line
+from backend.runtime import zerogpu
 
 
 def _resolve_device(device: str) -> str:
@@ -149,7 +149,7 @@ class TransformersGenerator(Generator):
         self._load_lock = threading.Lock()
         self._gen_lock = threading.Lock()
         self._grammar_compiler: Any = None
-        # on ZeroGPU every generation runs inside @spaces.GPU (backend.zerogpu), leased for its size
+        # on ZeroGPU every generation runs inside @spaces.GPU (backend.runtime.zerogpu), leased for its size
         self.zerogpu = bool(zerogpu)
         self._key = next(_KEYS)
         _LIVE[self._key] = self

@@ -65,7 +65,7 @@ def configure_cpu_env() -> dict[str, str]:
     with _ENV_LOCK:
         if _ENV_SET_BY_US or not on_cpu():
             return dict(_ENV_SET_BY_US)
-        from backend.cache import cache_root
+        from backend.runtime.cache import cache_root
 
         wanted: dict[str, str] = {
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0",

@@ -186,7 +186,7 @@ class VLLMEngineGenerator(Generator):
         t0 = time.perf_counter()
         engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kw))
         self.start_seconds = time.perf_counter() - t0
-        if kw.get("max_model_len") == -1:  # fit to memory (backend.hardware's default on a GPU)
+        if kw.get("max_model_len") == -1:  # fit to memory (backend.deploy.hardware's default on a GPU)
             log.info("vLLM: max_model_len -1 (fit to memory): %s tokens", _max_model_len(engine))
         return engine
 

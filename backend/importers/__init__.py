@@ -13,7 +13,7 @@ spans (``otel``: OTel GenAI, OpenInference and Langfuse dialects, :mod:`backend.
 ``langchain``, ``smolagents``, ``sharegpt``,
 ``openai-chat``. Input files: JSONL (one record per line), JSON (one record, or a list of
 records; a format may read a whole list as one record), Parquet (one record per row), or a pickle
-(torch ``.pt``: read in a worker process, :mod:`backend.pickle_guard`, never in this one). Our own
+(torch ``.pt``: read in a worker process, :mod:`backend.safety.pickle_guard`, never in this one). Our own
 trace records met in ``auto`` mode are passed through unchanged. Grouped formats (spans of one
 trace over many records) are converted per file, after it is read.
 
@@ -38,8 +38,8 @@ from typing import Any
 
 from backend.importers.base import ImportContext, Importer, get_importer, importers
 from backend.importers.common import Conversation, RecordError, trace_from_conversation, unanswered_results
-from backend.pickle_guard import looks_like_pickle
-from backend.tokenizers import TokenizerLoadError
+from backend.loading.tokenizers import TokenizerLoadError
+from backend.safety.pickle_guard import looks_like_pickle
 from backend.trace import (
     LoadProblem,
     LoadResult,
@@ -205,7 +205,7 @@ def trace_losses(trace: Trace) -> list[str]:
 def _records(path: str, fmt: str | None) -> Iterator[tuple[int, Any]]:
     """``(number, record or LoadProblem)`` of a file, read by :mod:`backend.trace.io`; a JSON list
     is one record when the chosen format (or, in auto mode, Agents SDK run items) says so. A
-    pickle (torch ``.pt``) is read by :mod:`backend.pickle_guard` (:func:`pickle_records`)."""
+    pickle (torch ``.pt``) is read by :mod:`backend.safety.pickle_guard` (:func:`pickle_records`)."""
     if looks_like_pickle(path):
         yield from pickle_records(path)
         return
@@ -231,7 +231,7 @@ def pickle_records(path: str) -> Iterator[tuple[int, Any]]:
     ``{"slime_sample": sample, "rollout_id": N}``; a SkyRL batch (``dump_data_batch``) one record
     per row (:func:`backend.importers.skyrl_batch.batch_rows`); a list gives its items; anything
     else is one record. A file the worker refuses is one problem that says why."""
-    from backend.pickle_guard import PickleRefused, read_pickle
+    from backend.safety.pickle_guard import PickleRefused, read_pickle
     from backend.trace.limits import check_file_size, max_file_text_bytes, max_file_values
 
     check_file_size(path, _io.DEFAULT_MAX_FILE_BYTES)

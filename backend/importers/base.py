@@ -26,7 +26,7 @@ class ImportContext:
     @property
     def bundle(self):
         if self._bundle is None:
-            from backend.tokenizers import load_tokenizer
+            from backend.loading.tokenizers import load_tokenizer
 
             self._bundle = load_tokenizer(self.tokenizer, template=self.template)
         return self._bundle

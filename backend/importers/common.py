@@ -315,7 +315,7 @@ def trace_from_conversation(conv: Conversation, bundle: Any, source: str) -> Tra
 
     If the template cannot render the messages, the trace is still built (messages and tools
     only, ``metadata["ids"] = "none"``, ``metadata["render_error"]``) so it can be inspected."""
-    from backend.rendering import RenderError, render, render_text
+    from backend.tokens.rendering import RenderError, render, render_text
 
     messages = conv.messages
     tools = conv.tools

@@ -159,7 +159,7 @@ def conversations_of_trace(trace_id: str, spans: list[Span], logs: list[LogRecor
         if theirs and convs:
             convs[0].losses.append(f"{len(theirs)} {other.label} span(s) of this trace ({_names(theirs)}, first at {theirs[0].where}) "
                                    f"not read: the trace was read as {chosen.label}")
-    # our own export (backend.export_otel): the trace's id and end state are on the root span
+    # our own export (backend.exporters.export_otel): the trace's id and end state are on the root span
     ours = next((s.attributes for s in spans if "agent_loop_inspector.trace_id" in s.attributes), None)
     if ours is not None and len(convs) == 1:
         convs[0].id = convs[0].id or str(ours["agent_loop_inspector.trace_id"])

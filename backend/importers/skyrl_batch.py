@@ -2,7 +2,7 @@
 
 skyrl-train 0.4 writes ``<export_path>/dumped_data/global_step_<N>_training_input.pkl`` each step
 (``RayPPOTrainer.dump_data``: ``TrainingInputBatch.save``, a pickle), read here only through
-:mod:`backend.pickle_guard` (a worker process; SkyRL's class becomes a stand-in holding its pickled
+:mod:`backend.safety.pickle_guard` (a worker process; SkyRL's class becomes a stand-in holding its pickled
 state; refused on a public server). The batch is a dict of ``[rows, columns]`` tensors, as
 ``convert_prompts_responses_to_batch_tensors`` pads them: ``sequences`` = the prompt padded on the
 LEFT then the response padded on the RIGHT, ``attention_mask`` over both, ``response_mask``,

@@ -2,7 +2,7 @@
 
 slime saves each rollout as ``torch.save({"rollout_id": N, "samples": [sample.to_dict(), ...]})``
 (``save_debug_rollout_data``, ``slime/observability/rollout_data_utils.py``): a pickle, read here
-only through :mod:`backend.pickle_guard` (a worker process, an allow-list of globals, torch's
+only through :mod:`backend.safety.pickle_guard` (a worker process, an allow-list of globals, torch's
 ``weights_only`` loader; refused on a public server). Each sample is ``Sample.to_dict()``
 (``slime/utils/types.py``): ``tokens`` (prompt and response), ``response_length`` (the last that many
 tokens are the response), ``loss_mask`` and ``rollout_log_probs`` (one per response token),

@@ -12,7 +12,7 @@ from backend.trace import ParseError, ToolCall
 
 def unwrap_tokenizer(tok: Any) -> tuple[Any, str | None]:
     """Accept a tokenizer or a bundle with ``.tokenizer`` and ``.chat_template`` (such as
-    :class:`backend.tokenizers.TokenizerBundle`); return ``(tokenizer, chat_template)``."""
+    :class:`backend.loading.tokenizers.TokenizerBundle`); return ``(tokenizer, chat_template)``."""
     inner = getattr(tok, "tokenizer", None)
     if inner is not None and not hasattr(tok, "encode") and hasattr(tok, "chat_template"):
         return inner, tok.chat_template

@@ -36,7 +36,7 @@ bytes. Nothing else of a trace is kept.
   saying that other tools' files need :mod:`backend.importers` (:data:`NO_FOREIGN_ROWS`).
 
 Paths come from the operator (``--traces``, ``ALI_TRACES``, the local-mode folder field), never
-from a visitor (see :mod:`backend.trust`).
+from a visitor (see :mod:`backend.safety.trust`).
 """
 
 from __future__ import annotations
@@ -158,13 +158,13 @@ def resolve(spec: str) -> list[str]:
 
 def cache_dir() -> str | None:
     """Where indexed files are cached: ``$ALI_TRACE_INDEX_CACHE`` (``off`` for no cache), else
-    ``trace-index/`` in the user cache folder (:func:`backend.cache.cache_root`)."""
+    ``trace-index/`` in the user cache folder (:func:`backend.runtime.cache.cache_root`)."""
     v = os.environ.get("ALI_TRACE_INDEX_CACHE", "").strip()
     if v.lower() in ("off", "0", "none", "no"):
         return None
     if v:
         return v
-    from backend.cache import cache_root
+    from backend.runtime.cache import cache_root
 
     return str(cache_root() / "trace-index")
 

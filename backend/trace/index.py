@@ -120,7 +120,7 @@ def training_step_of(meta: Any) -> int | None:
 
 def group_id_of(meta: Any) -> str | None:
     """The group id a trace's metadata names: ``group`` as written, else verl's ``uid`` as
-    ``uid-<uid>`` (:data:`GROUP_KEYS`; backend/groups.py groups by it), else None."""
+    ``uid-<uid>`` (:data:`GROUP_KEYS`; backend/checks/groups.py groups by it), else None."""
     if isinstance(meta, dict):
         for k in GROUP_KEYS:
             v = meta.get(k)

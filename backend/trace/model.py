@@ -91,7 +91,7 @@ class TerminationReason(StrEnum):
 
 
 class FindingCode(StrEnum):
-    """What :func:`backend.diagnostics.check` can report (see that module for each one)."""
+    """What :func:`backend.checks.diagnostics.check` can report (see that module for each one)."""
 
     ORPHAN_TOOL_MESSAGE = "orphan_tool_message"
     TOOL_CALL_WITHOUT_RESPONSE = "tool_call_without_response"
@@ -283,7 +283,7 @@ class StepInfo(_Model):
     not_appended: str | None = None
     would_append_tokens: int | None = None
     # processing_tools: how the tool turn was tokenized: "continuous" (backend.families), or, under
-    # tool_turns "legacy" (and where the continuous render failed), backend.rendering.render_tool_turn's
+    # tool_turns "legacy" (and where the continuous render failed), backend.tokens.rendering.render_tool_turn's
     method: str | None = None  # "continuous", "suffix", "verl" or "diff"
     rule: str | None = None  # continuous: the family's rule (backend.families.RULES)
     # continuous: the junction edit, {"position": token index, "inserted": [ids], "relabeled": n, "why": ...}
@@ -300,7 +300,7 @@ class StepInfo(_Model):
     roles: list[str] | None = None
     # generating, with Step.logprobs: what those logprobs are (backend, raw/processed, sampling)
     logprob_semantics: LogprobSemantics | None = None
-    # any step with tokens, after backend.logprobs.score_trace: the trainer-view logprob of each
+    # any step with tokens, after backend.checks.logprobs.score_trace: the trainer-view logprob of each
     # of its tokens (Trace.scorer says how they were computed); imported ``old_log_probs`` too
     trainer_logprobs: list[JsonFloat] | None = None
 
@@ -433,7 +433,7 @@ class TokenizerInfo(_Model):
     template_sha256: str | None = None
     eos_token_id: int | None = None
     vocab_size: int | None = None
-    # why the template does not fit this tokenizer (backend.tokenizers.template_fit_warnings)
+    # why the template does not fit this tokenizer (backend.loading.tokenizers.template_fit_warnings)
     template_warnings: list[str] | None = None
 
 
@@ -456,7 +456,7 @@ class Trace(_Model):
     config: dict[str, Any] = Field(default_factory=dict)
     tokenizer: TokenizerInfo = Field(default_factory=TokenizerInfo)
     metadata: dict[str, Any] = Field(default_factory=dict)
-    scorer: Scorer | None = None  # who computed the steps' trainer_logprobs (backend.logprobs)
+    scorer: Scorer | None = None  # who computed the steps' trainer_logprobs (backend.checks.logprobs)
 
     @model_serializer(mode="wrap")
     def _without_unset_scorer(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

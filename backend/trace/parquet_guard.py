@@ -33,8 +33,8 @@ these verdicts are the ones decoding would give, without the cost:
   :func:`~backend.trace.max_file_text_bytes` (the file), the rows are refused from the footer, so a
   huge honest row is not decoded at all; below it the worker counts the text exactly (2.).
 
-**2. The worker** (a pool of ``ALI_PARQUET_WORKERS`` processes, :class:`backend.worker_pool.WorkerPool`,
-as :mod:`backend.template_guard` renders templates) decodes one row group at a time:
+**2. The worker** (a pool of ``ALI_PARQUET_WORKERS`` processes, :class:`backend.runtime.worker_pool.WorkerPool`,
+as :mod:`backend.tokens.template_guard` renders templates) decodes one row group at a time:
 
 * strings are read as dictionaries (pyarrow's ``read_dictionary``; not those of DELTA encodings,
   which pyarrow cannot read so, and which the cap then bounds), so a value the pages repeat is held
@@ -66,18 +66,18 @@ until :data:`MAX_FAILURES` row groups of one file have failed so (each costs a w
 Raising ``ALI_MAX_FILE_TEXT_BYTES`` or ``ALI_MAX_FILE_VALUES`` far above their defaults may need a
 larger cap: a row group is decoded whole, then written out for this process.
 
-Settings (environment, read at import as :mod:`backend.template_guard`'s): ``ALI_PARQUET_MEMORY_BYTES``
+Settings (environment, read at import as :mod:`backend.tokens.template_guard`'s): ``ALI_PARQUET_MEMORY_BYTES``
 (default 2 GiB), ``ALI_PARQUET_TIMEOUT_S`` (30), ``ALI_PARQUET_WORKERS`` (2: files read at once;
 a file holds a worker while one of its row groups is decoded and handed out),
 ``ALI_PARQUET_START_TIMEOUT_S`` (60: a worker's start-up, not charged to
 a file), ``ALI_PARQUET_QUEUE_TIMEOUT_S`` (30: how long a file waits for a free worker before it is
 refused: "all 2 Parquet workers are busy; try again"). A worker starts with the first Parquet file
-read (not at import), another when every one is busy, and they are closed with the app (:func:`backend.worker_pool.close_all`). They
+read (not at import), another when every one is busy, and they are closed with the app (:func:`backend.runtime.worker_pool.close_all`). They
 are started with ``spawn``: a script that reads Parquet files keeps its top-level code under
 ``if __name__ == "__main__":``, as every multiprocessing program must.
 
 Where ``RLIMIT_AS`` is not enforced (macOS) the worker watches its own peak resident memory every
-50 ms and ends itself past the cap (:mod:`backend.worker_pool`): the cap holds, give or take what it
+50 ms and ends itself past the cap (:mod:`backend.runtime.worker_pool`): the cap holds, give or take what it
 allocates between two looks, and such a row group is reported as over the memory limit. Without
 Python's ``resource`` module (Windows) there is no memory cap; the time limit still applies.
 
@@ -93,7 +93,7 @@ our own files (measured on 2 shared cores at load 4-8, ``load_any`` of 1,947 eng
 lower (it no longer decodes), the worker's 0.07 / 0.25 s on top, wall time within the noise (median
 of the paired ratios 1.01 / 1.04), this process's peak memory 68 MiB lower; the first file also waits
 for a worker's start (~1.5 s: Python, pyarrow and a warm-up). The row groups come back through an
-anonymous memory file on Linux (:func:`backend.worker_pool.send_raw`): 100 MB received through the
+anonymous memory file on Linux (:func:`backend.runtime.worker_pool.send_raw`): 100 MB received through the
 pipe cost this process 80 ms of CPU (60 ms read straight into a buffer), mapped 6 ms.
 """
 
@@ -105,6 +105,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from backend.runtime.worker_pool import OVER_MEMORY_EXIT, Lost, Overrun, WorkerPool, send_raw
 from backend.trace.limits import (
     LoadProblem,
     TraceFileError,
@@ -115,7 +116,6 @@ from backend.trace.limits import (
     max_trace_tokens,
     too_many_tokens,
 )
-from backend.worker_pool import OVER_MEMORY_EXIT, Lost, Overrun, WorkerPool, send_raw
 
 TOKEN_COLUMNS = ("prompt_ids", "response_ids")  # the token ids of a trace, in our layout and in verl's
 BATCH_ROWS = 256
@@ -439,7 +439,7 @@ def _decode(req: dict[str, Any], files: dict[tuple, _File]) -> tuple[tuple, Any]
 
 
 class ParquetPool(WorkerPool):
-    """The Parquet workers (:class:`backend.worker_pool.WorkerPool`; settings in the module's docstring)."""
+    """The Parquet workers (:class:`backend.runtime.worker_pool.WorkerPool`; settings in the module's docstring)."""
 
     def __init__(self, size: int = WORKERS, *, timeout_s: float = TIMEOUT_S, start_timeout_s: float = START_TIMEOUT_S,
                  queue_timeout_s: float = QUEUE_TIMEOUT_S, memory_bytes: int = MEMORY_BYTES) -> None:

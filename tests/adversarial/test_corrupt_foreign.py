@@ -16,7 +16,7 @@ import pytest
 
 import backend.trace.io as trace_mod
 from backend.importers import import_file
-from backend.tokenizers import load_tokenizer
+from backend.loading.tokenizers import load_tokenizer
 from backend.trace.catalog import TraceSet
 
 from .test_corrupt_traces import LINE_LIMIT, MEMORY_BOUND, check_reason

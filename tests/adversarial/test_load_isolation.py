@@ -349,7 +349,7 @@ async def test_stop_one_loop_on_a_shared_vllm_engine_leaves_the_other_intact(vll
     from vllm.sampling_params import RequestOutputKind
 
     from backend.engine import AgentLoop, LoopConfig
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     bundle = load_tokenizer("smollm2")  # the tiny Llama uses SmolLM2's tokenizer
     cfg = LoopConfig(sampling={"temperature": 0.0, "max_tokens": LONG, "ignore_eos": True}, response_length=LONG)

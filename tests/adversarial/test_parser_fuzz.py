@@ -1645,7 +1645,7 @@ def _adapter_texts(n: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def qwen_tokenizer():
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     return load_tokenizer("qwen3").tokenizer
 

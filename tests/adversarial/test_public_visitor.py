@@ -28,7 +28,7 @@ multipart POST to gradio's upload route.
 * **No Hub requests.** The app runs with ``HF_ENDPOINT`` pointing at a local recorder and without
   ``HF_HUB_OFFLINE``; after the sweep sent ``openai-community/gpt2-canary-<random>`` to every
   str parameter, no recorded request names that repo.
-* **Parquet bomb.** A ~30 KB zstd Parquet file in ``backend.export.write_parquet``'s layout whose
+* **Parquet bomb.** A ~30 KB zstd Parquet file in ``backend.exporters.export.write_parquet``'s layout whose
   one row holds 5·10⁷ response ids: uploading it raises the server's peak memory (``VmHWM``) by
   under 1 GB, and the status says the row was refused and why.
 * **Upload size.** A 250 MB upload to ``/gradio_api/upload`` is refused (413) and nothing of that

@@ -123,7 +123,7 @@ TOOL_RESULTS = {
 def qwen3_tokenizer_dir(tmp: str) -> str:
     """The app's offline Qwen3 tokenizer with its default chat template, saved by the app's venv."""
     code = (
-        "import sys; from backend.tokenizers import load_tokenizer; b = load_tokenizer('qwen3'); "
+        "import sys; from backend.loading.tokenizers import load_tokenizer; b = load_tokenizer('qwen3'); "
         "t = b.tokenizer; t.chat_template = b.chat_template; t.save_pretrained(sys.argv[1])"
     )
     subprocess.run([APP_PY, "-c", code, tmp], check=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})

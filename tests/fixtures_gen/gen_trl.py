@@ -7,7 +7,7 @@ torch; nothing else to install, see requirements-trl.txt):
 
 Two real ``trl.GRPOTrainer`` runs of 2 steps each on CPU, with a tiny randomly initialised
 ``Qwen3ForCausalLM`` (2 layers, hidden size 32) and the Qwen3 tokenizer that the app builds
-offline (``backend.tokenizers.load_tokenizer("qwen3")``, chat template ``qwen3_instruct_2507``
+offline (``backend.loading.tokenizers.load_tokenizer("qwen3")``, chat template ``qwen3_instruct_2507``
 from the trl wheel):
 
 * ``tests/data/import/trl/completions/completions_0000{1,2}.parquet`` — a conversational
@@ -214,7 +214,7 @@ def run(plain: bool, dest: str) -> list[str]:
     import torch
     from trl import GRPOConfig, GRPOTrainer
 
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     bundle = load_tokenizer("qwen3")
     tok = bundle.tokenizer

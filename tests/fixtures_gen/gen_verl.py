@@ -61,7 +61,7 @@ def write_generations(verl_dir: str):
 
 
 def tokenizer():
-    from backend.tokenizers import load_tokenizer
+    from backend.loading.tokenizers import load_tokenizer
 
     b = load_tokenizer("qwen3")
     b.tokenizer.chat_template = b.chat_template

@@ -34,7 +34,7 @@ GROUP_SIZE = 2
 
 def encode(texts: list[str]) -> list[list[int]]:
     """Each text's token ids (special tokens as their ids), by the app's ``qwen3`` tokenizer."""
-    code = ("import json,sys; from backend.tokenizers import load_tokenizer; t=load_tokenizer('qwen3').tokenizer; "
+    code = ("import json,sys; from backend.loading.tokenizers import load_tokenizer; t=load_tokenizer('qwen3').tokenizer; "
             "print(json.dumps([t.encode(s, add_special_tokens=False) for s in json.load(sys.stdin)]))")
     out = subprocess.run([APP_PY, "-c", code], input=json.dumps(texts), capture_output=True, text=True, cwd=ROOT,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True)

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from backend.labels import termination_label
+from backend.checks.labels import termination_label
 from backend.trace.index import group_id_of, training_step_of
 from backend.trace.model import StepState, Trace
 

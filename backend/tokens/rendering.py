@@ -17,13 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from backend.template_errors import RenderError, template_error_text  # noqa: F401 - RenderError: re-exported
+from backend.tokens.template_errors import RenderError, template_error_text  # noqa: F401 - RenderError: re-exported
 from backend.trace import MessageSpan
 from backend.trace.model import StepInfo
 
 
 class Bundle(Protocol):
-    """What rendering reads of a tokenizer bundle (:class:`backend.tokenizers.TokenizerBundle`),
+    """What rendering reads of a tokenizer bundle (:class:`backend.loading.tokenizers.TokenizerBundle`),
     described here so that rendering imports neither the tokenizer layer nor a family: the
     families' continuation rules render through this module, and the tokenizer layer reads the
     families' table."""
@@ -81,7 +81,7 @@ def render_text(
         return bundle.renderer.render(messages, tools or None, add_generation_prompt=add_generation_prompt,
                                       kwargs=_template_kwargs(bundle, chat_template_kwargs))[0]
     if bundle.untrusted_template or chat_template is not None and chat_template != bundle.chat_template:
-        from backend.template_guard import TemplateGuardError, guarded_render
+        from backend.tokens.template_guard import TemplateGuardError, guarded_render
 
         try:
             return guarded_render(

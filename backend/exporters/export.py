@@ -8,7 +8,7 @@
 * ``verl`` — ``{"id", "prompt_ids", "response_ids", "response_mask", ...}`` rows as verl's agent
   loop produces them (JSONL, or Parquet when the output name ends in ``.parquet``).
 * ``otel`` — OpenTelemetry GenAI spans as OTLP JSON, one export request per trace per line (the
-  collector file exporter's layout; :mod:`backend.export_otel`), for Phoenix, Langfuse, Jaeger.
+  collector file exporter's layout; :mod:`backend.exporters.export_otel`), for Phoenix, Langfuse, Jaeger.
 
 Reading trace files, and the writers of our own formats, are in :mod:`backend.trace.io`.
 """
@@ -143,7 +143,7 @@ def export_traces(traces: Iterable[Trace], fmt: str, out: str, *, synthetic_star
         rows = (verl_row(t) for t in traces)
         return _write_rows_parquet(rows, out) if out.endswith(".parquet") else _write_jsonl_rows(rows, out)
     if fmt == "otel":
-        from backend.export_otel import write_otlp_jsonl
+        from backend.exporters.export_otel import write_otlp_jsonl
 
         return write_otlp_jsonl(traces, out, synthetic_start=synthetic_start)
     raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")

@@ -3,8 +3,8 @@
 Jinja knows where a template failed: a syntax error carries ``lineno``; an error raised while
 rendering (``raise_exception(...)``, an undefined value, a Python error inside a filter) has a
 traceback in which jinja's rewritten frames are named ``<template>`` and numbered by template
-line. Used by :func:`backend.rendering.render_text` and by the guarded render worker
-(:mod:`backend.template_guard`), so a user's template error says where to look.
+line. Used by :func:`backend.tokens.rendering.render_text` and by the guarded render worker
+(:mod:`backend.tokens.template_guard`), so a user's template error says where to look.
 
 Kept free of heavy imports: the worker process imports it.
 """

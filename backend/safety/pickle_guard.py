@@ -4,7 +4,7 @@ A pickle is a program: loading one may call any function it names (``os.system``
 its rollouts so (``torch.save({"rollout_id": N, "samples": [sample.to_dict(), ...]})``), and so do
 other trainers. This module reads such a file without ever unpickling it in the app's process:
 
-1. **Where**: a worker of a :class:`backend.worker_pool.WorkerPool` (``spawn``ed, under a memory cap
+1. **Where**: a worker of a :class:`backend.runtime.worker_pool.WorkerPool` (``spawn``ed, under a memory cap
    of ``ALI_PICKLE_MEMORY_BYTES``, default 2 GiB; ``ALI_PICKLE_TIMEOUT_S`` seconds a file, default
    120; ``ALI_PICKLE_WORKERS`` workers, default 1), as :mod:`backend.trace.parquet_guard` decodes Parquet.
 2. **The allow-list, before anything is loaded**: the pickle's opcodes are listed with
@@ -19,7 +19,7 @@ other trainers. This module reads such a file without ever unpickling it in the 
    weights_only=True)`` (torch's own restricted unpickler, which admits tensors and plain containers
    only), a bare pickle by :class:`_PlainUnpickler` (``find_class`` admits ``OrderedDict`` alone, no
    persistent ids; for a SkyRL batch, :class:`_SkyrlUnpickler` maps SkyRL's names to the inert
-   stand-ins of :mod:`backend.pickle_standins`, which keep the batch's pickled state as data and
+   stand-ins of :mod:`backend.safety.pickle_standins`, which keep the batch's pickled state as data and
    never call torch or SkyRL). Either refuses what slipped past 2.
 4. **What comes back**: tensors become lists (``tolist``), dict keys must be text, values plain
    (dict, list, tuple, text, numbers, booleans, None); the worker sends that as JSON, which this
@@ -31,7 +31,7 @@ then slime's fixture reads in 16 ms, and a dump of 256 samples × 4,000 ids held
 unpickler 7.6 s, where the unrestricted one takes 0.5 s), hence the time limit's default.
 
 ``read_pickle`` is for the operator's files and for uploads in local mode; a public server refuses
-pickles before they reach it (:meth:`backend.trust.TrustPolicy.check_pickle`). Legacy (pre-1.6,
+pickles before they reach it (:meth:`backend.safety.trust.TrustPolicy.check_pickle`). Legacy (pre-1.6,
 non-zip) torch files are refused with a hint to re-save them.
 """
 
@@ -45,8 +45,8 @@ import pickletools
 import zipfile
 from typing import Any
 
-from backend import pickle_standins as standins
-from backend.worker_pool import OVER_MEMORY_EXIT, Lost, Overrun, WorkerPool, send_raw
+from backend.runtime.worker_pool import OVER_MEMORY_EXIT, Lost, Overrun, WorkerPool, send_raw
+from backend.safety import pickle_standins as standins
 
 MEMORY_BYTES = int(os.environ.get("ALI_PICKLE_MEMORY_BYTES", str(2 << 30)))
 TIMEOUT_S = float(os.environ.get("ALI_PICKLE_TIMEOUT_S", "120"))
@@ -144,7 +144,7 @@ def is_skyrl_batch(found: list[tuple[str, str]]) -> bool:
 
 class _PlainUnpickler(pickle.Unpickler):
     """A bare pickle: plain containers and ``OrderedDict`` only (and, in :class:`_SkyrlUnpickler`,
-    the stand-ins of :mod:`backend.pickle_standins`)."""
+    the stand-ins of :mod:`backend.safety.pickle_standins`)."""
 
     standins: dict[tuple[str, str], Any] = {}
 

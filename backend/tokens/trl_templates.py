@@ -7,8 +7,8 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from backend import cache
 from backend.errors import TokenizerLoadError
+from backend.runtime import cache
 
 
 @lru_cache(maxsize=1)

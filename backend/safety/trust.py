@@ -8,7 +8,7 @@ argument of its API. In **public** mode (the server is reachable by others: a no
 ``--host``, ``--share``, a Hugging Face Space) visitor input is data, never a locator: a
 tokenizer field may name only an offline profile or the model's own tokenizer, a template field
 only one of trl's template names (read from trl's installed folder) or inline Jinja text (which
-renders in the guarded worker, :mod:`backend.template_guard`). In **local** mode (a person on
+renders in the guarded worker, :mod:`backend.tokens.template_guard`). In **local** mode (a person on
 their own machine) typed paths and hub ids stay available.
 
 Trust comes from where a thing was read, never from its name: a template read from trl's folder
@@ -195,8 +195,8 @@ class TrustPolicy:
         """A visitor's template: a trl template name, inline Jinja text, or (local mode only) a
         file path. In public mode nothing is read from the server's disk but trl's folder, and
         the answer for a path is the same whether or not it exists."""
-        from backend.tokenizers import MAX_TEMPLATE_CHARS, trl_template_names
-        from backend.trl_templates import unknown_template_text
+        from backend.loading.tokenizers import MAX_TEMPLATE_CHARS, trl_template_names
+        from backend.tokens.trl_templates import unknown_template_text
 
         s = check_text(spec, label, MAX_TEMPLATE_CHARS)
         if not s.strip():
@@ -214,7 +214,7 @@ class TrustPolicy:
 
     def check_pickle(self, name: str) -> None:
         """A visitor's upload that is a pickle (a torch ``.pt``, slime's rollout dumps): refused in
-        public mode, whatever is in it (the restricted reader, :mod:`backend.pickle_guard`, is for
+        public mode, whatever is in it (the restricted reader, :mod:`backend.safety.pickle_guard`, is for
         the operator's files and a person's own machine)."""
         if self.public:
             raise VisitorInputError(

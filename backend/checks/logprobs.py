@@ -85,7 +85,7 @@ class TransformersScorer:
                 raise ScoreError(f"cannot load model {model!r}: {str(e).splitlines()[0]}") from e
         else:
             model_obj = model_obj.to(self.torch_dtype)
-        from backend import zerogpu
+        from backend.runtime import zerogpu
 
         self.model = zerogpu.to_device(model_obj, device).eval()  # on ZeroGPU from any thread
 

@@ -17,7 +17,7 @@ visitor's endless loop holds one worker, not every visitor's render:
 * the worker refuses to send back more than ``ALI_TEMPLATE_MAX_CHARS`` characters (default
   20 M) and runs under an address-space limit (``ALI_TEMPLATE_MEMORY_BYTES``, default 4 GiB).
 
-The pool is a :class:`backend.worker_pool.WorkerPool` (shared with the Parquet reader's). Workers
+The pool is a :class:`backend.runtime.worker_pool.WorkerPool` (shared with the Parquet reader's). Workers
 start with the first untrusted render (not at import); :meth:`TemplatePool.close` stops them all
 (the app calls it on SIGTERM) and a later render starts the pool again. The worker renders with transformers' own ``render_jinja_template`` and the tokenizer's special
 tokens, exactly as ``apply_chat_template`` does.
@@ -30,7 +30,7 @@ import os
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-from backend.worker_pool import Lost, Overrun, WorkerPool
+from backend.runtime.worker_pool import Lost, Overrun, WorkerPool
 
 TIMEOUT_S = float(os.environ.get("ALI_TEMPLATE_TIMEOUT_S", "5"))
 MAX_CHARS = int(os.environ.get("ALI_TEMPLATE_MAX_CHARS", str(20_000_000)))
@@ -71,13 +71,13 @@ def _answer(conn, req: dict[str, Any], render_jinja_template, max_chars: int, me
     except MemoryError:
         conn.send(("limit", f"the template used more than {memory_bytes >> 20} MB of memory"))
     except BaseException as e:  # noqa: BLE001 - everything goes back to the parent as text
-        from backend.template_errors import template_error_text
+        from backend.tokens.template_errors import template_error_text
 
         conn.send(("error", template_error_text(e)))  # with the template line it failed on
 
 
 class TemplatePool(WorkerPool):
-    """A fixed-size pool of template workers (:class:`backend.worker_pool.WorkerPool`)."""
+    """A fixed-size pool of template workers (:class:`backend.runtime.worker_pool.WorkerPool`)."""
 
     def __init__(self, size: int = WORKERS, *, timeout_s: float = TIMEOUT_S, start_timeout_s: float = START_TIMEOUT_S,
                  queue_timeout_s: float = QUEUE_TIMEOUT_S, max_chars: int = MAX_CHARS,
@@ -115,7 +115,7 @@ class TemplatePool(WorkerPool):
         raise ValueError(result)
 
 
-GUARD = TemplatePool()  # closed at exit and at the app's shutdown (backend.worker_pool.close_all)
+GUARD = TemplatePool()  # closed at exit and at the app's shutdown (backend.runtime.worker_pool.close_all)
 
 
 def guarded_render(template: str, messages: Any, tools: Any, *, add_generation_prompt: bool,

@@ -36,7 +36,7 @@ Codes (severity):
 * ``mask_mismatch`` (warning; info when expected) — the loop's mask differs from the assistant mask of trl's
   ``*_training.jinja`` variant (``return_assistant_tokens_mask``), per turn and per position.
 * ``mask_structure`` (warning) — the stored loss mask disagrees with the sequence's structure,
-  read from the ids alone (:mod:`backend.mask_audit`): tool output or template text trained on
+  read from the ids alone (:mod:`backend.checks.mask_audit`): tool output or template text trained on
   (1 where the structure says context), generated tokens or the end-of-turn token masked out.
   One finding per run of such tokens (at most 20, then one that counts the rest), naming the
   tokens and the message they render. Runs on any trace with ids; it needs no re-render.
@@ -55,7 +55,7 @@ Codes (severity):
   ``python -m backend score``, or verl's ``old_log_probs``) differ from the rollout's: a mask-1
   token's |Δ| over ``token_threshold`` (default ln 2: the importance ratio leaves [1/2, 2]) or the
   step's mean |Δ| over ``step_threshold`` (default 0.1); one per step, at its worst token.
-  Mask-0 tokens are never counted (:mod:`backend.logprobs`).
+  Mask-0 tokens are never counted (:mod:`backend.checks.logprobs`).
 * ``logprob_semantics`` (warning) — the recorded logprobs cannot match a trainer's whatever the
   numerics: ``raw`` logprobs (taken before temperature / top-k / top-p) of a run sampled with
   temperature ≠ 1 or with top-k / top-p filtering, or logprobs a decoding constraint masked
@@ -81,8 +81,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend import seqdiff
-from backend.logprobs import DEFAULT_CAP, compare, semantics_problem
+from backend.checks import seqdiff
+from backend.checks.logprobs import DEFAULT_CAP, compare, semantics_problem
 from backend.trace import Trace
 from backend.trace.builder import mask_runs
 from backend.trace.messages import decode_arguments
@@ -500,7 +500,7 @@ def _cut_ids(tok: Any, *seqs: list[int]) -> set[int]:
 
 def _opcodes(tok: Any, a: list[int], b: list[int]) -> list[tuple[str, int, int, int, int]]:
     """Alignment of two token sequences (difflib opcodes) in bounded time: by lines and turns
-    first, then token by token inside the parts that differ (``backend.seqdiff``)."""
+    first, then token by token inside the parts that differ (``backend.checks.seqdiff``)."""
     cut = _cut_ids(tok, a, b)
     return seqdiff.opcodes(a, b, cut_after=cut.__contains__)
 
@@ -577,7 +577,7 @@ def rerender(trace: Trace, bundle: Any) -> tuple[str, list[int]]:
     """``(text, ids)`` of the trace's final messages rendered again with ``bundle`` (its tools and
     chat-template kwargs), no generation prompt: what a trainer that re-renders the messages
     trains on. RenderError when the template cannot render them."""
-    from backend.rendering import render_ids
+    from backend.tokens.rendering import render_ids
 
     return render_ids(bundle, trace.messages, _render_tools(trace), add_generation_prompt=False,
                       chat_template_kwargs=_template_kwargs(trace))
@@ -672,7 +672,7 @@ def _check_drift(trace: Trace, bundle: Any, ix: _Index, rendered: list[int]) -> 
 
 
 def _check_mask(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
-    from backend.tokenizers import read_trl_template
+    from backend.loading.tokenizers import read_trl_template
 
     tname = bundle.training_template
     if not tname:
@@ -814,7 +814,7 @@ def _check_thinking(trace: Trace, bundle: Any, ix: _Index, rendered_text: str) -
 
 @dataclass(frozen=True)
 class LogprobThresholds:
-    """When ``logprob_mismatch`` fires (|Δ| in nats; see :mod:`backend.logprobs`)."""
+    """When ``logprob_mismatch`` fires (|Δ| in nats; see :mod:`backend.checks.logprobs`)."""
 
     token: float = math.log(DEFAULT_CAP)  # one mask-1 token's |trainer - rollout|
     step_mean: float = 0.1  # a step's mean |Δ| over its mask-1 tokens
@@ -825,7 +825,7 @@ def check(trace: Trace, bundle: Any = None, *, logprob_thresholds: LogprobThresh
     """All findings for ``trace``, most severe first, then by position. Never raises for a
     trace that loaded; a check that cannot run becomes a ``check_skipped`` info finding.
     ``template_note``: why ``bundle``'s template is not the one the trace was made with
-    (:func:`backend.tokenizers.with_trace_template`), said in that finding."""
+    (:func:`backend.loading.tokenizers.with_trace_template`), said in that finding."""
     ix = _Index(trace)
     findings: list[Finding] = []
     findings += _check_tool_pairing(trace, ix)
@@ -917,7 +917,7 @@ def _check_logprobs(trace: Trace, ix: _Index, th: LogprobThresholds) -> list[Fin
 
 
 def _token_checks(trace: Trace, bundle: Any, ix: _Index, template_note: str = "") -> list[Finding]:
-    from backend.rendering import RenderError
+    from backend.tokens.rendering import RenderError
 
     out: list[Finding] = []
     info = trace.tokenizer
@@ -949,8 +949,8 @@ _MASK_RUNS_SHOWN = 20
 
 
 def _check_mask_structure(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
-    """The stored mask against the structure of the ids (:func:`backend.mask_audit.audit_mask`)."""
-    from backend.mask_audit import audit_mask, describe
+    """The stored mask against the structure of the ids (:func:`backend.checks.mask_audit.audit_mask`)."""
+    from backend.checks.mask_audit import audit_mask, describe
 
     rep = audit_mask(trace, bundle)
     if rep.skipped:

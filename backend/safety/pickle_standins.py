@@ -1,6 +1,6 @@
 """Stand-ins for the few trainer classes a pickle may name: plain data, never the trainer's code.
 
-Used only by :mod:`backend.pickle_guard`, in its worker, for a bare pickle that names one of
+Used only by :mod:`backend.safety.pickle_guard`, in its worker, for a bare pickle that names one of
 SkyRL's batch classes (``skyrl_train.training_batch.TensorBatch`` / ``TrainingInputBatch`` /
 ``TrainingOutputBatch``: what ``trainer.dump_data_batch`` pickles, ``TensorBatch.save``). Such a
 pickle is a ``dict`` subclass rebuilt as ``NEWOBJ`` + ``SETITEMS`` (the batch's tensors, each

@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.zerogpu import enabled as zerogpu  # noqa: F401 - re-exported: the machine's one ZeroGPU test
+from backend.runtime.zerogpu import enabled as zerogpu  # noqa: F401 - re-exported: the machine's one ZeroGPU test
 
 # vLLM's KV cache must hold max_model_len tokens, and the context a model declares does not fit
 # every card (Qwen3-4B-2507's 262k tokens take ~36 GiB of KV cache: vLLM refuses to start on an

@@ -1,7 +1,7 @@
 """A pool of long-lived worker processes for untrusted work, each under a memory cap, each request
 under a time limit.
 
-Two users: :mod:`backend.template_guard` (chat templates a visitor types) and
+Two users: :mod:`backend.tokens.template_guard` (chat templates a visitor types) and
 :mod:`backend.trace.parquet_guard` (Parquet files a visitor uploads). This module holds what they
 share and nothing of either (standard library only):
 
@@ -24,7 +24,7 @@ share and nothing of either (standard library only):
   and mapped by the parent (no copy through the pipe, one hand-over however large); elsewhere
   they are raw bytes on the pipe.
 * :func:`close_all` closes every pool of this process: the app's shutdown calls it
-  (:mod:`backend.lifecycle`), and so does the interpreter's exit.
+  (:mod:`backend.deploy.lifecycle`), and so does the interpreter's exit.
 
 The memory cap (:func:`cap_memory`) is ``RLIMIT_AS``, the process's address space: an allocation
 past it fails (``MemoryError``, pyarrow's ``ArrowMemoryError``) and the worker reports it. Where

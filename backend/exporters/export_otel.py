@@ -107,7 +107,7 @@ def scope_version() -> str | None:
     try:
         import tomllib
 
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         with open(os.path.join(root, "pyproject.toml"), "rb") as f:
             v = tomllib.load(f).get("project", {}).get("version")
         return v if isinstance(v, str) else None

@@ -2,8 +2,8 @@
 to build a training sample — give the ids the model was shown, and if not, why.
 
 For every trace: re-render the final messages with the tokenizer's template
-(:func:`backend.diagnostics.rerender`), align both token sequences and name each difference by
-cause (:func:`backend.diagnostics.drift`: a dropped or added turn separator, reasoning stripped,
+(:func:`backend.checks.diagnostics.rerender`), align both token sequences and name each difference by
+cause (:func:`backend.checks.diagnostics.drift`: a dropped or added turn separator, reasoning stripped,
 arguments re-serialised, BPE re-tokenisation, tool-call markup, context rendered differently).
 The separator the template writes after the *last* turn is counted apart (``trailing``): nothing
 was generated after it. A rollout *breaks* when any other difference is left.
@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.diagnostics import DRIFT_CAUSES, Difference, drift, rerender
-from backend.template_errors import RenderError
+from backend.checks.diagnostics import DRIFT_CAUSES, Difference, drift, rerender
+from backend.tokens.template_errors import RenderError
 from backend.trace import Trace
 from backend.trace.model import StepState
 

