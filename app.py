@@ -245,6 +245,7 @@ def build_context(args: argparse.Namespace):
         max_upload_bytes=int(args.max_upload_mb * (1 << 20)),
         trust=trust_policy(args, model_tokenizer=own),
         traces=_trace_set_spec(args.traces),
+        capture_dir=capture_dir(args) if args.gateway or args.capture_dir else None,
     )
 
 

@@ -257,6 +257,8 @@ class AppContext:
     # tab and followed while written; the sets indexed, shared by the sessions (SetRegistry)
     traces: str | None = None
     trace_sets: Any = field(default_factory=lambda: _set_registry())
+    # the capture gateway's folder (--gateway / --capture-dir): the Trace files tab's Captured sessions view
+    capture_dir: str | None = None
 
     def model_tokenizer_name(self) -> str | None:
         """The name the model's own tokenizer goes by (operator input), when there is a model."""

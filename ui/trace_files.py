@@ -24,7 +24,7 @@ from backend.checks.labels import trace_termination_label
 from backend.importers import FORMATS as IMPORT_FORMATS
 from backend.trace import Trace, TraceFileError, TraceFormatError, TraceIndex
 from backend.trace.index import summary_of_trace
-from ui import charts, grpo_groups, run_charts, trace_audit
+from ui import captured, charts, grpo_groups, run_charts, trace_audit
 from ui.context import AppContext, Session, free_label, short_error
 from ui.trace_sets import (
     ALL,
@@ -224,6 +224,7 @@ class TraceFilesUI:
     run: run_charts.RunChartsUI | None = None  # charts by training step (ui/run_charts.py)
     audit: trace_audit.AuditUI | None = None  # the re-render audit of the tab's traces (ui/trace_audit.py)
     groups: grpo_groups.GroupsUI | None = None  # the GRPO group view (ui/grpo_groups.py)
+    captured: captured.CapturedUI | None = None  # the capture gateway's sessions (ui/captured.py)
 
 
 def _source(t: Trace) -> str:
@@ -605,6 +606,8 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
     if parts is not None:
         set_ui = SetUI(parts["folder"], parts["show_btn"], parts["follow"], parts["newest"], parts["status"], step_dd, page,
                        gr.Timer(1.0, active=bool(ctx.traces)), group_tb, reward_dd)  # the timer ticks once a set is shown
+    # ---- the capture gateway's sessions (ui/captured.py), when the app has a capture folder ----
+    cap = captured.build(ctx)
     # ---- the GRPO group view (ui/grpo_groups.py) ----
     groups = grpo_groups.build()
     # ---- charts by training step and the two-step comparison (ui/run_charts.py) ----
@@ -614,7 +617,7 @@ def build(ctx: AppContext, session: gr.State) -> TraceFilesUI:
     # ----
     return TraceFilesUI(upload, status, problems, reason_dd, source_dd, search, table, dist, export_fmt, export_btn, export_file,
                         import_fmt, import_tok, count, step_dd, group_tb, reward_dd, filter_api, set_ui, run=run, audit=audit,
-                        groups=groups)
+                        groups=groups, captured=cap)
 
 
 def table_outputs(session: Session, reason: str | None = ALL, source: str | None = ALL, query: str | None = "",
@@ -848,6 +851,9 @@ def wire(ctx: AppContext, ui: TraceFilesUI, session: gr.State, open_in_inspector
     # ---- the GRPO group view (ui/grpo_groups.py): regrouped when the table's traces change ----
     if ui.groups is not None:
         grpo_groups.wire(ctx, ui.groups, session, audit_source, audit_key, ui.table)
+    # ---- the capture gateway's sessions (ui/captured.py): a branch opens in the Inspector ----
+    if ui.captured is not None:
+        captured.wire(ctx, ui.captured, session, fn_open, open_outputs)
     # ---- the re-render audit (ui/trace_audit.py): its rows open in the Inspector as the table's do ----
     if ui.audit is not None:
         trace_audit.wire(ctx, ui.audit, session, audit_source, audit_key,
