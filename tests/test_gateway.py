@@ -404,3 +404,23 @@ def test_session_names_are_checked():
         session_name("x" * 65, None)
     assert session_name("ok-1.a_b", None) == "ok-1.a_b"
     assert Gateway  # the class the app and the CLI build
+
+
+def test_the_capture_line_built_turn_by_turn_is_the_branchs_trace(qwen35, tmp_path):
+    """The capture file's lines are assembled from parts serialised once each: they must read back
+    as exactly the trace the branch is (its every field), forks and a reasoning turn included."""
+    from backend.trace import Trace
+
+    script = [call_text("qwen3.5", qwen35, [CALL]), answer_text("qwen3.5"), answer_text("qwen3.5")]
+    gw = scripted_gateway(qwen35, script, tmp_path)
+    with serving(gw) as url:
+        client = openai.OpenAI(base_url=f"{url}/s/parts/v1", api_key="k", max_retries=0)
+        m, _ = ask(client, [USER], False)
+        tool = {"role": "tool", "tool_call_id": m["tool_calls"][0]["id"], "content": "72 \u00b0F \u2014 \"quoted\""}
+        ask(client, [USER, m, tool], False)
+        ask(client, [USER, m, {**tool, "content": "edited"}], False)
+    s = gw.sessions["parts"]
+    lines = (tmp_path / "parts.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(s.branches) == 2
+    for line, b in zip(lines, s.branches):
+        assert Trace.from_dict(json.loads(line)).to_dict() == gw.trace(s, b).to_dict()

@@ -228,6 +228,21 @@ def assistant_departure(sent: dict[str, Any], ours: SampledTurn) -> str | None:
 
 
 @dataclass
+class _LineParts:
+    """A branch's capture line in parts, each serialised once: appending a turn costs the turn, not
+    the conversation (only the final join and the write are proportional to its length)."""
+
+    prompt: str | None = None
+    ids: list[str] = field(default_factory=list)
+    mask: list[str] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+    spans: list[str] = field(default_factory=list)
+    ids_done: int = 0
+    mask_done: int = 0
+
+
+@dataclass
 class Branch:
     """One path of a session, root to leaf: an ordinary trace under construction."""
 
@@ -247,7 +262,8 @@ class Branch:
     last_calls: int = 0
     last_parse_errors: int = 0
     dialects: list[str] = field(default_factory=list)
-    line: str | None = None  # the capture file's line for this branch, kept until it changes
+    frags: _LineParts = field(default_factory=lambda: _LineParts())  # the capture line, built turn by turn
+    relabeled: bool = False  # a junction edit changed mask bits already written (GLM): the mask is written anew
     # (message index, last user message index) -> whether the template renders that turn's reasoning
     reasoning_rendered: dict[tuple[int, int], bool] = field(default_factory=dict)
 
@@ -321,6 +337,7 @@ class Gateway:
         self.sessions: OrderedDict[str, Session] = OrderedDict()
         self.owns_generators = owns_generators  # False: the caller closes them (the app's own backend)
         self._stop_ids = set(bundle.stop_token_ids)
+        self._tokenizer_info = bundle.info()
         self._constraints: dict[str, Any] = {}
         if capture_dir:
             os.makedirs(capture_dir, exist_ok=True)
@@ -496,6 +513,7 @@ class Gateway:
             step.info.boundary = turn.edit.boundary(b.builder.total)
         if turn.edit.relabel:
             b.builder.relabel_tail(turn.edit.relabel, 0)
+            b.relabeled = True
         _, step.end = b.builder.append(turn.ids, 0)
         step.text = turn.text
         step.info.update({"roles": [m.get("role") for m in new]})
@@ -616,7 +634,6 @@ class Gateway:
         b.updated = time.time()
         if req.dialect not in b.dialects:
             b.dialects.append(req.dialect)
-        b.line = None
         return TurnResult(
             id=uuid.uuid4().hex[:24], session=s.name, branch=b.id, model=req.model, created=int(t0),
             content=msg.get("content") or "", reasoning=parsed.reasoning,
@@ -628,8 +645,10 @@ class Gateway:
         )
 
     # ---- capture files ----------------------------------------------------------------------
-    def trace(self, s: Session, b: Branch) -> Trace:
-        """Branch ``b`` of session ``s`` as a trace (root to leaf), ended for now."""
+    def trace(self, s: Session, b: Branch, *, steps: list[Step] | None = None, messages: list[dict[str, Any]] | None = None,
+              ids: bool = True) -> Trace:
+        """Branch ``b`` of session ``s`` as a trace (root to leaf), ended for now. ``steps``,
+        ``messages``, ``ids=False``: that part left out (the capture line's head)."""
         if b.last_finish == "tool_calls":
             reason: Any = TerminationReason.HARNESS
         elif b.last_finish == "length":
@@ -657,9 +676,11 @@ class Gateway:
         }
         if b.cause_detail:
             metadata["branch"]["detail"] = b.cause_detail
-        return Trace(messages=bd.messages, prompt_ids=bd.prompt_ids, response_ids=bd.response_ids,
-                     response_mask=bd.response_mask, steps=[*bd.steps, end], message_spans=bd.message_spans,
-                     termination_reason=reason, tools=b.tools, tokenizer=self.bundle.info(),
+        return Trace(messages=bd.messages if messages is None else messages,
+                     prompt_ids=bd.prompt_ids if ids else [], response_ids=bd.response_ids if ids else [],
+                     response_mask=bd.response_mask if ids else [], steps=[*(bd.steps if steps is None else steps), end],
+                     message_spans=bd.message_spans if ids else [],
+                     termination_reason=reason, tools=b.tools, tokenizer=self._tokenizer_info,
                      config={"chat_template_kwargs": self.kwargs, "max_tokens": self.max_tokens},
                      metadata=metadata, id=b.trace_id)
 
@@ -670,12 +691,38 @@ class Gateway:
         path = self.capture_path(s.name)
         if path is None:
             return
-        lines = []
-        for b in s.branches:
-            if b.line is None:
-                b.line = self.trace(s, b).to_json()
-            lines.append(b.line)
+        lines = [self.capture_line(s, b) for b in s.branches]
         await asyncio.to_thread(write_lines, lines, path)
+
+    def capture_line(self, s: Session, b: Branch) -> str:
+        """:meth:`trace`'s JSON line, from parts serialised once each (the same trace: tested)."""
+        f, bd = b.frags, b.builder
+        if f.prompt is None:
+            f.prompt = "[" + ",".join(map(str, bd.prompt_ids)) + "]"
+        if len(bd.response_ids) > f.ids_done:
+            f.ids.append(",".join(map(str, bd.response_ids[f.ids_done:])))
+            f.ids_done = len(bd.response_ids)
+        if b.relabeled:
+            f.mask, f.mask_done, b.relabeled = [], 0, False
+        if len(bd.response_mask) > f.mask_done:
+            f.mask.append(",".join(map(str, bd.response_mask[f.mask_done:])))
+            f.mask_done = len(bd.response_mask)
+        f.steps += [st.model_dump_json() for st in bd.steps[len(f.steps):]]
+        f.messages += [_json(m) for m in bd.messages[len(f.messages):]]
+        f.spans += [sp.model_dump_json() for sp in bd.message_spans[len(f.spans):]]
+        head = self.trace(s, b, steps=[], messages=[], ids=False)
+        end = head.steps[-1].model_dump_json()
+        d = json.loads(head.to_json())
+        return ("{" + f'"format_version":{d["format_version"]},"id":{_json(d["id"])},'
+                + '"messages":[' + ",".join(f.messages) + f'],"tools":{_json(d["tools"])},'
+                + f'"prompt_ids":{f.prompt},"response_ids":[' + ",".join(f.ids) + '],"response_mask":['
+                + ",".join(f.mask) + '],"steps":[' + ",".join([*f.steps, end]) + '],"message_spans":['
+                + ",".join(f.spans) + f'],"termination_reason":{_json(d["termination_reason"])},'
+                + f'"config":{_json(d["config"])},"tokenizer":{_json(d["tokenizer"])},"metadata":{_json(d["metadata"])}' + "}")
+
+
+def _json(v: Any) -> str:
+    return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
 
 
 def _first_user(messages: list[dict[str, Any]]) -> int:

@@ -1,0 +1,274 @@
+"""The capture gateway's cost: per turn against calling the same generator directly, and how a
+turn's cost grows with the conversation.
+
+``--part overhead``: sessions of ``--turns`` turns (a call, its result, ... an answer) through the
+gateway's HTTP endpoint with the ``openai`` SDK (``AsyncOpenAI``, one asyncio loop), at 1, 16 and
+64 concurrent sessions, against the baseline in the same process: the same generator asked
+directly for the same turns (each turn's prompt ids precomputed), at the same concurrency. The
+generator is the scripted one with a per-token delay standing in for a model's decode time
+(``--token-delay-ms``), or with ``--vllm`` the embedded SmolLM2 on the in-process vLLM engine
+(greedy; the direct baseline then generates from the prompts the gateway built). Ratio =
+gateway wall time / direct wall time, alternating reps.
+
+``--part growth``: the gateway's own work per turn (``Gateway.turn`` in process: match the
+request to the session's branch, append the new messages with the family's rule, parse, record
+the capture file) with a zero-latency generator over a 40-turn session, per family (qwen3,
+qwen3.5, llama3): turn 2, turn 40 and their ratio; beside it the naive cost per turn, a full
+``apply_chat_template`` of the conversation, tokenized.
+
+    .venv/bin/python bench/bench_gateway.py --part growth [--turns 40] [--repeats 5]
+    .venv/bin/python bench/bench_gateway.py --part overhead [--sessions 1,16,64] [--reps 3]
+    .venv/bin/python bench/bench_gateway.py --part overhead --vllm --sessions 1,16 --turns 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import common  # noqa: E402
+
+from backend.gateway.core import Gateway, TurnRequest  # noqa: E402
+from backend.generators.base import Generation, Generator, SamplingParams  # noqa: E402
+from backend.generators.scripted import ScriptedGenerator  # noqa: E402
+from backend.loading.tokenizers import load_tokenizer  # noqa: E402
+from backend.parsers import get_parser  # noqa: E402
+from backend.tokens.rendering import render_ids  # noqa: E402
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_current_temperature", "description": "Get current temperature at a location.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city"}},
+                   "required": ["city"]}}}]
+SYSTEM = {"role": "system", "content": "You are a weather assistant. Look each city up before you answer."}
+
+
+def call_text(bundle, city: str) -> str:
+    text = get_parser(bundle.parser).format_calls([{"name": "get_current_temperature", "arguments": {"city": city}}])
+    return ("I should look it up.\n</think>\n\n" + text) if bundle.name == "qwen3.5" else text
+
+
+def script(bundle, turns: int) -> list[str]:
+    answer = "It is 22 degrees everywhere I looked."
+    return [call_text(bundle, f"City {k}") for k in range(turns - 1)] + [
+        ("Done.\n</think>\n\n" + answer) if bundle.name == "qwen3.5" else answer]
+
+
+class Instant(Generator):
+    """Pre-encoded turns, returned at once (the gateway's own cost is what is left)."""
+
+    name = "instant"
+    decodes = False
+
+    def __init__(self, outputs: list[list[int]]):
+        self.outputs, self.k = outputs, 0
+
+    async def generate(self, prompt_ids, params, *, on_tokens=None, constraint=None) -> Generation:
+        out = self.outputs[self.k % len(self.outputs)]
+        self.k += 1
+        return Generation(list(out), "stop")
+
+
+def assistant_echo(result) -> dict:
+    m = {"role": "assistant", "content": result.content or None}
+    if result.reasoning is not None:
+        m["reasoning_content"] = result.reasoning
+    if result.tool_calls:
+        m["tool_calls"] = [{"id": c["id"], "type": "function",
+                            "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}} for c in result.tool_calls]
+    return m
+
+
+def normalized(m: dict) -> dict:
+    """A message as the chat dialect hands it to the gateway (arguments decoded)."""
+    from backend.gateway.chat import chat_message
+
+    return chat_message(m, 0)
+
+
+# ---- growth: the gateway's own work per turn -------------------------------------------------------
+
+
+async def one_session(bundle, outputs, turns: int, folder: str, name: str) -> tuple[list[float], list[float]]:
+    gw = Gateway(bundle, lambda s: Instant(outputs), capture_dir=folder, served_model="bench")
+    msgs = [SYSTEM, {"role": "user", "content": "Weather in 40 cities, one by one?"}]
+    ours, naive = [], []
+    for k in range(turns):
+        req = TurnRequest("chat", "m", [normalized(m) for m in msgs], TOOLS, digest=f"{name}-{k}")
+        t0 = time.perf_counter()
+        r = await gw.turn(name, req)
+        ours.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        render_ids(bundle, req.messages, TOOLS, add_generation_prompt=True)
+        naive.append(time.perf_counter() - t0)
+        msgs = [*msgs, assistant_echo(r)]
+        if r.tool_calls:
+            msgs.append({"role": "tool", "tool_call_id": r.tool_calls[0]["id"], "content": json.dumps({"temperature": 22})})
+    assert len(gw.sessions[name].branches) == 1, "a linear session must not fork"
+    return ours, naive
+
+
+def growth(profiles: list[str], turns: int, repeats: int) -> dict:
+    out = {}
+    for profile in profiles:
+        bundle = load_tokenizer(profile)
+        outputs = [bundle.encode_generated(t) + [bundle.tokenizer.eos_token_id] for t in script(bundle, turns)]
+        per_turn: list[list[float]] = [[] for _ in range(turns)]
+        naive_turn: list[list[float]] = [[] for _ in range(turns)]
+        with tempfile.TemporaryDirectory() as folder:
+            asyncio.run(one_session(bundle, outputs, turns, folder, "warm"))
+            for rep in range(repeats):
+                ours, naive = asyncio.run(one_session(bundle, outputs, turns, folder, f"s{rep}"))
+                for k in range(turns):
+                    per_turn[k].append(ours[k])
+                    naive_turn[k].append(naive[k])
+        med = [statistics.median(x) * 1000 for x in per_turn]
+        nmed = [statistics.median(x) * 1000 for x in naive_turn]
+        out[profile] = {"turn_2_ms": round(med[1], 3), f"turn_{turns}_ms": round(med[-1], 3),
+                        "ratio": round(med[-1] / med[1], 3), "median_ms": round(statistics.median(med), 3),
+                        f"naive_turn_{turns}_ms": round(nmed[-1], 3)}
+    return out
+
+
+# ---- overhead: through HTTP against the generator called directly ---------------------------------
+
+
+def serve(gw):
+    import uvicorn
+
+    from backend.gateway.server import create_app
+
+    server = uvicorn.Server(uvicorn.Config(create_app(gw), host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
+    th = threading.Thread(target=server.run, daemon=True)
+    th.start()
+    while not server.started:
+        time.sleep(0.01)
+    return server, th, f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+
+
+async def client_sessions(url: str, n: int, turns: int, tag: str, max_tokens: int | None) -> list[list[int]]:
+    """n sessions of ``turns`` turns through the SDK; each turn's prompt ids (for the baseline)."""
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="bench", max_retries=0, timeout=3600)
+    prompts: list[list[int]] = []
+
+    async def one(k: int) -> None:
+        c = openai.AsyncOpenAI(base_url=f"{url}/s/{tag}-{k}/v1", api_key="bench", max_retries=0, timeout=3600)
+        msgs = [SYSTEM, {"role": "user", "content": f"Weather in city {k}?"}]
+        for t in range(turns):
+            extra = {"return_token_ids": True}
+            kw = {"max_tokens": max_tokens} if max_tokens else {}
+            choice = "required" if t < turns - 1 else "none"
+            r = await c.chat.completions.create(model="m", messages=msgs, tools=TOOLS, tool_choice=choice, temperature=0,
+                                                extra_body=extra, **kw)
+            prompts.append(r.model_extra["prompt_token_ids"])
+            m = r.choices[0].message.model_dump(exclude_none=True)
+            msgs.append(m)
+            for tc in m.get("tool_calls") or []:
+                msgs.append({"role": "tool", "tool_call_id": tc["id"], "content": json.dumps({"temperature": 22})})
+            if not m.get("tool_calls"):
+                break
+        await c.close()
+
+    await asyncio.gather(*(one(k) for k in range(n)))
+    await client.close()
+    return prompts
+
+
+async def direct(gen_for, prompts: list[list[int]], n: int, max_tokens: int) -> None:
+    """The same number of turns, the same prompts, straight to the generator, ``n`` at a time."""
+    sem = asyncio.Semaphore(n)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+
+    async def one(k: int, p: list[int]) -> None:
+        async with sem:
+            await gen_for(k).generate(p, params)
+
+    await asyncio.gather(*(one(k, p) for k, p in enumerate(prompts)))
+
+
+def overhead(sessions: list[int], turns: int, reps: int, delay_ms: float, use_vllm: bool, max_tokens: int) -> dict:
+    bundle = load_tokenizer("smollm2" if use_vllm else "qwen3")
+    if use_vllm:
+        from backend.generators.vllm_engine import VLLMEngineGenerator
+        from backend.models import default_model_path
+
+        engine = VLLMEngineGenerator(default_model_path(), dtype="float32", max_model_len=4096, seed=0)
+        engine.start_sync()
+
+        def gen_for(name):
+            return engine
+    else:
+        text = script(bundle, turns)
+
+        def gen_for(name):
+            return ScriptedGenerator(bundle.tokenizer, text, token_delay_s=delay_ms / 1000, stop_token_ids=bundle.stop_token_ids,
+                                     encode=bundle.encode_generated)
+    out = {}
+    folder = tempfile.mkdtemp(prefix="bench-gateway-")
+    gw = Gateway(bundle, gen_for, capture_dir=folder, served_model="bench", max_tokens=max_tokens, owns_generators=False)
+    server, th, url = serve(gw)
+    try:
+        asyncio.run(client_sessions(url, 1, turns, "warm", max_tokens))  # imports, first compile
+        for n in sessions:
+            ratios, gws, dirs = [], [], []
+            for rep in range(reps):
+                t0 = time.perf_counter()
+                prompts = asyncio.run(client_sessions(url, n, turns, f"n{n}r{rep}", max_tokens))
+                g = time.perf_counter() - t0
+                per_session = {}
+                t0 = time.perf_counter()
+                asyncio.run(direct(lambda k: per_session.setdefault(k // turns, gen_for(k // turns)) if not use_vllm
+                                   else engine, prompts, n, max_tokens))
+                d = time.perf_counter() - t0
+                gws.append(g)
+                dirs.append(d)
+                ratios.append(g / d)
+            out[f"{n} sessions"] = {"turns": len(prompts), "gateway_s": [round(x, 3) for x in gws],
+                                    "direct_s": [round(x, 3) for x in dirs], "ratios": [round(r, 3) for r in ratios],
+                                    "median_ratio": round(statistics.median(ratios), 3)}
+    finally:
+        server.should_exit = True
+        th.join(30)
+        if use_vllm:
+            engine.shutdown()
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--part", choices=("growth", "overhead"), default="growth")
+    p.add_argument("--profiles", default="qwen3,qwen3.5,llama3")
+    p.add_argument("--turns", type=int, default=None, help="turns per session (growth: 40; overhead: 4)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--sessions", default="1,16,64")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--token-delay-ms", type=float, default=5.0, help="the scripted model's decode time per token")
+    p.add_argument("--vllm", action="store_true", help="the embedded model on the in-process vLLM engine")
+    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args()
+    load = common.uptime()
+    if a.part == "growth":
+        res = {"part": "growth", "load_before": load,
+               "figures": growth(a.profiles.split(","), a.turns or 40, a.repeats)}
+    else:
+        res = {"part": "overhead", "backend": "vllm (SmolLM2-135M, float32)" if a.vllm else f"scripted, {a.token_delay_ms} ms/token",
+               "load_before": load,
+               "figures": overhead([int(x) for x in a.sessions.split(",")], a.turns or 4, a.reps, a.token_delay_ms, a.vllm,
+                                   a.max_tokens)}
+    res["load_after"] = common.uptime()
+    print(json.dumps(res, indent=None if a.json else 2))
+
+
+if __name__ == "__main__":
+    main()
