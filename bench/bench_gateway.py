@@ -200,7 +200,7 @@ def overhead(sessions: list[int], turns: int, reps: int, delay_ms: float, use_vl
     bundle = load_tokenizer("smollm2" if use_vllm else "qwen3")
     if use_vllm:
         from backend.generators.vllm_engine import VLLMEngineGenerator
-        from backend.models import default_model_path
+        from backend.loading.models import default_model_path
 
         engine = VLLMEngineGenerator(default_model_path(), dtype="float32", max_model_len=4096, seed=0)
         engine.start_sync()

@@ -177,14 +177,21 @@ def test_seed001_has_nothing_else(seed001, qwen3):
     assert check(seed001) == []  # structurally clean
 
 
-def test_no_drift_and_no_mask_mismatch_when_ids_are_the_render(seed001, qwen3):
-    """The re-render itself (ids of the full template render, mask from the training template) has neither."""
+def test_no_drift_and_no_mask_warning_when_ids_are_the_render(seed001, qwen3):
+    """The re-render itself (ids of the full template render, the mask as generation gives it:
+    through each <|im_end|>) has no drift and no mask warning; its mask differs from the training
+    template's only by the '\\n' after each <|im_end|>, which trl counts as assistant: the expected
+    difference, info (issue 42: the import had those at 1, and the mask audit warned)."""
     from backend.importers import import_records
 
     res = import_records([{"messages": seed001.messages, "tools": seed001.tools}], "openai-chat", bundle=qwen3)
     t = res.traces[0]
     fs = check(t, qwen3)
-    assert not codes(fs) & {"retokenization_drift", "mask_mismatch"}, [f.message for f in fs]
+    assert not codes(fs) & {"retokenization_drift", "mask_structure"}, [f.message for f in fs]
+    assert not [f for f in fs if f.severity != "info"], [f.message for f in fs]
+    (m,) = only(fs, "mask_mismatch")
+    assert m.severity == "info" and m.details["expected"]
+    assert [(p["token"], p["loop_mask"], p["training_mask"]) for p in m.details["positions"]] == [("\n", 0, 1)] * 2
 
 
 # ---- structural codes: trigger / clean ----------------------------------------------------------

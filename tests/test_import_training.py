@@ -16,9 +16,10 @@ import shutil
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from trl_masks import generated_mask, trl_assistant_mask
 
 from backend.importers import detect, detect_why, import_file
-from backend.loading.tokenizers import load_tokenizer, read_trl_template
+from backend.loading.tokenizers import load_tokenizer
 from backend.trace.index import _score, training_step_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,15 +78,16 @@ def assert_tool_rounds(msgs, rounds, answer):
 
 
 def assert_rendered(t, bundle):
-    """Rendered ids = the template's render of the messages; mask = trl's training-template mask."""
+    """Rendered ids = the template's render of the messages; mask = trl's training-template mask,
+    except the separator after each end-of-turn token (0: no generation has it)."""
     tok = bundle.tokenizer
     full = tok.apply_chat_template(t.messages, tools=t.tools or None, tokenize=True, return_dict=False,
                                    chat_template=bundle.chat_template)
     assert t.input_ids == list(full)
     assert t.metadata["ids"] == "rendered"
-    enc = tok.apply_chat_template(t.messages, tools=t.tools or None, tokenize=True, return_dict=True,
-                                  return_assistant_tokens_mask=True, chat_template=read_trl_template(bundle.training_template))
-    assert t.full_mask == list(enc["assistant_masks"])
+    ids, trl_mask = trl_assistant_mask(bundle, t.messages, t.tools or None)
+    assert ids == t.input_ids
+    assert t.full_mask == generated_mask(bundle, ids, trl_mask)
 
 
 # ---- TRL ---------------------------------------------------------------------------------------

@@ -249,6 +249,11 @@ async def test_check_messages_finds_an_orphan_tool_message(app_url):
         "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
     res = await call(app_url, "check", {"messages": fine, "tools": tools})
     assert res.structured_content["counts"]["error"] == 0, res.structured_content["findings"]
+    # and no warning, nor does a plain user/assistant exchange get one (issue 42: the mask audit
+    # warned on the '\n' after each <|im_end|>, which the import of the messages had at 1)
+    assert res.structured_content["counts"]["warning"] == 0, res.structured_content["findings"]
+    plain = (await call(app_url, "check", {"messages": [msgs[0], msgs[2]]})).structured_content
+    assert plain["counts"]["warning"] == 0 and plain["counts"]["error"] == 0, plain["findings"]
 
 
 # ---- bad input: a tool error with a clear message, and the server goes on answering ------------------

@@ -37,7 +37,9 @@ Codes (severity):
   ``*_training.jinja`` variant (``return_assistant_tokens_mask``), per turn and per position.
 * ``mask_structure`` (warning) — the stored loss mask disagrees with the sequence's structure,
   read from the ids alone (:mod:`backend.checks.mask_audit`): tool output or template text trained on
-  (1 where the structure says context), generated tokens or the end-of-turn token masked out.
+  (1 where the structure says context, the separator after an end-of-turn token included: Qwen's
+  ``\\n`` after ``<|im_end|>``, between turns and after the last one), generated tokens or the
+  end-of-turn token masked out.
   One finding per run of such tokens (at most 20, then one that counts the rest), naming the
   tokens and the message they render. Runs on any trace with ids; it needs no re-render.
 * ``thinking_stripped`` (warning) — reasoning of an assistant turn (``reasoning_content`` /
@@ -774,8 +776,9 @@ def _check_mask(trace: Trace, bundle: Any, ix: _Index) -> list[Finding]:
         msg = (f"expected mask difference: trl's {tname!r} marks the '{_show(diffs[0]['token'])}' it writes after "
                f"{tok.eos_token!r} as assistant ({len(diffs)}×): its mask {fmt(t_runs)} (assistant turns {ones(t_runs)}), the "
                f"loop's {fmt(loop_runs)} (assistant turns {ones(loop_runs)}). "
-               f"The model stops generating at {tok.eos_token!r} and never writes that token: where the loop has it (the "
-               "separator continuous tokens insert) it is context, mask 0, as verl >= 0.9 masks it. "
+               f"The model stops generating at {tok.eos_token!r} and never writes that token: where the trace has it (the "
+               "separator continuous tokens insert, or the template's text in an imported conversation's render) it is "
+               "context, mask 0, as verl >= 0.9 masks it. "
                "A trainer on trl's mask learns it; a verl-style trainer does not")
     loc = ix.at_token(first_loop) if first_loop is not None else Location()
     return [Finding(C.MASK_MISMATCH, "info" if expected else "warning", msg, loc, details)]

@@ -14,7 +14,11 @@ alone, never from the mask it checks:
   rendering a probe conversation;
 * it ends at the first stop token (the EOS and the profile's other end-of-turn tokens:
   ``<|im_end|>``, ``<|call|>``, ``<|eom_id|>``), inclusive; what follows up to the next marker is
-  context (tool output, template text, an inserted separator) and should be 0.
+  context (tool output, template text, an inserted separator) and should be 0, and so is what
+  follows the last turn's stop token to the end of the ids (the ``\n`` a full render writes after
+  the last ``<|im_end|>``, which no generation has: the importers' rendered traces carry it at 0;
+  a loop's or verl's sequence ends at the stop token). trl's ``*_training`` templates count that
+  separator as assistant; verl >= 0.9 and the loop do not, and neither does this audit.
 
 A stop token that is also the next message's opening (GLM's ``<|observation|>`` / ``<|user|>``,
 which verl 0.9 keeps as context and the loop keeps once) may carry either bit. A template that

@@ -5,8 +5,12 @@ two ways an imported conversation gets token ids.
   tokenizer and template; ``prompt_ids`` are the tokens before the first assistant turn,
   ``response_ids`` the rest; the mask is 1 on each assistant turn's own tokens (after the
   template's generation prompt, through its end-of-turn token, as a generating engine would
-  have produced them) and 0 elsewhere. Synthetic steps (pending / generating /
-  processing_tools) are built from those spans so the UI and diagnostics can point at them.
+  have produced them) and 0 elsewhere: the separator the template writes after that token
+  (Qwen's ``\n`` after ``<|im_end|>``, between turns and after the last one) is context, as
+  verl >= 0.9 and the loop mask it and as the mask audit reads it (trl's ``*_training``
+  templates count it as assistant: ``check`` says so as an expected ``mask_mismatch``, info).
+  Synthetic steps (pending / generating / processing_tools) are built from those spans so the
+  UI and diagnostics can point at them; the separator after the last turn is in no step.
 * **given** (the source has token ids, e.g. verl agent-loop outputs): ids and mask are kept
   exactly; the text is decoded only to show it, and messages are recovered from the decoded
   text where the template is ChatML-like.
@@ -340,6 +344,7 @@ def trace_from_conversation(conv: Conversation, bundle: Any, source: str) -> Tra
     text, ids = r.text, r.token_ids
     starts = [o[0] for o in r.offsets]
     spans_by_msg = {s.message: s for s in r.message_spans if s.message >= 0}
+    stops = set(getattr(bundle, "stop_token_ids", ()) or ())
     # each assistant message: [start, end) in tokens
     asst: list[tuple[int, int, int]] = []
     for i, m in enumerate(messages):
@@ -355,8 +360,12 @@ def trace_from_conversation(conv: Conversation, bundle: Any, source: str) -> Tra
                 gp = None
             if gp is not None and cs <= len(gp) <= ce and text.startswith(gp):
                 start_c = len(gp)
-        end_c = ce  # through the template's text after the end-of-turn token, as trl's training templates mark it
-        ts, te = _token_at(starts, start_c), _token_at(starts, end_c)
+        ts, te = _token_at(starts, start_c), _token_at(starts, ce)
+        # the turn ends at its last end-of-turn token, inclusive: what the template writes after it
+        # (Qwen's "\n" after <|im_end|>) no generation has; it is context, mask 0, as verl >= 0.9 and
+        # the loop mask it (trl's training templates count it as assistant: an expected mask_mismatch).
+        # A turn with no end-of-turn token of its own (GLM's, which the next message opens) keeps its span
+        te = next((k + 1 for k in range(te - 1, ts - 1, -1) if ids[k] in stops), te)
         if te > ts:
             asst.append((ts, te, i))
 
