@@ -217,7 +217,8 @@ def assistant_departure(sent: dict[str, Any], ours: SampledTurn) -> str | None:
     if (sent.get("content") or "").strip() != (ours.message.get("content") or "").strip():
         return "message_edited"
     for a, b in zip(sent_calls, our_calls):
-        if _canonical(_args_value(a["function"].get("arguments"))) != _canonical(_args_value(b["function"]["arguments"])):
+        x, y = _args_value(a["function"].get("arguments")), _args_value(b["function"]["arguments"])
+        if x != y and _canonical(x) != _canonical(y):  # equal values first (the common case), then by their JSON
             return "arguments_reserialized"
     sent_reasoning = sent.get("reasoning_content")
     if sent_reasoning is not None and sent_reasoning.strip() != (ours.reasoning or "").strip():
@@ -466,7 +467,7 @@ class Gateway:
             if rest.common > _first_user(msgs):
                 return _Match(b, False, rest.common, "system_prompt_changed")
             return _Match(b, False, 0, "message_edited")
-        if _canonical(req.tools) != _canonical(b.tools):
+        if req.tools != b.tools or _tools_json(req.tools) != _tools_json(b.tools):  # key order renders too
             return _Match(b, False, p, "tools_changed")
         if req.model != b.model:
             return _Match(b, False, p, "model_changed")
@@ -719,6 +720,10 @@ class Gateway:
                 + ",".join(f.mask) + '],"steps":[' + ",".join([*f.steps, end]) + '],"message_spans":['
                 + ",".join(f.spans) + f'],"termination_reason":{_json(d["termination_reason"])},'
                 + f'"config":{_json(d["config"])},"tokenizer":{_json(d["tokenizer"])},"metadata":{_json(d["metadata"])}' + "}")
+
+
+def _tools_json(tools: list[dict[str, Any]]) -> str:
+    return json.dumps(tools, ensure_ascii=False)
 
 
 def _json(v: Any) -> str:
