@@ -23,6 +23,8 @@ from verl_oracle import VERL_FAMILY
 
 from backend.checks.diagnostics import check
 from backend.gateway.core import FORK_CAUSES, Gateway, GatewayError, session_name
+from backend.generators.base import GenerationError
+from backend.generators.scripted import ScriptedGenerator
 from backend.loading.tokenizers import load_tokenizer
 from backend.tools import ToolRegistry
 from backend.trace import Trace
@@ -345,6 +347,9 @@ BAD = [
     ("lone surrogate", b'{"model": "m", "messages": [{"role": "user", "content": "a\\ud800b"}]}', 400),
     ("json schema output", {"model": "m", "messages": [USER], "response_format": {"type": "json_schema"}}, 400),
     ("stream not a boolean", {"model": "m", "messages": [USER], "stream": "yes"}, 400),
+    ("negative temperature", {"model": "m", "messages": [USER], "temperature": -1}, 400),
+    ("top_p 0", {"model": "m", "messages": [USER], "top_p": 0}, 400),
+    ("NaN top_p", b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "top_p": NaN}', 400),
     ("malformed tool call", {"model": "m", "messages": [USER, {"role": "assistant", "tool_calls": [{"function": 3}]}]}, 400),
     ("body over the limit", {"model": "m", "messages": [{"role": "user", "content": "x" * 300_000}]}, 413),
 ]
@@ -436,3 +441,62 @@ def test_the_capture_line_built_turn_by_turn_is_the_branchs_trace(qwen35, tmp_pa
     assert len(lines) == len(s.branches) == 2
     for line, b in zip(lines, s.branches):
         assert Trace.from_dict(json.loads(line)).to_dict() == gw.trace(s, b).to_dict()
+
+
+class FailsOnce(ScriptedGenerator):
+    """The scripted model, failing its ``fail_at``-th request once (an engine error mid-session)."""
+
+    def __init__(self, *args, fail_at: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fail_at, self.requests = fail_at, 0
+
+    async def _generate(self, request):
+        self.requests += 1
+        if self.requests == self.fail_at:
+            raise GenerationError("the engine fell over")
+        return await super()._generate(request)
+
+
+def test_a_failed_turn_is_retried_on_the_same_branch(qwen3, tmp_path):
+    """The engine fails the turn after a tool result (502 to the client); the SDK's retry, the same
+    body, continues the same branch: no fork, the tool result appended once."""
+    script = [call_text("qwen3", qwen3, [CALL]), ANSWER]
+    gw = Gateway(qwen3, lambda s: FailsOnce(qwen3.tokenizer, script, stop_token_ids=qwen3.stop_token_ids,
+                                            encode=qwen3.encode_generated, fail_at=2), capture_dir=str(tmp_path))
+    with serving(gw) as url:
+        client = openai.OpenAI(base_url=f"{url}/s/flaky/v1", api_key="k", max_retries=0)
+        m, _ = ask(client, [USER], False)
+        msgs = [USER, m, {"role": "tool", "tool_call_id": m["tool_calls"][0]["id"], "content": "72"}]
+        with pytest.raises(openai.APIStatusError) as e:
+            ask(client, msgs, False)
+        assert e.value.status_code == 502 and "the engine fell over" in str(e.value)
+        a, finish = ask(client, msgs, False)
+    assert a["content"] == ANSWER and finish == "stop"
+    (branch,) = read_capture(tmp_path, "flaky")
+    assert [s["state"] for s in branch["steps"]] == ["pending", "generating", "processing_tools", "generating", "terminated"]
+
+
+def test_a_capture_that_cannot_be_written_is_said_and_the_retry_writes_it(qwen3, tmp_path):
+    body = json.dumps({"model": "m", "messages": [USER]}).encode()
+    blocker = tmp_path / "w.jsonl.tmp"
+    blocker.mkdir()  # the temporary file's name taken by a folder: the write fails
+    with serving(scripted_gateway(qwen3, [ANSWER], tmp_path)) as url, httpx.Client(base_url=url) as h:
+        r = h.post("/s/w/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 500 and "capture file could not be written" in r.json()["error"]["message"]
+        blocker.rmdir()
+        r = h.post("/s/w/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 200 and r.headers["x-ali-replayed"] == "true"
+    (branch,) = read_capture(tmp_path, "w")
+    assert [s["state"] for s in branch["steps"]].count("generating") == 1
+
+
+def test_a_session_past_its_token_limit_is_refused(qwen3, tmp_path):
+    from backend.gateway.core import GatewayLimits
+
+    gw = scripted_gateway(qwen3, [ANSWER] * 3, tmp_path, limits=GatewayLimits(max_session_tokens=15))
+    with serving(gw) as url, httpx.Client(base_url=url) as h:
+        first = h.post("/s/big/v1/chat/completions", json={"model": "m", "messages": [USER]})
+        again = h.post("/s/big/v1/chat/completions", json={"model": "m", "messages": [USER], "temperature": 0.1})
+        other = h.post("/s/other/v1/chat/completions", json={"model": "m", "messages": [USER]})
+    assert first.status_code == 200 and other.status_code == 200
+    assert again.status_code == 413 and "start a new session" in again.json()["error"]["message"]

@@ -16,13 +16,16 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from backend.gateway.core import GatewayError, TurnRequest, TurnResult, message_text
+from backend.gateway.core import GatewayError, TurnRequest, TurnResult, message_text, strict_loads
 
 DIALECT = "chat"
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # sampling fields passed to the generator, and their JSON types
 SAMPLING = {"temperature": (int, float), "top_p": (int, float), "top_k": (int,), "seed": (int,),
             "repetition_penalty": (int, float)}
+# the ranges a sampling field must lie in (what vLLM accepts), checked here so a bad one is a 400, not a failed turn
+RANGES = {"temperature": (0, 100), "top_p": (1e-9, 1), "top_k": (-1, 1 << 20), "seed": (-(1 << 63), (1 << 63) - 1),
+          "repetition_penalty": (1e-9, 100)}
 # fields a client may send that this gateway does not apply: recorded on the turn, never silently
 IGNORED = ("frequency_penalty", "presence_penalty", "logit_bias", "user", "metadata", "store", "service_tier",
            "prediction", "reasoning_effort", "top_logprobs", "modalities", "audio", "web_search_options")
@@ -39,8 +42,8 @@ def _tool_call(c: Any, where: str) -> dict[str, Any]:
     args = c["function"].get("arguments")
     if isinstance(args, str):
         try:
-            decoded = json.loads(args) if args.strip() else {}
-        except (json.JSONDecodeError, RecursionError):
+            decoded = strict_loads(args) if args.strip() else {}
+        except (ValueError, RecursionError):
             decoded = None
         if isinstance(decoded, dict):
             args = decoded
@@ -130,6 +133,9 @@ def parse_request(body: Any, served_model: str) -> tuple[TurnRequest, dict[str, 
             continue
         if isinstance(v, bool) or not isinstance(v, types):
             raise GatewayError(f"{k} must be a number", param=k)
+        low, high = RANGES.get(k, (None, None))
+        if (low is not None and v < low) or (high is not None and v > high):
+            raise GatewayError(f"{k} must be between {low} and {high}", param=k)
         sampling[k] = v
     stop = body.get("stop")
     if stop is not None:

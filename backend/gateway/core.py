@@ -110,6 +110,7 @@ class GatewayLimits:
     max_sessions: int = 1024  # sessions held in memory (the least recently used idle one is let go)
     max_branches: int = 256  # branches of one session
     max_answers: int = 256  # answers kept per session for retries
+    max_session_tokens: int = 4_000_000  # token ids of all of a session's branches together
 
     @classmethod
     def from_env(cls) -> GatewayLimits:
@@ -120,6 +121,7 @@ class GatewayLimits:
             max_sessions=_env_int("ALI_GATEWAY_MAX_SESSIONS", cls.max_sessions),
             max_branches=_env_int("ALI_GATEWAY_MAX_BRANCHES", cls.max_branches),
             max_answers=_env_int("ALI_GATEWAY_MAX_ANSWERS", cls.max_answers),
+            max_session_tokens=_env_int("ALI_GATEWAY_MAX_SESSION_TOKENS", cls.max_session_tokens),
         )
 
 
@@ -155,11 +157,17 @@ class TurnResult:
     prompt_tokens: int
     completion_tokens: int
     token_ids: list[int]
-    prompt_ids: list[int]
+    prompt_len: int  # the prompt is the branch's first prompt_len ids (kept there, not copied per answer)
     logprobs: list[float] | None
     tokens: list[str]  # each generated id's text (for logprobs)
     parse_errors: list[str]
     replayed: bool = False  # a retry answered from the session's record
+    branch_ids: Callable[[], list[int]] | None = None
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        """The ids the model was given for this turn (the branch is append-only: read from it)."""
+        return self.branch_ids()[: self.prompt_len] if self.branch_ids is not None else []
 
 
 def message_text(content: Any, where: str) -> str:
@@ -190,6 +198,16 @@ def _args_value(args: Any) -> Any:
     """Tool-call arguments as a value to compare (a JSON string decoded; a raw string kept)."""
     value, problem = decode_arguments(args)
     return args if problem else value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def strict_loads(text: str | bytes) -> Any:
+    """``json.loads`` that refuses NaN and Infinity (Python reads them; JSON has no such numbers,
+    and a NaN would pass every range check)."""
+    return json.loads(text, parse_constant=_no_constant)
 
 
 def _canonical(v: Any) -> str:
@@ -286,6 +304,7 @@ class Session:
     answers: OrderedDict[str, TurnResult] = field(default_factory=OrderedDict)
     used: float = field(default_factory=time.time)
     turns: int = 0
+    unwritten: bool = False  # the last capture write failed: the next answer (a retry's too) writes again
 
     def branch(self, bid: str) -> Branch:
         return next(b for b in self.branches if b.id == bid)
@@ -376,7 +395,13 @@ class Gateway:
             if req.digest and req.digest in s.answers:
                 old = s.answers[req.digest]
                 s.answers.move_to_end(req.digest)
+                if s.unwritten:
+                    await self._write(s)
                 return dataclasses.replace(old, replayed=True)
+            held = sum(b.builder.total for b in s.branches)
+            if held >= self.limits.max_session_tokens:
+                raise GatewayError(f"session {s.name!r} holds {held:,} tokens, this gateway's limit of "
+                                   f"{self.limits.max_session_tokens:,}: start a new session", 413)
             branch = await self._place(s, req)
             result = await self._generate(s, branch, req)
             s.turns += 1
@@ -421,6 +446,8 @@ class Gateway:
             m = await self._compare(b, req)
             if m.extends:
                 new = req.messages[len(b.messages):]
+                if not new:
+                    return b
                 try:
                     await self._append_context(b, new)
                     return b
@@ -473,6 +500,8 @@ class Gateway:
             return _Match(b, False, p, "model_changed")
         if p == n:
             new = msgs[n:]
+            if not new and (n - 1) not in b.sampled:
+                return _Match(b, True, p)  # the branch waits for a turn (its generation failed): this is it
             if not new:
                 return _Match(b, False, p, "resampled", "the request ends with the model's own last turn")
             if any(m.get("role") == "assistant" for m in new):
@@ -569,7 +598,7 @@ class Gateway:
         except (ToolChoiceError, ValueError) as e:
             raise GatewayError(f"tool_choice: {e}", param="tool_choice") from None
         max_calls = 1 if req.parallel_tool_calls is False else self.max_parallel_calls
-        key = _canonical([name, req.tools, max_calls])
+        key = hashlib.sha256(_canonical([name, req.tools, max_calls]).encode("utf-8", "surrogatepass")).hexdigest()
         if key not in self._constraints:
             try:
                 self._constraints[key] = build_constraint(name, self.parser.name, req.tools, max_calls=max_calls)
@@ -640,7 +669,7 @@ class Gateway:
             content=msg.get("content") or "", reasoning=parsed.reasoning,
             tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls],
             finish_reason=finish, prompt_tokens=len(prompt), completion_tokens=len(ids), token_ids=ids,
-            prompt_ids=list(prompt), logprobs=list(gen.logprobs) if gen.logprobs is not None else None,
+            prompt_len=len(prompt), branch_ids=lambda: b.ids, logprobs=list(gen.logprobs) if gen.logprobs is not None else None,
             tokens=[decode(self.bundle, [t]) for t in ids] if gen.logprobs is not None else [],
             parse_errors=[e.message for e in parsed.errors if e.severity == "error"],
         )
@@ -693,7 +722,14 @@ class Gateway:
         if path is None:
             return
         lines = [self.capture_line(s, b) for b in s.branches]
-        await asyncio.to_thread(write_lines, lines, path)
+        s.unwritten = True
+        try:
+            await asyncio.to_thread(write_lines, lines, path)
+            s.unwritten = False
+        except OSError as e:
+            log.error("gateway: session %s: cannot write %s: %s", s.name, path, e)
+            raise GatewayError(f"the turn was generated but its capture file could not be written ({e.strerror or e}); "
+                               "a retry of this request gets the same answer and writes it again", 500, "api_error") from None
 
     def capture_line(self, s: Session, b: Branch) -> str:
         """:meth:`trace`'s JSON line, from parts serialised once each (the same trace: tested)."""

@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backend.errors import UserError
 from backend.gateway import chat
-from backend.gateway.core import Gateway, GatewayError, GatewayLimits, body_digest, session_name
+from backend.gateway.core import Gateway, GatewayError, GatewayLimits, body_digest, session_name, strict_loads
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 def parse_json(raw: bytes) -> Any:
     try:
-        body = json.loads(raw)
+        body = strict_loads(raw)
     except (ValueError, RecursionError) as e:
         where = f" ({e.msg} at line {e.lineno}, column {e.colno})" if isinstance(e, json.JSONDecodeError) else ""
         raise GatewayError(f"the body is not valid JSON{where}") from None
