@@ -500,3 +500,29 @@ def test_a_session_past_its_token_limit_is_refused(qwen3, tmp_path):
         other = h.post("/s/other/v1/chat/completions", json={"model": "m", "messages": [USER]})
     assert first.status_code == 200 and other.status_code == 200
     assert again.status_code == 413 and "start a new session" in again.json()["error"]["message"]
+
+
+def test_captured_branches_export_as_any_trace(qwen3, tmp_path):
+    """``export --to verl`` and ``--to otel`` read a capture file as they read any trace file: one
+    verl row per branch with the branch's own ids and mask, one OTel trace per branch."""
+    from cli_inprocess import run_cli
+
+    script = [call_text("qwen3", qwen3, [CALL]), ANSWER, ANSWER]
+    cap = tmp_path / "cap"
+    with serving(scripted_gateway(qwen3, script, cap)) as url:
+        client = openai.OpenAI(base_url=f"{url}/s/exp/v1", api_key="k", max_retries=0)
+        m, _ = ask(client, [USER], False)
+        tool = {"role": "tool", "tool_call_id": m["tool_calls"][0]["id"], "content": "72"}
+        ask(client, [USER, m, tool], False)
+        ask(client, [USER, m, {**tool, "content": "10"}], False)
+    branches = read_capture(cap, "exp")
+    r = run_cli("export", str(cap / "exp.jsonl"), "--to", "verl", "--out", str(tmp_path / "rows.jsonl"), "--json")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert len(rows) == len(branches) == 2
+    for row, b in zip(rows, branches):
+        assert (row["prompt_ids"], row["response_ids"], row["response_mask"]) == (
+            b["prompt_ids"], b["response_ids"], b["response_mask"])
+    r = run_cli("export", str(cap / "exp.jsonl"), "--to", "otel", "--out", str(tmp_path / "spans.jsonl"), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["traces"] == 2
