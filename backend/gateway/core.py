@@ -611,7 +611,7 @@ class Gateway:
     async def _generate(self, s: Session, b: Branch, req: TurnRequest) -> TurnResult:
         prompt = b.ids
         cap = self.max_tokens
-        engine_len = getattr(s.generator, "max_model_len", None)
+        engine_len = s.generator.context_length()
         if isinstance(engine_len, int) and engine_len > 0:
             cap = min(cap, engine_len - len(prompt))
             if cap <= 0:

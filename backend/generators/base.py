@@ -214,6 +214,11 @@ class Generator:
         """What to record in the trace's metadata about this backend."""
         return {"backend": self.name}
 
+    def context_length(self) -> int | None:
+        """The most tokens a prompt and its generation may hold together, when the backend knows
+        it (vLLM's ``max_model_len``); None: no limit known here."""
+        return None
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (engine, HTTP sessions)."""
 

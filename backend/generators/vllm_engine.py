@@ -281,6 +281,14 @@ class VLLMEngineGenerator(Generator):
     def num_unfinished_requests(self) -> int:
         return 0 if self.engine is None else int(self.engine.get_num_unfinished_requests())
 
+    def context_length(self) -> int | None:
+        if self.engine is not None:
+            try:
+                return _max_model_len(self.engine)
+            except Exception:  # pragma: no cover - an engine without a model config
+                return None
+        return self.max_model_len if isinstance(self.max_model_len, int) and self.max_model_len > 0 else None
+
     def describe(self) -> dict[str, Any]:
         d: dict[str, Any] = {"backend": self.name, "model": self.model, "dtype": self.dtype}
         try:
