@@ -349,9 +349,27 @@ def bad_body(r: Rand, arg_keys: tuple[str, ...], arg_key: str, allow_junk: bool 
             continue
         if kind in ("cut", "mutate", "junk") and (oracle_call(text, arg_keys) is not None or ambiguous(text, context)):
             continue
+        if context == "list" and kind in ("cut", "mutate") and _ends_in_string(text):
+            # a list element left inside a string: the list's ']', the next tag and a broken element after it
+            # can close that string into one valid object (seen: '{"' then ']<|tool_call|>[{arguments":{},
+            # "name":"get_weather"}' read as a call), which this generator cannot foresee
+            continue
         if any(t in text for t in ALL_TAGS):
             continue
         return text, kind
+
+
+def _ends_in_string(text: str) -> bool:
+    """Whether a JSON scanner reading ``text`` would still be inside a string at its end."""
+    inside = escaped = False
+    for ch in text:
+        if escaped:
+            escaped = False
+        elif ch == "\\" and inside:
+            escaped = True
+        elif ch == '"':
+            inside = not inside
+    return inside
 
 
 CONTENT_PIECES = [
