@@ -28,6 +28,7 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -38,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
 
 from backend.gateway.core import Gateway, TurnRequest  # noqa: E402
-from backend.generators.base import Generation, Generator, SamplingParams  # noqa: E402
+from backend.generators.base import Generation, Generator  # noqa: E402
 from backend.generators.scripted import ScriptedGenerator  # noqa: E402
 from backend.loading.tokenizers import load_tokenizer  # noqa: E402
 from backend.parsers import get_parser  # noqa: E402
@@ -154,8 +155,11 @@ def serve(gw):
     return server, th, f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
 
 
-async def client_sessions(url: str, n: int, turns: int, tag: str, max_tokens: int | None) -> list[list[int]]:
-    """n sessions of ``turns`` turns through the SDK; each turn's prompt ids (for the baseline)."""
+async def client_sessions(url: str, n: int, turns: int, tag: str, max_tokens: int | None,
+                          force: bool = False) -> list[list[int]]:
+    """n sessions of ``turns`` turns through the SDK; each turn's prompt ids and tool_choice (for
+    the baseline). ``force``: tool_choice required until the last turn (a model that calls no tool
+    on its own), else auto."""
     import openai
 
     client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="bench", max_retries=0, timeout=3600)
@@ -167,10 +171,10 @@ async def client_sessions(url: str, n: int, turns: int, tag: str, max_tokens: in
         for t in range(turns):
             extra = {"return_token_ids": True}
             kw = {"max_tokens": max_tokens} if max_tokens else {}
-            choice = "required" if t < turns - 1 else "none"
+            choice = ("required" if t < turns - 1 else "none") if force else "auto"
             r = await c.chat.completions.create(model="m", messages=msgs, tools=TOOLS, tool_choice=choice, temperature=0,
                                                 extra_body=extra, **kw)
-            prompts.append(r.model_extra["prompt_token_ids"])
+            prompts.append([choice, r.model_extra["prompt_token_ids"]])
             m = r.choices[0].message.model_dump(exclude_none=True)
             msgs.append(m)
             for tc in m.get("tool_calls") or []:
@@ -184,58 +188,91 @@ async def client_sessions(url: str, n: int, turns: int, tag: str, max_tokens: in
     return prompts
 
 
-async def direct(gen_for, prompts: list[list[int]], n: int, max_tokens: int) -> None:
-    """The same number of turns, the same prompts, straight to the generator, ``n`` at a time."""
-    sem = asyncio.Semaphore(n)
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+class Timed(Generator):
+    """The generator, each request's wall time recorded (the baseline: the generator called directly)."""
 
-    async def one(k: int, p: list[int]) -> None:
-        async with sem:
-            await gen_for(k).generate(p, params)
+    def __init__(self, inner: Generator, spent: list[float]):
+        self.inner, self.spent = inner, spent
+        self.name, self.decodes = inner.name, inner.decodes
 
-    await asyncio.gather(*(one(k, p) for k, p in enumerate(prompts)))
+    async def generate(self, prompt_ids, params, *, on_tokens=None, constraint=None) -> Generation:
+        t0 = time.perf_counter()
+        try:
+            return await self.inner.generate(prompt_ids, params, on_tokens=on_tokens, constraint=constraint)
+        finally:
+            self.spent.append(time.perf_counter() - t0)
+
+    def context_length(self):
+        return self.inner.context_length()
+
+
+class TimedGateway(Gateway):
+    """The gateway, each turn's wall time recorded (from the request reaching the core to its answer)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.turn_s: list[float] = []
+
+    async def turn(self, session_name, req):
+        t0 = time.perf_counter()
+        try:
+            return await super().turn(session_name, req)
+        finally:
+            self.turn_s.append(time.perf_counter() - t0)
+
+
+def client_process(url: str, n: int, turns: int, tag: str, max_tokens: int, force: bool) -> tuple[float, list]:
+    """The harness in a process of its own (its SDK's work is not the gateway's, and must not share
+    the gateway's interpreter lock): its wall time over the sessions, and each turn's prompt ids."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--client", url, "--sessions", str(n), "--turns",
+                          str(turns), "--tag", tag, "--max-tokens", str(max_tokens), *(["--vllm"] if force else [])],
+                         capture_output=True, text=True, check=True)
+    d = json.loads(out.stdout)
+    return d["wall_s"], d["prompts"]
 
 
 def overhead(sessions: list[int], turns: int, reps: int, delay_ms: float, use_vllm: bool, max_tokens: int) -> dict:
+    """Per turn: the gateway's wall time for the turn (match, append, generate, parse, write the
+    capture) against the generator's own wall time inside it; the harness drives it from a process
+    of its own."""
     bundle = load_tokenizer("smollm2" if use_vllm else "qwen3")
+    spent: list[float] = []
     if use_vllm:
         from backend.generators.vllm_engine import VLLMEngineGenerator
         from backend.loading.models import default_model_path
 
         engine = VLLMEngineGenerator(default_model_path(), dtype="float32", max_model_len=4096, seed=0)
         engine.start_sync()
+        shared = Timed(engine, spent)
 
         def gen_for(name):
-            return engine
+            return shared
     else:
         text = script(bundle, turns)
 
         def gen_for(name):
-            return ScriptedGenerator(bundle.tokenizer, text, token_delay_s=delay_ms / 1000, stop_token_ids=bundle.stop_token_ids,
-                                     encode=bundle.encode_generated)
+            return Timed(ScriptedGenerator(bundle.tokenizer, text, token_delay_s=delay_ms / 1000,
+                                           stop_token_ids=bundle.stop_token_ids, encode=bundle.encode_generated), spent)
     out = {}
     folder = tempfile.mkdtemp(prefix="bench-gateway-")
-    gw = Gateway(bundle, gen_for, capture_dir=folder, served_model="bench", max_tokens=max_tokens, owns_generators=False)
+    gw = TimedGateway(bundle, gen_for, capture_dir=folder, served_model="bench", max_tokens=max_tokens, owns_generators=False)
     server, th, url = serve(gw)
     try:
-        asyncio.run(client_sessions(url, 1, turns, "warm", max_tokens))  # imports, first compile
+        client_process(url, 1, turns, "warm", max_tokens, use_vllm)  # first compile, caches
         for n in sessions:
-            ratios, gws, dirs = [], [], []
+            ratios, walls = [], []
             for rep in range(reps):
-                t0 = time.perf_counter()
-                prompts = asyncio.run(client_sessions(url, n, turns, f"n{n}r{rep}", max_tokens))
-                g = time.perf_counter() - t0
-                per_session = {}
-                t0 = time.perf_counter()
-                asyncio.run(direct(lambda k: per_session.setdefault(k // turns, gen_for(k // turns)) if not use_vllm
-                                   else engine, prompts, n, max_tokens))
-                d = time.perf_counter() - t0
-                gws.append(g)
-                dirs.append(d)
-                ratios.append(g / d)
-            out[f"{n} sessions"] = {"turns": len(prompts), "gateway_s": [round(x, 3) for x in gws],
-                                    "direct_s": [round(x, 3) for x in dirs], "ratios": [round(r, 3) for r in ratios],
-                                    "median_ratio": round(statistics.median(ratios), 3)}
+                gw.turn_s.clear()
+                spent.clear()
+                wall, prompts = client_process(url, n, turns, f"n{n}r{rep}", max_tokens, use_vllm)
+                assert len(gw.turn_s) == len(spent) == len(prompts), (len(gw.turn_s), len(spent), len(prompts))
+                ratios.append(sum(gw.turn_s) / sum(spent))
+                walls.append(wall)
+            own_ms = statistics.median(t - g for t, g in zip(gw.turn_s, spent)) * 1000
+            out[f"{n} sessions"] = {"turns": len(prompts), "harness_wall_s": [round(x, 3) for x in walls],
+                                    "ratios": [round(r, 4) for r in ratios], "median_ratio": round(statistics.median(ratios), 4),
+                                    "gateway_ms_per_turn": round(own_ms, 2),
+                                    "generate_ms_per_turn": round(statistics.median(spent) * 1000, 1)}
     finally:
         server.should_exit = True
         th.join(30)
@@ -256,7 +293,18 @@ def main() -> None:
     p.add_argument("--vllm", action="store_true", help="the embedded model on the in-process vLLM engine")
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--client", help=argparse.SUPPRESS)  # internal: run the harness against this URL
+    p.add_argument("--tag", default="s", help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.client:
+        import httpx
+        import openai  # noqa: F401 - imported before the clock starts
+
+        httpx.get(f"{a.client}/v1/models")  # the server is up and answering
+        t0 = time.perf_counter()
+        prompts = asyncio.run(client_sessions(a.client, int(a.sessions), a.turns or 4, a.tag, a.max_tokens, a.vllm))
+        print(json.dumps({"wall_s": time.perf_counter() - t0, "prompts": prompts}))
+        return
     load = common.uptime()
     if a.part == "growth":
         res = {"part": "growth", "load_before": load,
