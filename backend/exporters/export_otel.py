@@ -531,7 +531,8 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
     for i in unshown:
         shown_json[i] = _dumps(genai_message(_without_reasoning(t.messages[i])))
     # the same messages in the trace's own (OpenAI / HF) shape: a chat span's input.value
-    shown_raw = [_dumps(_without_reasoning(m) if i in unshown else m) if isinstance(m, dict) else "null"
+    unshown_set = set(unshown)
+    shown_raw = [_dumps(_without_reasoning(m) if i in unshown_set else m) if isinstance(m, dict) else "null"
                  for i, m in enumerate(t.messages)]
     system_json = _dumps([p for m in msgs[:n_sys] for p in m["parts"]]) if n_sys else None
     tools_json = _dumps([genai_tool_definition(x) for x in t.tools if isinstance(x, dict)]) if t.tools else None
