@@ -186,7 +186,7 @@ def test_every_line_parses_as_an_otlp_request(tmp_path, all_traces):
             assert len(sp.trace_id) == 16 and len(sp.span_id) == 8
             assert sp.start_time_unix_nano <= sp.end_time_unix_nano
         root = ss.spans[0]
-        assert root.name == f"invoke_agent {DEFAULT_AGENT_NAME}" and not root.parent_span_id and root.kind == 1  # INTERNAL
+        assert root.name.startswith(f"invoke_agent {DEFAULT_AGENT_NAME}: ") and not root.parent_span_id and root.kind == 1  # INTERNAL
         assert all(sp.parent_span_id == root.span_id and sp.trace_id == root.trace_id for sp in ss.spans[1:])
         assert [sp.kind for sp in ss.spans if sp.name.startswith("chat")] == [3] * len(gen)  # CLIENT
 
@@ -250,7 +250,8 @@ def test_chat_spans_carry_the_conversation(engine_traces):
     assert [(d["type"], d["name"]) for d in defs] == [("function", "get_current_temperature"), ("function", "lookup")]
     assert defs[0]["parameters"] == t.tools[0]["function"]["parameters"]
     assert a1["gen_ai.provider.name"] == "scripted" and a1["gen_ai.conversation.id"] == t.id
-    assert first["name"] == "chat"  # the scripted backend names no model
+    # the scripted backend names no model: the tokenizer its ids are of stands in, and says so
+    assert first["name"] == "chat qwen3" and a1["agent_loop_inspector.model_source"] == "tokenizer"
 
 
 def test_tool_spans_one_per_answered_call(engine_traces):
@@ -484,13 +485,13 @@ def test_the_root_summarises_the_run_for_a_trace_list(sample_traces, engine_trac
         a = attrs(root)
         users = [m["content"] for m in t.messages if m["role"] == "user"]
         assert a["input.value"] == users[-1] and a["input.mime_type"] == "text/plain", t.id
-        assert a[ga.GEN_AI_AGENT_NAME] == DEFAULT_AGENT_NAME and root["name"] == f"invoke_agent {DEFAULT_AGENT_NAME}"
+        assert a[ga.GEN_AI_AGENT_NAME] == DEFAULT_AGENT_NAME and root["name"] == f"invoke_agent {DEFAULT_AGENT_NAME}: {t.metadata['title']}"
         last = t.messages[-1]
         if t.termination_reason == "no_tool_calls":
             assert a["output.value"] == last["content"] and a["output.mime_type"] == "text/plain", t.id
-    # a malformed call is not an answer: no output text
+    # a malformed call is not an answer: the root's output is the error it ended on
     a = attrs(roots(traces_to_otlp([by_id["sample-malformed-call"]], synthetic_start=ANCHOR))[0])
-    assert "output.value" not in a and "output.mime_type" not in a
+    assert a["output.value"].startswith("malformed tool call (malformed_tool_call): malformed tool call: invalid JSON")
     # turn 2 of a multi-turn run: its own question
     a = attrs(roots(traces_to_otlp([by_id["sample-thinking-multiturn-turn2"]], synthetic_start=ANCHOR))[0])
     assert a["input.value"] == "And in Celsius?" and a["output.value"] == "That is about 22°C."
@@ -499,7 +500,7 @@ def test_the_root_summarises_the_run_for_a_trace_list(sample_traces, engine_trac
     t.metadata["agent_name"] = "weather-bot"
     t.metadata["generator"] = {**t.metadata["generator"], "model": "Qwen/Qwen3-4B-Instruct-2507"}
     spans = spans_of(traces_to_otlp([t]))
-    assert spans[0]["name"] == "invoke_agent weather-bot" and attrs(spans[0])[ga.GEN_AI_AGENT_NAME] == "weather-bot"
+    assert spans[0]["name"] == "invoke_agent weather-bot: Hi" and attrs(spans[0])[ga.GEN_AI_AGENT_NAME] == "weather-bot"
     assert attrs(spans[0])[ga.GEN_AI_REQUEST_MODEL] == "Qwen/Qwen3-4B-Instruct-2507"
     assert by_op(spans, "chat")[0]["name"] == "chat Qwen/Qwen3-4B-Instruct-2507"
     imported = engine_traces["plain"].model_copy(deep=True)
@@ -568,9 +569,13 @@ def test_chat_input_is_what_the_model_was_shown(sample_traces, engine_traces):
                     assert p["content"].strip() in shown
         dropped = [i for i in with_reasoning if i < len(inp) + 1 and turn2.messages[i]["reasoning_content"].strip() not in shown]
         assert dropped and a["agent_loop_inspector.input.reasoning_not_shown"] == dropped
-    # the root keeps the agent's input as recorded, reasoning included
-    root_in = json.loads(attrs(roots(traces_to_otlp([turn2]))[0])["gen_ai.input.messages"])
-    assert sum(p["type"] == "reasoning" for m in root_in for p in m["parts"]) == len(dropped)
+    # the root's input leaves it out too (issue 42 item 11), and names it with its text (for the
+    # otel import, which puts it back: test_round_trip_through_the_otel_importer)
+    ra = attrs(roots(traces_to_otlp([turn2]))[0])
+    root_in = json.loads(ra["gen_ai.input.messages"])
+    assert not any(p["type"] == "reasoning" for m in root_in for p in m["parts"])
+    assert ra["agent_loop_inspector.input.reasoning_not_shown"] == dropped
+    assert ra["agent_loop_inspector.input.reasoning_not_shown_text"] == [turn2.messages[i]["reasoning_content"] for i in dropped]
     # reasoning the run generated itself stays (it is in the token stream)
     first, second = by_op(spans_of(traces_to_otlp([engine_traces["reasoning"]])), "chat")
     assert "reasoning" in [p["type"] for m in json.loads(attrs(second)["gen_ai.input.messages"]) for p in m["parts"]]
@@ -624,3 +629,158 @@ def test_round_trip_through_the_otel_importer(tmp_path, all_traces):
         for m in back.messages:
             if m["role"] == "tool":
                 assert m["tool_call_id"] in calls
+
+
+# ---- as Phoenix shows it, again (issue 42 items 8-11) -------------------------------------------
+
+
+def test_a_malformed_calls_generated_text_is_the_chat_spans_output(sample_traces):
+    """Item 8: the text the parse error points into is exported, as the chat span's output."""
+    malformed = next(x for x in sample_traces if x.id == "sample-malformed-call")
+    (gen,) = [s for s in malformed.steps if s.state == StepState.GENERATING]
+    (chat,) = by_op(spans_of(traces_to_otlp([malformed])), "chat")
+    a = attrs(chat)
+    assert a["output.value"] == gen.text and a["output.mime_type"] == "text/plain"
+    (err,) = gen.parse_errors
+    assert "char 90" in err.message
+    start, end = err.span
+    assert a["output.value"][start:end] == err.raw  # the error's span, in the exported text
+    assert json.loads(a["gen_ai.output.messages"])[0]["parts"] == [{"type": "text", "content": ""}]  # the message as recorded
+
+
+def test_chat_and_tool_spans_have_input_and_output_values(engine_traces, sample_traces):
+    """Item 9: what Phoenix's span table shows: a chat span's input is the messages as the model
+    was shown them (JSON, system prompt included), its output the text it generated; a tool
+    span's input its arguments, its output its result."""
+    t = engine_traces["parallel"]
+    spans = spans_of(traces_to_otlp([t]))
+    gen = [s for s in t.steps if s.state == StepState.GENERATING]
+    for sp, s in zip(by_op(spans, "chat"), gen):
+        a = attrs(sp)
+        assert a["input.mime_type"] == "application/json"
+        assert json.loads(a["input.value"]) == t.messages[:min(s.messages_added)]
+        assert json.loads(a["input.value"])[0] == {"role": "system", "content": SYSTEM}
+        assert a["output.value"] == s.text and a["output.mime_type"] == "text/plain"
+    assert "<tool_call>" in attrs(by_op(spans, "chat")[0])["output.value"]
+    results = t.steps[2].tool_results
+    for sp, c, r in zip(by_op(spans, "execute_tool"), t.steps[1].tool_calls, results):
+        a = attrs(sp)
+        assert json.loads(a["input.value"]) == c.arguments and a["input.mime_type"] == "application/json"
+        assert a["output.value"] == r.content
+    kinds = [attrs(sp)["output.mime_type"] for sp in by_op(spans, "execute_tool")]
+    assert kinds == ["application/json", "text/plain", "application/json"]  # a JSON result, a text one
+    # the input leaves out the reasoning the model was not shown (Qwen3 drops turn 1's)
+    turn2 = next(x for x in sample_traces if x.id == "sample-thinking-multiturn-turn2")
+    for sp in by_op(spans_of(traces_to_otlp([turn2])), "chat"):
+        a = attrs(sp)
+        shown = json.loads(a["input.value"])
+        for i in a["agent_loop_inspector.input.reasoning_not_shown"]:
+            assert "reasoning_content" not in shown[i] and shown[i]["content"] == turn2.messages[i]["content"]
+    # every chat and tool span of every trace has both
+    for tr in [*engine_traces.values(), *sample_traces]:
+        for sp in by_op(spans_of(traces_to_otlp([tr])), "chat") + by_op(spans_of(traces_to_otlp([tr])), "execute_tool"):
+            a = attrs(sp)
+            assert a["input.value"] and a["output.value"], (tr.id, sp["name"])
+
+
+def test_every_chat_span_names_its_model(engine_traces, sample_traces, tmp_path):
+    """Item 10: gen_ai.request.model / gen_ai.response.model and OpenInference's llm.model_name
+    with llm.token_count.* (Phoenix's model, token and cost columns) on every chat span: the
+    run's model where the trace knows it; else (the scripted backend) the tokenizer its ids are
+    of, marked ``agent_loop_inspector.model_source = tokenizer`` and not imported back as a model."""
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ga
+
+    for t in [*engine_traces.values(), *sample_traces]:
+        spans = spans_of(traces_to_otlp([t]))
+        for sp in by_op(spans, "chat"):
+            a = attrs(sp)
+            assert a[ga.GEN_AI_REQUEST_MODEL] == a[ga.GEN_AI_RESPONSE_MODEL] == a["llm.model_name"] == t.tokenizer.name, t.id
+            assert sp["name"] == f"chat {t.tokenizer.name}"
+            assert a["agent_loop_inspector.model_source"] == "tokenizer"
+            assert a["llm.token_count.prompt"] == a[ga.GEN_AI_USAGE_INPUT_TOKENS]
+            assert a["llm.token_count.completion"] == a[ga.GEN_AI_USAGE_OUTPUT_TOKENS]
+            assert a["llm.token_count.total"] == a["llm.token_count.prompt"] + a["llm.token_count.completion"]
+        assert attrs(spans[0])[ga.GEN_AI_REQUEST_MODEL] == t.tokenizer.name
+    # a run that names its model: that model, not marked
+    t = engine_traces["parallel"].model_copy(deep=True)
+    t.metadata["generator"] = {**t.metadata["generator"], "model": "Qwen/Qwen3-4B-Instruct-2507"}
+    for sp in spans_of(traces_to_otlp([t])):
+        a = attrs(sp)
+        assert "agent_loop_inspector.model_source" not in a
+        if a["gen_ai.operation.name"] == "chat":
+            assert a["llm.model_name"] == a[ga.GEN_AI_REQUEST_MODEL] == "Qwen/Qwen3-4B-Instruct-2507"
+    # a tokenizer loaded from a folder: its last part, not the machine's path
+    local = engine_traces["plain"].model_copy(deep=True)
+    local.tokenizer.name = "/home/me/models/my-qwen/"
+    assert attrs(by_op(spans_of(traces_to_otlp([local])), "chat")[0])["llm.model_name"] == "my-qwen"
+    # imported back: the named model is the trace's model; the stand-in is not
+    from backend.importers import import_file
+
+    p = tmp_path / "m.jsonl"
+    write_otlp_jsonl([t, engine_traces["plain"]], str(p))
+    named, scripted = import_file(str(p), "otel", tokenizer="qwen3").traces
+    assert named.metadata["model"] == "Qwen/Qwen3-4B-Instruct-2507" and "model" not in scripted.metadata
+
+
+def test_roots_tell_runs_apart_and_every_run_has_an_output(all_traces, sample_traces, engine_traces, no_turns):
+    """Item 11: a root's name is ``invoke_agent {agent}: {label}``, the label its title where it
+    has one, else the question it answered (cut at 60 characters), else its id; every root has an
+    output: the answer, else the error it ended on, else how it ended."""
+    names = []
+    for t in all_traces:
+        (root,) = roots(traces_to_otlp([t]))
+        names.append(root["name"])
+        a = attrs(root)
+        assert a["output.value"] and a["output.mime_type"] == "text/plain", t.id
+    assert len(set(names)) == len(names), names
+    by_id = {t.id: t for t in sample_traces}
+    assert names[len(engine_traces)] == "invoke_agent agent-loop: " + sample_traces[0].metadata["title"]
+    assert roots(traces_to_otlp([by_id["sample-thinking-multiturn-turn2"]]))[0]["name"] == \
+        "invoke_agent agent-loop: multi-turn with thinking (user turn 2)"
+    # no title: the question; a long one cut; none at all: the id
+    t = engine_traces["parallel"]
+    assert roots(traces_to_otlp([t]))[0]["name"] == "invoke_agent agent-loop: Weather in 東京 and Zürich? 🌍"
+    long = engine_traces["plain"].model_copy(deep=True)
+    long.messages[0]["content"] = "Tell me\nabout " + "the weather " * 20
+    name = roots(traces_to_otlp([long]))[0]["name"]
+    assert name.startswith("invoke_agent agent-loop: Tell me about the weather") and name.endswith("…")
+    assert len(name) == len("invoke_agent agent-loop: ") + 60
+    nothing = Trace(id="run-7", messages=[{"role": "system", "content": SYSTEM}], termination_reason="error")
+    (root,) = roots(traces_to_otlp([nothing]))
+    assert root["name"] == "invoke_agent agent-loop: run-7" and attrs(root)["output.value"] == "failed (error)"
+    # outputs: the error a failed run ended on
+    a = attrs(roots(traces_to_otlp([by_id["sample-malformed-call"]]))[0])
+    (gen,) = [s for s in by_id["sample-malformed-call"].steps if s.state == StepState.GENERATING]
+    assert a["output.value"] == f"malformed tool call (malformed_tool_call): malformed tool call: {gen.parse_errors[0].message}"
+    (root,) = roots(traces_to_otlp([no_turns]))
+    assert attrs(root)["output.value"] == "failed (error): model failed to load" and root["status"]["message"] == "failed (error): model failed to load"
+    # a run that stopped on a limit after calling tools: how it ended, and the calls
+    stopped = engine_traces["failed"].model_copy(deep=True)
+    stopped.termination_reason = "max_assistant_turns"
+    stopped.messages = stopped.messages[:3]
+    stopped.steps = [s for s in stopped.steps if s.index <= 2]
+    a = attrs(roots(traces_to_otlp([stopped]))[0])
+    assert a["output.value"] == 'hit max_assistant_turns (max_assistant_turns); the last turn called fail_always({"x":"ü"})'
+    assert "status" not in roots(traces_to_otlp([stopped]))[0]
+
+
+def test_an_older_export_keeps_reasoning_on_the_root_and_still_imports_it(tmp_path, sample_traces):
+    """Exports written before issue 42 item 11 kept the unshown reasoning in the root's input
+    messages (no ``..._text``): the otel import reads it back from there, as it did."""
+    from backend.exporters.export_otel import genai_message
+    from backend.importers import import_file
+
+    turn2 = next(t for t in sample_traces if t.id == "sample-thinking-multiturn-turn2")
+    req = traces_to_otlp([turn2], synthetic_start=ANCHOR)
+    root = roots(req)[0]
+    kept = [kv for kv in root["attributes"] if kv["key"] != "agent_loop_inspector.input.reasoning_not_shown_text"]
+    n_in = len(json.loads(attrs(root)["gen_ai.input.messages"]))
+    for kv in kept:
+        if kv["key"] == "gen_ai.input.messages":  # as recorded, reasoning included
+            n_sys = sum(1 for m in turn2.messages[:2] if m["role"] == "system")
+            kv["value"] = {"stringValue": json.dumps([genai_message(m) for m in turn2.messages[n_sys:n_sys + n_in]])}
+    root["attributes"] = kept
+    p = tmp_path / "old.jsonl"
+    p.write_text(json.dumps(req) + "\n", encoding="utf-8")
+    (back,) = import_file(str(p), "otel", tokenizer="qwen3").traces
+    assert _conversation(back.messages) == _conversation(turn2.messages)

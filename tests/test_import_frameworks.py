@@ -490,6 +490,51 @@ def test_smolagents_broken_arguments_are_listed_and_kept(tmp_path, qwen3):
     assert "get_weather" in u["what"] and u["line"] == 1
 
 
+def test_smolagents_disagreeing_tool_calls_are_reported_and_both_kept(tmp_path, qwen3):
+    """smolagents' ``disagreeing_calls`` run (issue 42 item 13): an app's step callback recorded
+    the call it repaired as the step's ``tool_calls`` ({"city": "Par"}) while
+    ``model_output_message.tool_calls`` keep what the model wrote ('{"city": "Par', unreadable).
+    The import says so, keeps the model's calls in the conversation (the unreadable one listed
+    as such) and the step's in the metadata; and the same with the two sides swapped (the
+    model's parsed, the step's unreadable), where nothing else would be listed."""
+    path = os.path.join(SM, "disagreeing_calls.json")
+    steps = json.load(open(path, encoding="utf-8"))
+    step = steps[1]
+    assert step["tool_calls"][0]["function"]["arguments"] == {"city": "Par"}
+    assert step["model_output_message"]["tool_calls"][0]["function"]["arguments"] == '{"city": "Par'
+    res = import_file(path, bundle=qwen3)
+    assert len(res.traces) == 1 and not res.problems
+    (loss,) = res.losses
+    assert "[1]: tool_calls disagree with model_output_message.tool_calls" in loss.reason
+    assert "call 'call_bad' (get_weather)" in loss.reason and '{"city": "Par"}' in loss.reason and "'{\"city\": \"Par'" in loss.reason
+    assert "metadata.step_tool_calls" in loss.reason
+    (listed,) = res.unreadable  # the model's call, kept as written
+    assert "get_weather" in listed.reason
+    t = res.traces[0]
+    assert roles(t) == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    assert calls(t.messages[2]) == [("call_bad", "get_weather", '{"city": "Par')]
+    (kept,) = t.metadata["step_tool_calls"]
+    assert kept == {"step_number": 1, "message": 2, "tool_calls": step["tool_calls"]}
+
+    # swapped: the model's arguments parsed, the step's unreadable
+    mo = step["model_output_message"]["tool_calls"][0]["function"]
+    st = step["tool_calls"][0]["function"]
+    mo["arguments"], st["arguments"] = st["arguments"], mo["arguments"]
+    swapped = tmp_path / "swapped.json"
+    swapped.write_text(json.dumps(steps, ensure_ascii=False), encoding="utf-8")
+    res = import_file(str(swapped), bundle=qwen3)
+    assert not res.problems and not res.unreadable
+    (loss,) = res.losses
+    assert "[1]: tool_calls disagree with model_output_message.tool_calls" in loss.reason
+    t = res.traces[0]
+    assert calls(t.messages[2]) == [("call_bad", "get_weather", {"city": "Par"})]
+    assert t.metadata["step_tool_calls"][0]["tool_calls"][0]["function"]["arguments"] == '{"city": "Par'
+    # agreeing sides (every other fixture, parallel calls in another order included): nothing said
+    for name in ("tool_calling.json", "broken_arguments.json"):
+        res = import_file(os.path.join(SM, name), bundle=qwen3)
+        assert not res.losses and "step_tool_calls" not in res.traces[0].metadata
+
+
 def test_smolagents_bad_records(tmp_path, qwen3):
     good = _sm_steps()
     odd_step = _sm_steps()

@@ -349,6 +349,62 @@ def test_generic_tool_wrapper_runs_answer_the_calls_they_name(path, qwen3):
     assert [r["tool_call_id"] for r in runs] == ["call_p1", "call_p2", "call_p3", "call_p4"]
 
 
+def _positional(inputs):
+    """``call_tool(name, arguments)``'s keyword inputs in the positional form (issue 42 item 12):
+    ``{"args": [name, arguments], "kwargs": {}}``, as Langfuse's ``@observe`` records a call made
+    positionally (and as a ``*args`` wrapper's inputs read)."""
+    return {"args": [inputs["name"], inputs["arguments"]], "kwargs": {}}
+
+
+@pytest.mark.parametrize("src", ["langsmith", "mlflow"])
+def test_a_wrapper_called_positionally_answers_the_calls_it_names(src, tmp_path, qwen3):
+    """The wrapper's positional form matches as its keyword form does (issue 42 item 12). The
+    real libraries' ``wrapped_tools`` files (keyword inputs) with each ``call_tool`` input
+    rewritten into the positional form: langsmith and mlflow-skinny are not in the test
+    environment, and their decorators bind a positional call to the parameter names, so only a
+    ``*args`` wrapper writes this form there; Langfuse's own positional file is in
+    test_import_openinference_langfuse.py."""
+    seen = []
+
+    def edit(recs):
+        for r in recs:
+            if src == "langsmith":
+                if r.get("name") == "call_tool" and isinstance(r.get("inputs"), dict) and "name" in r["inputs"]:
+                    r["inputs"] = _positional(r["inputs"])
+                    seen.append(r["inputs"])
+                continue
+            for sp in r["data"]["spans"]:
+                a = sp.get("attributes") or {}
+                if sp.get("name") == "call_tool" and isinstance(a.get("mlflow.spanInputs"), str):
+                    a["mlflow.spanInputs"] = json.dumps(_positional(json.loads(a["mlflow.spanInputs"])), ensure_ascii=False)
+                    seen.append(a["mlflow.spanInputs"])
+
+    path = rewrite(os.path.join(LS if src == "langsmith" else ML, "wrapped_tools.jsonl"), tmp_path / "positional.jsonl", edit)
+    assert len(seen) == 6  # one_call 1, parallel 4, stopped 1
+    res = import_file(path, bundle=qwen3)
+    assert res.complete, res.problem_lines()
+    for t, name in zip(res.traces, WRAPPED):
+        msgs, llm_calls, tool_runs, finish = SCENARIO[name]
+        assert norm(t.messages) == norm(msgs), name
+        assert len(t.metadata["tool_durations_s"]) == tool_runs
+    runs = res.traces[1].metadata["tool_runs"]
+    assert [r["tool_call_id"] for r in runs] == ["call_p1", "call_p2", "call_p3", "call_p4"]
+
+
+def test_tool_run_calls_reads_both_forms_of_a_wrapper():
+    from backend.importers.common import tool_run_calls
+
+    args = {"city": "Paris"}
+    for form in ({"name": "get_weather", "arguments": args}, {"args": ["get_weather", args], "kwargs": {}},
+                 {"args": ["get_weather"], "kwargs": {"arguments": args}}, {"args": ["get_weather", json.dumps(args)], "kwargs": {}},
+                 {"args": ["get_weather"], "kwargs": {"city": "Paris"}}, ["get_weather", args]):
+        assert ("get_weather", args) in tool_run_calls("call_tool", form), form
+    # the tool's own run, and what is no wrapper's: only itself
+    assert tool_run_calls("get_weather", {"args": [], "kwargs": {}}) == [("get_weather", {"args": [], "kwargs": {}})]
+    assert tool_run_calls("add", {"args": [1, 2], "kwargs": {}}) == [("add", {"args": [1, 2], "kwargs": {}})]
+    assert tool_run_calls("f", {"args": ["x", {"a": 1}, 3], "kwargs": {}}) == [("f", {"args": ["x", {"a": 1}, 3], "kwargs": {}})]
+
+
 def test_a_wrapper_run_that_names_no_call_is_still_a_loss(tmp_path, qwen3):
     """Only a result that truly answers no call is a loss: a call_tool run whose inputs name a
     tool the model never called."""

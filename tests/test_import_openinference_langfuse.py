@@ -292,6 +292,21 @@ def test_langfuse_generic_tool_wrapper_answers_the_calls_it_names(name, qwen3):
     assert [len(t.metadata["tool_durations_s"]) for t in res.traces] == [1, 3]
 
 
+@pytest.mark.parametrize("name", ["wrapped_tools_positional.otlp.jsonl", "wrapped_tools_positional.spans.jsonl"])
+def test_langfuse_generic_tool_wrapper_called_positionally(name, qwen3):
+    """gen_langfuse.py ``wrapped_tools_positional`` (issue 42 item 12): the same wrapper called
+    ``call_tool("get_weather", {"city": "Paris"})``, which the SDK records as
+    ``{"args": ["get_weather", {...}], "kwargs": {}}``: each observation answers the call it
+    names, as the keyword form does; nothing is reported as not carried over."""
+    path = os.path.join(LF, name)
+    with open(path, encoding="utf-8") as f:
+        assert '\\"args\\": [\\"get_weather\\", {\\"city\\": \\"Paris\\"}], \\"kwargs\\": {}' in f.read()
+    res = import_file(path, bundle=qwen3)
+    assert res.complete, res.problem_lines()
+    assert [norm(t.messages) for t in res.traces] == [norm(WEATHER), norm(TRIP)]
+    assert [len(t.metadata["tool_durations_s"]) for t in res.traces] == [1, 3]
+
+
 def test_langfuse_wrapper_observation_naming_no_call_is_a_loss(tmp_path, qwen3):
     """Only a result that truly answers no call is a loss: the wrapper's input names a tool the
     model never called."""
@@ -337,7 +352,7 @@ def test_langfuse_image_media_reference_is_a_loss(qwen3):
 
 def test_detection_picks_otel_and_provenance_names_the_dialect(qwen3):
     cases = {os.path.join(OI, f): "OpenInference" for f in os.listdir(OI)} | {os.path.join(LF, f): "Langfuse" for f in os.listdir(LF)}
-    assert len(cases) == 18
+    assert len(cases) == 20
     for path, label in cases.items():
         assert detect(path) == "otel", path
         first = _lines(path)[0]

@@ -5,29 +5,48 @@ instrumentation emits under ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experi
 Playground run, a rollout shard or a filtered set opens in Phoenix, Langfuse or Jaeger, or any
 OTLP collector. Per trace:
 
-* one root ``invoke_agent {agent}`` span (INTERNAL): ``gen_ai.agent.name`` (the trace's
+* one root ``invoke_agent {agent}: {label}`` span (INTERNAL), the label telling runs apart in
+  a trace list: the trace's ``metadata.title`` (an import's ``trace_name``), else the question
+  it answered (60 characters at most), else its id. ``gen_ai.agent.name`` (the trace's
   ``metadata.agent_name`` / ``agent`` where it names one, else ``agent-loop``), the trace's id
-  (``agent_loop_inspector.trace_id``), termination reason (status ERROR for a failure),
-  tokenizer, the model where known (``metadata.generator.model``, else ``metadata.model``);
-  the agent's input messages (those the run started from, as recorded), its last generated
-  message, the system instructions and tool definitions (a trace with no generated turn: all
-  its messages); and the summary a trace list shows (OpenInference's ``input.value`` /
-  ``output.value``, which Phoenix reads, ``text/plain``): the last user message the run
-  started from and the text of its final answer (none when that turn has no text);
+  (``agent_loop_inspector.trace_id``), termination reason (status ERROR for a failure, its
+  message the error the run ended on), tokenizer, the model (see below); the agent's input
+  messages (those the run started from, as the model was shown them: reasoning the prompt did
+  not hold is left out, and ``agent_loop_inspector.input.reasoning_not_shown`` /
+  ``..._text`` give those messages' indices and that reasoning, which the ``otel`` import puts
+  back), its last generated message, the system instructions and tool definitions (a trace with
+  no generated turn: all its messages); and the summary a trace list shows (OpenInference's
+  ``input.value`` / ``output.value``, which Phoenix reads, ``text/plain``): the last user
+  message the run started from, and its output — every run has one: the text of its final
+  answer, else (a failed run) the error it ended on (``"malformed tool call
+  (malformed_tool_call): …"``), else how it ended and the last turn's calls;
 * one ``chat {model}`` span (CLIENT) per generating step: ``gen_ai.input.messages`` (the
   conversation before the step, as the model was shown it: an earlier turn's reasoning that
   the rendered prompt does not hold — a template that drops it — is left out, and
-  ``agent_loop_inspector.input.reasoning_not_shown`` lists those messages' indices; the root
-  keeps it), ``gen_ai.output.messages`` (the step's assistant message with its
-  ``finish_reason``), ``gen_ai.system_instructions`` (the leading system message(s), not
-  repeated in the input messages), ``gen_ai.tool.definitions``, token usage from the trace's
-  token positions (input = the tokens before the step, output = the tokens it generated), the
-  finish reason; status ERROR with ``error.type`` for a generation error, and for a tool call
-  the parser could not read (``malformed_tool_call``, each parse error also an event); the
+  ``agent_loop_inspector.input.reasoning_not_shown`` lists those messages' indices),
+  ``gen_ai.output.messages`` (the step's assistant message with its ``finish_reason``),
+  ``gen_ai.system_instructions`` (the leading system message(s), not repeated in the input
+  messages), ``gen_ai.tool.definitions``, token usage from the trace's token positions (input =
+  the tokens before the step, output = the tokens it generated; also as OpenInference's
+  ``llm.token_count.prompt`` / ``completion`` / ``total``), the finish reason; what a viewer's
+  span table shows (``input.value``: the messages as the model was shown them, as JSON in the
+  trace's own message shape, system prompt included, ``application/json``; ``output.value``:
+  the text the step generated, token for token as decoded — a malformed call's text is where its
+  parse error points); status ERROR with ``error.type`` for a generation error, and for a tool
+  call the parser could not read (``malformed_tool_call``, each parse error also an event); the
   message attributes are JSON strings, as the conventions allow on spans and as the viewers
   read them;
 * one ``execute_tool {name}`` span (INTERNAL) per tool call a tools step ran: name, call id,
-  arguments, result; status ERROR with ``error.type`` when the tool failed.
+  arguments, result (also as ``input.value`` / ``output.value``, ``application/json`` where
+  they are a JSON object or array, else ``text/plain``); status ERROR with ``error.type`` when
+  the tool failed.
+
+The model (``gen_ai.request.model``, ``gen_ai.response.model``, and OpenInference's
+``llm.model_name`` on chat spans: Phoenix's model and cost columns): ``metadata.generator.model``,
+else ``metadata.model`` (what importers record), else a step's ``info.model``; a run that names
+none (the scripted backend's) gets the tokenizer its ids are of (a profile name or hub id; a
+local folder's last part) and ``agent_loop_inspector.model_source = "tokenizer"``, which the
+``otel`` import does not take for a model.
 
 Every span is a child of the root and carries ``gen_ai.conversation.id``: the conversation the
 run was a turn of (``metadata.conversation_id``, which the engine records from its
@@ -411,6 +430,75 @@ def _plain_text(m: Any) -> str | None:
     return text if text.strip() else None
 
 
+def _mime(text: str) -> str:
+    """``application/json`` for text that is a JSON object or array (a viewer shows it as a tree),
+    else ``text/plain``."""
+    t = text.lstrip()
+    if t[:1] in ("{", "["):
+        try:
+            json.loads(text)
+            return "application/json"
+        except (ValueError, RecursionError):
+            pass
+    return "text/plain"
+
+
+def _value_attrs(kind: str, text: Any, mime: str | None = None) -> dict[str, Any]:
+    """OpenInference's ``{kind}.value`` / ``{kind}.mime_type`` for a text (none for no text)."""
+    if not isinstance(text, str):
+        return {}
+    return {f"{kind}.value": text, f"{kind}.mime_type": mime or _mime(text)}
+
+
+def model_of(t: Trace) -> tuple[str | None, str | None]:
+    """``(model, where from)``: the model the run called (``metadata.generator.model``, else
+    ``metadata.model`` — what importers record —, else a generating step's ``info.model``), where
+    from None; else — a run with no model of its own, the scripted backend's — the tokenizer the
+    trace's ids are of (its profile or hub id; a local path's last part), ``"tokenizer"``."""
+    meta = t.metadata if isinstance(t.metadata, dict) else {}
+    gen = meta.get("generator") if isinstance(meta.get("generator"), dict) else {}
+    if isinstance(gen.get("model"), str) and gen["model"].strip():
+        return gen["model"], None
+    m = _str(meta, "model")
+    if m:
+        return m, None
+    for s in t.steps:
+        m = getattr(s.info, "model", None)
+        if s.state == StepState.GENERATING and isinstance(m, str) and m.strip():
+            return m, None
+    name = t.tokenizer.name if isinstance(t.tokenizer.name, str) else ""
+    name = name.strip().rstrip("/\\")
+    if name.startswith(("/", ".", "~")) or "\\" in name or os.path.isabs(name):
+        name = os.path.basename(name.replace("\\", "/"))
+    return (name, "tokenizer") if name else (None, None)
+
+
+_NAME_CHARS = 60  # of a question or title in the root span's name
+
+
+def _short(text: str, n: int = _NAME_CHARS) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= n else one[: n - 1].rstrip() + "…"
+
+
+def run_label(t: Trace, question: str | None) -> str:
+    """What tells a run apart in a trace list (the root span's name after the agent's): the
+    run's own title where it has one (``metadata.title``, an import's ``trace_name``), else the
+    question it answered, else its id."""
+    meta = t.metadata if isinstance(t.metadata, dict) else {}
+    title = _str(meta, "title", "trace_name")
+    if title:
+        return _short(title)
+    if question:
+        return _short(question)
+    return t.id
+
+
+def _call_text(call: Any) -> str:
+    args = call.arguments if isinstance(call.arguments, str) else _dumps(call.arguments)
+    return f"{call.name}({args})"
+
+
 def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
     """The OTLP JSON spans of one trace: the root ``invoke_agent`` span first, then its
     ``chat`` and ``execute_tool`` children in step order."""
@@ -420,7 +508,7 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
     root_id = _span_id(key, "root")
     meta = t.metadata if isinstance(t.metadata, dict) else {}
     gen = meta.get("generator") if isinstance(meta.get("generator"), dict) else {}
-    model = gen.get("model") if isinstance(gen.get("model"), str) else _str(meta, "model")
+    model, model_from = model_of(t)
     provider = meta.get("provider") if isinstance(meta.get("provider"), str) else _PROVIDERS.get(gen.get("backend"))
     has_tokens = bool(t.prompt_ids or t.response_ids)
     times, synthetic = _step_times(t, ids.cursor_ns)
@@ -436,13 +524,16 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
     n_sys = 0
     while n_sys < len(t.messages) and isinstance(t.messages[n_sys], dict) and t.messages[n_sys].get("role") == "system":
         n_sys += 1
-    msg_json = [_dumps(m) for m in msgs]
-    # what the model was shown: reasoning its rendered prompt does not hold is left out of the
-    # chat spans' input (the root keeps the agent's input as recorded)
+    # what the model was shown: reasoning its rendered prompt does not hold is left out of every
+    # span's input (the root names it, with its text, for the otel import to put back)
     unshown = unshown_reasoning(t)
-    shown_json = list(msg_json)
+    shown_json = [_dumps(m) for m in msgs]
     for i in unshown:
         shown_json[i] = _dumps(genai_message(_without_reasoning(t.messages[i])))
+    # the same messages in the trace's own (OpenAI / HF) shape: a chat span's input.value
+    unshown_set = set(unshown)
+    shown_raw = [_dumps(_without_reasoning(m) if i in unshown_set else m) if isinstance(m, dict) else "null"
+                 for i, m in enumerate(t.messages)]
     system_json = _dumps([p for m in msgs[:n_sys] for p in m["parts"]]) if n_sys else None
     tools_json = _dumps([genai_tool_definition(x) for x in t.tools if isinstance(x, dict)]) if t.tools else None
     tool_desc = {}
@@ -458,7 +549,11 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
     first_upto: int | None = None  # the messages the run started from (before its first turn)
     last_out: list[dict[str, Any]] = []  # the run's last generated message
     last_out_msg: Any = None
+    last_calls_made: list[Any] = []  # the tool calls of the run's last generated turn
+    failures: list[str] = []  # what went wrong, in step order (the last one ended a failed run)
     for s, (a, b) in zip(t.steps, times):
+        if s.error and s.state != StepState.GENERATING:
+            failures.append(s.error)
         if s.state == StepState.GENERATING:
             upto = min(s.messages_added) if s.messages_added else known
             upto = max(n_sys, min(upto, len(msgs)))
@@ -475,6 +570,7 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
                 **common,
                 "gen_ai.request.model": model,
                 "gen_ai.response.model": response_model,
+                "llm.model_name": response_model,  # OpenInference's: Phoenix's model and cost columns
                 **request_attrs,
                 "gen_ai.request.max_tokens": s.info.max_tokens,
                 "gen_ai.response.finish_reasons": [fr],
@@ -482,6 +578,13 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
             if has_tokens:
                 attrs["gen_ai.usage.input_tokens"] = s.start
                 attrs["gen_ai.usage.output_tokens"] = s.end - s.start
+                attrs["llm.token_count.prompt"] = s.start
+                attrs["llm.token_count.completion"] = s.end - s.start
+                attrs["llm.token_count.total"] = s.end
+            # what viewers show as the span's input and output (OpenInference's input.value /
+            # output.value): the messages as the model was shown them, and the text it generated
+            # (a malformed call's text included: where its parse error points)
+            generated = s.text if isinstance(s.text, str) and s.text else (_plain_text(added[-1]) if added else None)
             hidden = [i for i in unshown if n_sys <= i < upto]
             attrs.update({
                 "gen_ai.system_instructions": system_json,
@@ -492,6 +595,9 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
                 "agent_loop_inspector.token_span": [s.start, s.end] if has_tokens else None,
                 # the trace's message indices whose reasoning the prompt did not show (left out above)
                 "agent_loop_inspector.input.reasoning_not_shown": hidden or None,
+                **_value_attrs("input", "[" + ",".join(shown_raw[:upto]) + "]", "application/json"),
+                **_value_attrs("output", generated, "text/plain"),
+                "agent_loop_inspector.model_source": model_from,
             })
             error = s.error or None
             malformed = [e for e in s.parse_errors if e.severity == "error"]
@@ -501,6 +607,8 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
                 attrs["error.type"] = str(TerminationReason.MALFORMED_TOOL_CALL)
                 error = f"malformed tool call: {malformed[0].message}" + (
                     f" (and {len(malformed) - 1} more)" if len(malformed) > 1 else "")
+            if error:
+                failures.append(error)
             events = [{"timeUnixNano": str(b), "name": "agent_loop_inspector.parse_error",
                        "attributes": _attributes({"message": e.message, "severity": e.severity, "raw": e.raw})}
                       for e in s.parse_errors]
@@ -511,6 +619,7 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
                 if c.id is not None:
                     calls_by_id[c.id] = c
             last_calls = list(s.tool_calls)
+            last_calls_made = list(s.tool_calls)
         elif s.state == StepState.PROCESSING_TOOLS:
             for j, r in enumerate(s.tool_results):
                 call = calls_by_id.get(r.call_id) if r.call_id is not None else None
@@ -529,6 +638,9 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
                     "gen_ai.tool.description": tool_desc.get(name),
                     "gen_ai.tool.call.arguments": args,
                     "gen_ai.tool.call.result": r.content,
+                    # what viewers show as the span's input and output: the arguments, the result
+                    **_value_attrs("input", args),
+                    **_value_attrs("output", r.content),
                     "agent_loop_inspector.step": s.index,
                 }
                 if r.truncated:
@@ -540,6 +652,7 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
                 if not r.ok:
                     attrs["error.type"] = r.error or "tool_error"
                     err = r.error_detail or r.error or "tool error"
+                    failures.append(f"tool {name}: {err}")
                 d = _dur_ns(r.duration_s) or (b - a if synthetic else 0)
                 children.append(_span(tid, _span_id(key, f"step/{s.index}/tool/{j}"), root_id, f"execute_tool {name}",
                                       SPAN_KIND_INTERNAL, a, a + d, attrs, error=err))
@@ -560,6 +673,8 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
     if synthetic:  # the next trace with synthetic times starts after this one
         ids.cursor_ns = max(ids.cursor_ns, root_end + _SYNTHETIC_GAP_NS)
     reason = t.termination_reason
+    if isinstance(reason, str) and not isinstance(reason, TerminationReason) and reason in TerminationReason._value2member_map_:
+        reason = TerminationReason(reason)  # set as a plain string (not through the model's validation)
     outcome = reason.outcome if isinstance(reason, TerminationReason) else None
     # the summary viewers show in a trace list (OpenInference's input.value / output.value,
     # which Phoenix reads): the user's question the run answered and its final answer's text
@@ -567,15 +682,27 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
     question = next((_plain_text(m) for m in reversed(inputs) if isinstance(m, dict) and m.get("role") == "user"), None)
     answer = _plain_text(last_out_msg)
     agent = agent_name(t)
+    # every run has an output: its answer, else (a failure) the error it ended on, else how it ended
+    error = None
+    if outcome == "failure":
+        detail = failures[-1] if failures else _str(meta, "error")
+        error = f"{reason.words} ({reason})" + (f": {detail}" if detail else "")
+        result = error
+    elif answer is not None:
+        result = answer
+    else:
+        how = f"{reason.words} ({reason})" if isinstance(reason, TerminationReason) else (str(reason) if reason else "ended")
+        calls = "; ".join(_call_text(c) for c in last_calls_made)
+        result = f"{how}; the last turn called {calls}" if calls else f"{how} without an answer"
+    root_in = n_sys, (len(msgs) if first_upto is None else first_upto)
+    hidden_root = [i for i in unshown if root_in[0] <= i < root_in[1]]
     root_attrs = {
         "gen_ai.operation.name": "invoke_agent",
         **common,
         "gen_ai.agent.name": agent,
         "gen_ai.request.model": model,
-        "input.value": question,
-        "input.mime_type": "text/plain" if question is not None else None,
-        "output.value": answer,
-        "output.mime_type": "text/plain" if answer is not None else None,
+        **_value_attrs("input", question, "text/plain"),
+        **_value_attrs("output", result, "text/plain"),
         "agent_loop_inspector.trace_id": t.id,
         "agent_loop_inspector.termination_reason": str(reason) if reason is not None else None,
         "agent_loop_inspector.outcome": outcome,
@@ -584,18 +711,22 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
         "agent_loop_inspector.source": meta.get("source") if isinstance(meta.get("source"), str) else None,
         "agent_loop_inspector.prompt_tokens": len(t.prompt_ids) if has_tokens else None,
         "agent_loop_inspector.response_tokens": len(t.response_ids) if has_tokens else None,
-        # the agent's input (the messages the run started from) and its last answer; a trace
-        # with no generated turn keeps its whole conversation here
+        # the agent's input (the messages the run started from, as the model was shown them) and
+        # its last answer; a trace with no generated turn keeps its whole conversation here
         "gen_ai.system_instructions": system_json,
-        "gen_ai.input.messages": "[" + ",".join(msg_json[n_sys:len(msgs) if first_upto is None else first_upto]) + "]",
+        "gen_ai.input.messages": "[" + ",".join(shown_json[root_in[0]:root_in[1]]) + "]",
         "gen_ai.output.messages": _dumps(last_out) if last_out else None,
         "gen_ai.tool.definitions": tools_json,
+        # the reasoning left out of the input above (the model was not shown it): which messages,
+        # and its text (for the otel import to put back)
+        "agent_loop_inspector.input.reasoning_not_shown": hidden_root or None,
+        "agent_loop_inspector.input.reasoning_not_shown_text": [_reasoning_of(t.messages[i]) or "" for i in hidden_root] or None,
+        "agent_loop_inspector.model_source": model_from,
     }
-    error = None
-    if outcome == "failure":
-        error = f"{reason.words} ({reason})"
+    if error is not None:
         root_attrs["error.type"] = str(reason)
-    root = _span(tid, root_id, None, f"invoke_agent {agent}", SPAN_KIND_INTERNAL, root_start, root_end, root_attrs, error=error)
+    name = f"invoke_agent {agent}: {run_label(t, question)}"
+    root = _span(tid, root_id, None, name, SPAN_KIND_INTERNAL, root_start, root_end, root_attrs, error=error)
     return [root, *children]
 
 

@@ -164,12 +164,49 @@ _WRAPPED_NAME_KEYS = ("name", "tool_name", "tool")
 _WRAPPED_ARGS_KEYS = ("arguments", "args", "tool_input", "input", "parameters")
 
 
+def _decoded(a: Any) -> Any:
+    """Arguments given as a JSON string, decoded (kept as written when they are not JSON)."""
+    if isinstance(a, str):
+        try:
+            return json.loads(a)
+        except (json.JSONDecodeError, RecursionError, ValueError):
+            pass
+    return a
+
+
+def _positional_call(args: Any) -> tuple[str, Any] | None:
+    """A generic wrapper called positionally, ``call_tool("get_weather", {"city": "Paris"})``:
+    ``(tool name, its arguments)`` from the inputs ``{"args": [name, arguments], "kwargs": {}}``
+    (Langfuse's ``@observe``; a ``*args`` wrapper's inputs) or a bare ``[name, arguments]``;
+    the arguments may also come as a keyword (``call_tool("get_weather", arguments={...})``) or
+    be the tool's own keywords (``call_tool("get_weather", city="Paris")``). None otherwise."""
+    if isinstance(args, dict) and set(args) <= {"args", "kwargs"} and isinstance(args.get("args"), list):
+        pos, kw = args["args"], args.get("kwargs") or {}
+    elif isinstance(args, list):
+        pos, kw = args, {}
+    else:
+        return None
+    if not pos or not isinstance(pos[0], str) or not pos[0] or not isinstance(kw, dict):
+        return None
+    if len(pos) == 2 and not kw:
+        return pos[0], _decoded({} if pos[1] is None else pos[1])
+    if len(pos) == 1:
+        keys = [k for k in _WRAPPED_ARGS_KEYS if k in kw]
+        if len(keys) == 1 and len(kw) == 1:
+            a = kw[keys[0]]
+            return pos[0], _decoded({} if a is None else a)
+        return pos[0], dict(kw)
+    return None
+
+
 def tool_run_calls(name: Any, args: Any) -> list[tuple[Any, Any]]:
     """The ``(tool name, arguments)`` a tool run (a LangSmith tool run, an MLflow TOOL span, a
     Langfuse tool observation) may have run: its own name and inputs, then — a generic wrapper's
-    run (``call_tool(name="get_weather", arguments={...})``: the inputs name another tool, with
-    its arguments or none) — the tool its inputs name, with those arguments (a JSON string
-    decoded). Callers match against the conversation's calls in this order."""
+    run — the tool its inputs name, with those arguments (a JSON string decoded): called with
+    keywords (``call_tool(name="get_weather", arguments={...})``: the inputs name another tool,
+    with its arguments or none) or positionally (``call_tool("get_weather", {...})``: inputs
+    ``{"args": ["get_weather", {...}], "kwargs": {}}``, see :func:`_positional_call`). Callers
+    match against the conversation's calls in this order."""
     out: list[tuple[Any, Any]] = [(name, args)]
     if isinstance(args, dict):
         inner = next((args[k] for k in _WRAPPED_NAME_KEYS if isinstance(args.get(k), str) and args[k]), None)
@@ -177,12 +214,10 @@ def tool_run_calls(name: Any, args: Any) -> list[tuple[Any, Any]]:
         arg_key = next((k for k in _WRAPPED_ARGS_KEYS if k in args), None)
         if inner is not None and inner != name and (arg_key is not None or not rest):
             a = args[arg_key] if arg_key is not None else {}
-            if isinstance(a, str):
-                try:
-                    a = json.loads(a)
-                except (json.JSONDecodeError, RecursionError, ValueError):
-                    pass
-            out.append((inner, {} if a is None else a))
+            out.append((inner, _decoded({} if a is None else a)))
+    pos = _positional_call(args)
+    if pos is not None and pos[0] != name:
+        out.append(pos)
     return out
 
 

@@ -117,18 +117,27 @@ def _names(spans: list[Span], k: int = 4) -> str:
     return ", ".join(names[:k]) + (f" and {len(names) - k} more" if len(names) > k else "")
 
 
-def _restore_reasoning(conv: Conversation, root_input: Any) -> None:
-    """Our own export leaves out of a ``chat`` span's input the reasoning its prompt did not show
-    the model (``agent_loop_inspector.input.reasoning_not_shown``); the root ``invoke_agent``
-    span keeps the run's input as recorded. Put that reasoning back on the conversation's
-    messages (same place, same role) that lack it."""
-    root = json_value(root_input)
-    if not isinstance(root, list):
+def _restore_reasoning(conv: Conversation, root: dict[str, Any]) -> None:
+    """Our own export leaves out of its spans' input the reasoning the prompt did not show the
+    model (``agent_loop_inspector.input.reasoning_not_shown``: the messages' indices). Put that
+    reasoning back on the conversation's messages that lack it: from the root ``invoke_agent``
+    span's ``..._text`` (the text, index by index), or — an export written before the root left
+    it out too — from the root's input messages (same place, same role)."""
+    where = root.get("agent_loop_inspector.input.reasoning_not_shown")
+    texts = root.get("agent_loop_inspector.input.reasoning_not_shown_text")
+    if isinstance(where, list) and isinstance(texts, list) and len(where) == len(texts):
+        for i, text in zip(where, texts):
+            if (isinstance(i, int) and 0 <= i < len(conv.messages) and isinstance(text, str) and text
+                    and conv.messages[i].get("role") == "assistant" and not conv.messages[i].get("reasoning_content")):
+                conv.messages[i]["reasoning_content"] = text
+        return
+    recorded = json_value(root.get("gen_ai.input.messages"))
+    if not isinstance(recorded, list):
         return
     rest = list(conv.messages)
     while rest and rest[0].get("role") == "system":
         rest.pop(0)
-    for rm, m in zip(root, rest):
+    for rm, m in zip(recorded, rest):
         if not isinstance(rm, dict) or rm.get("role") != m.get("role"):
             return
         parts = rm.get("parts") if isinstance(rm.get("parts"), list) else []
@@ -167,7 +176,9 @@ def conversations_of_trace(trace_id: str, spans: list[Span], logs: list[LogRecor
         if isinstance(tr, str) and tr and convs[0].termination_reason is None:
             convs[0].termination_reason = tr
         if any("agent_loop_inspector.input.reasoning_not_shown" in s.attributes for s in spans):
-            _restore_reasoning(convs[0], ours.get("gen_ai.input.messages"))
+            _restore_reasoning(convs[0], ours)
+        if ours.get("agent_loop_inspector.model_source") == "tokenizer":  # no model of its own: not a model name
+            convs[0].metadata.pop("model", None)
     # the conversation (session) the trace belongs to, as the GenAI conventions name it
     conv_id = next((s.attributes["gen_ai.conversation.id"] for s in spans
                     if isinstance(s.attributes.get("gen_ai.conversation.id"), str) and s.attributes["gen_ai.conversation.id"]), None)

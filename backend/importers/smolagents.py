@@ -16,8 +16,10 @@ their keys (smolagents 1.x ``MemoryStep.dict()``):
 
   - a **ToolCallingAgent** step (no ``code_action``): an assistant message with the model's text
     and its tool calls as JSON calls (from ``model_output_message.tool_calls``: what the model
-    produced, also when the step failed before smolagents recorded ``tool_calls``); then one tool
-    message per call with its observation (smolagents joins the observations of parallel calls,
+    produced, also when the step failed before smolagents recorded ``tool_calls``; where the
+    step's ``tool_calls`` — what smolagents ran, which a step callback may have edited — name
+    other calls or arguments, the disagreement is listed with the losses and the step's calls
+    are kept in ``metadata.step_tool_calls``); then one tool message per call with its observation (smolagents joins the observations of parallel calls,
     in call-id order, by newlines: they are split back when there is one line per call, else the
     whole text answers the first call); a step ``error`` is the text of the tool message answering
     the call(s) left without a result, as smolagents feeds it back (``"Error:\\n<message>\\nNow
@@ -42,7 +44,9 @@ Observation images are a loss. Metadata: ``duration_s`` (first step start to las
 ``step_durations`` (``[{"step", "kind", "duration_s"}]``), ``usage`` (input/output tokens summed
 over the steps), ``final_answer`` (the last ``action_output`` of a final step, or the run
 result's ``output``), ``agent`` (``"ToolCallingAgent"`` / ``"CodeAgent"``), ``state`` of a run
-result. Provenance: ``library: smolagents`` (the memory says no version).
+result, ``step_tool_calls`` (``[{"step_number", "message", "tool_calls"}]``: a step's
+``tool_calls`` as recorded where they disagree with the model output's; ``message`` is the
+assistant message that holds the model's). Provenance: ``library: smolagents`` (the memory says no version).
 """
 
 from __future__ import annotations
@@ -129,6 +133,7 @@ def steps_to_conversation(steps: list[Any], tools: Any = None, where0: str = "")
     max_steps = False
     final: Any = None
     has_final = False
+    kept_step_calls: list[dict[str, Any]] = []  # a step's tool_calls that disagree with its model output's
 
     def user(text: str) -> None:
         if messages and messages[-1]["role"] == "user":  # smolagents merges consecutive user texts
@@ -222,8 +227,15 @@ def steps_to_conversation(steps: list[Any], tools: Any = None, where0: str = "")
             # a ToolCallingAgent step (or a step that failed before any output)
             raw_calls = out_msg.get("tool_calls") if isinstance(out_msg, dict) else None
             cw = f"{where}.model_output_message.tool_calls"
+            step_calls = step.get("tool_calls")
             if not raw_calls:
-                raw_calls, cw = step.get("tool_calls") or [], f"{where}.tool_calls"
+                raw_calls, cw = step_calls or [], f"{where}.tool_calls"
+            elif step_calls:  # both recorded: they should be the same calls
+                differ = _disagreement(raw_calls, step_calls)
+                if differ:
+                    losses.append(f"{where}: tool_calls disagree with model_output_message.tool_calls ({differ}); the conversation "
+                                  "keeps model_output_message's (what the model wrote), the step's are in metadata.step_tool_calls")
+                    kept_step_calls.append({"step_number": n, "message": len(messages), "tool_calls": step_calls})
             if not isinstance(raw_calls, list):
                 raise RecordError(f"{cw} must be a list")
             if out_msg is None and model_output is None and not raw_calls:
@@ -281,6 +293,8 @@ def steps_to_conversation(steps: list[Any], tools: Any = None, where0: str = "")
     if system is not None:
         messages.insert(0, {"role": "system", "content": system})
         errors = {k + 1: v for k, v in errors.items()}
+        for k in kept_step_calls:
+            k["message"] += 1
     if not any(m["role"] in ("assistant", "user") for m in messages):
         raise RecordError("the memory has no task or model output")
     fill_tool_message_names(messages)
@@ -295,11 +309,48 @@ def steps_to_conversation(steps: list[Any], tools: Any = None, where0: str = "")
         meta["usage"] = usage
     if has_final:
         meta["final_answer"] = final
+    if kept_step_calls:
+        meta["step_tool_calls"] = kept_step_calls
     return Conversation(
         messages=messages, tools=normalize_tools(tools, "tools"), metadata=meta, parse_errors=errors,
         losses=losses, provenance={"library": "smolagents"},
         termination_reason=TerminationReason.MAX_ASSISTANT_TURNS if max_steps else None,
     )
+
+
+def _call_key(c: Any) -> tuple[str, str, str]:
+    """``(id, name, arguments)`` of a recorded call, the arguments decoded where they are JSON
+    (compared as canonical JSON), else as written."""
+    fn = c.get("function") if isinstance(c, dict) else None
+    fn = fn if isinstance(fn, dict) else {}
+    args, err = decode_arguments(fn.get("arguments"))
+    shown = repr(fn.get("arguments")) if err is not None else json.dumps(args, ensure_ascii=False, sort_keys=True)
+    return (str(c.get("id", "")) if isinstance(c, dict) else "", str(fn.get("name", "")), shown)
+
+
+def _disagreement(model_calls: Any, step_calls: Any) -> str:
+    """How a step's ``tool_calls`` (what smolagents ran, sorted by call id) differ from its
+    ``model_output_message.tool_calls`` (what the model wrote): "" when they are the same calls."""
+    if not isinstance(model_calls, list) or not isinstance(step_calls, list):
+        return "one of them is not a list"
+    a, b = sorted(map(_call_key, model_calls)), sorted(map(_call_key, step_calls))
+    if a == b:
+        return ""
+    out = []
+    by_id = {k[0]: k for k in b}
+    for k in a:
+        other = by_id.pop(k[0], None)
+        if other == k:
+            continue
+        what = f"call {k[0]!r} ({k[1]})"
+        if other is None:
+            out.append(f"{what}: only in model_output_message")
+        elif other[1] != k[1]:
+            out.append(f"{what}: named {other[1]!r} in tool_calls")
+        else:
+            out.append(f"{what}: arguments {k[2]} in model_output_message, {other[2]} in tool_calls")
+    out += [f"call {k[0]!r} ({k[1]}): only in tool_calls" for k in by_id.values()]
+    return "; ".join(out)
 
 
 def _tool_msg(call: dict[str, Any], text: str) -> dict[str, Any]:

@@ -27,7 +27,11 @@ independent calls in one trace) and ``image`` (a user message with a base64 imag
 reference: a loss to report), and ``wrapped_tools`` (the first two ``agent`` conversations again, the
 tools run through one generic ``@observe(as_type="tool", name="call_tool")`` wrapper taking
 ``name`` and ``arguments``, as apps dispatching tools by name write it; written alone by
-``gen_langfuse.py wrapped_tools``, the other files left as they are).
+``gen_langfuse.py wrapped_tools``, the other files left as they are), and
+``wrapped_tools_positional`` (the same, the wrapper called positionally,
+``call_tool("get_weather", {"city": "Paris"})``: the SDK captures its input as
+``{"args": ["get_weather", {...}], "kwargs": {}}``; written alone by
+``gen_langfuse.py wrapped_tools_positional``).
 
 The scenario (user texts, scripted model replies, tool results) is held in ``SCENARIOS`` and
 ``MANUAL``; the
@@ -278,7 +282,9 @@ def provider(seed: int, service: str):
 # ---- the app, traced by Langfuse ---------------------------------------------------------
 
 
-def run(base_url: str, script: Script, wrapped: bool = False) -> dict[str, list]:
+def run(base_url: str, script: Script, wrapped: str | None = None) -> dict[str, list]:
+    """``wrapped``: None (each tool its own observation), ``"keyword"`` or ``"positional"`` (one
+    generic ``call_tool`` observation, called with keyword or positional arguments)."""
     from langfuse import Langfuse, observe, propagate_attributes
     from langfuse.openai import OpenAI
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -321,7 +327,9 @@ def run(base_url: str, script: Script, wrapped: bool = False) -> dict[str, list]
                 return msg.content
             for call in msg.tool_calls:
                 current.update(results=sc["results"], call=call.id)
-                if wrapped:
+                if wrapped == "positional":
+                    result = call_tool(call.function.name, json.loads(call.function.arguments))
+                elif wrapped:
                     result = call_tool(name=call.function.name, arguments=json.loads(call.function.arguments))
                 else:
                     result = impls[call.function.name](**json.loads(call.function.arguments))
@@ -331,7 +339,7 @@ def run(base_url: str, script: Script, wrapped: bool = False) -> dict[str, list]
     files: dict[str, list] = {}
     for sc in (SCENARIOS[:2] if wrapped else SCENARIOS):
         if wrapped:
-            sc = {**sc, "file": "wrapped_tools"}
+            sc = {**sc, "file": "wrapped_tools_positional" if wrapped == "positional" else "wrapped_tools"}
         exporter.clear()
         script.replies = list(sc["rounds"])
         with propagate_attributes(trace_name=sc["trace_name"], session_id="session-1", user_id="user-1"):
@@ -361,7 +369,8 @@ def main(argv: list[str]) -> None:
     srv = serve(script)
     base_url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
     try:
-        for name, spans in run(base_url, script, wrapped=argv == ["wrapped_tools"]).items():
+        wrapped = {"wrapped_tools": "keyword", "wrapped_tools_positional": "positional"}.get(argv[0]) if argv else None
+        for name, spans in run(base_url, script, wrapped=wrapped).items():
             write_files(name, spans)
         assert not script.replies, script.replies
         assert not script.other, f"unexpected calls to the Langfuse API: {script.other}"

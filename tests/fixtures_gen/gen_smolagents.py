@@ -23,13 +23,19 @@ Written to ``tests/data/import/smolagents/``:
   tool schemas).
 * ``broken_arguments.json``: the ``broken_arguments`` run as a whole document (written alone by
   ``gen_smolagents.py broken_arguments``, the other files left as they are).
+* ``disagreeing_calls.json``: the ``disagreeing_calls`` run as a whole document (written alone by
+  ``gen_smolagents.py disagreeing_calls``).
 
 Scenarios (the tests re-state what they expect from here): ``tool_calling`` (parallel calls with
 unicode arguments, one given as a JSON string; a second round with escaped and nested arguments;
 a tool that raises, so the step has an error; ``final_answer``); ``one_call``; ``plain`` (the
 model answers at once with ``final_answer``); ``code`` (a plan, a code action, a code action that
 raises, ``final_answer`` in code); ``broken_arguments`` (a call whose arguments are a JSON
-string cut short, as a provider passes on a model's broken output, then ``final_answer``).
+string cut short, as a provider passes on a model's broken output, then ``final_answer``);
+``disagreeing_calls`` (the same cut call, and an app's step callback — smolagents'
+``step_callbacks`` — that records the call it repaired with a JSON repair as the step's
+``tool_calls``: the memory's ``tool_calls`` then hold parsed arguments while
+``model_output_message.tool_calls`` keep the model's unreadable text).
 """
 
 from __future__ import annotations
@@ -108,6 +114,15 @@ SCENARIOS = {
             reply(calls=[("call_end", "final_answer", {"answer": "I could not read the weather."})]),
         ],
     },
+    "disagreeing_calls": {
+        "agent": "ToolCallingAgent",
+        "task": "What's the weather in Paris?",
+        "replies": [
+            reply(calls=[("call_bad", "get_weather", '{"city": "Par')]),
+            reply(calls=[("call_end", "final_answer", {"answer": "I could not read the weather."})]),
+        ],
+        "step_callbacks": "repair_calls",
+    },
     "code": {
         "agent": "CodeAgent",
         "task": "How warm is it in Zürich?",
@@ -138,11 +153,34 @@ class ScriptedModel(Model):
         return ChatMessage(role=MessageRole.ASSISTANT, content=r["content"], tool_calls=calls or None, token_usage=TokenUsage(100, 20))
 
 
+def repair_calls(memory_step, agent=None):
+    """An app's step callback: a step that failed on calls whose arguments are not JSON gets the
+    calls it would have run, repaired by closing the cut JSON, recorded as its ``tool_calls``
+    (``model_output_message`` keeps what the model wrote)."""
+    from smolagents.memory import ActionStep, ToolCall
+
+    msg = getattr(memory_step, "model_output_message", None)
+    if not isinstance(memory_step, ActionStep) or memory_step.error is None or memory_step.tool_calls or msg is None:
+        return
+    repaired = []
+    for c in msg.tool_calls or []:
+        args = c.function.arguments
+        if isinstance(args, str):
+            try:
+                args = json.loads(args + '"}')
+            except json.JSONDecodeError:
+                continue
+        repaired.append(ToolCall(name=c.function.name, arguments=args, id=c.id))
+    memory_step.tool_calls = repaired or None
+
+
 def make_agent(name: str):
     sc = SCENARIOS[name]
     model = ScriptedModel(sc["replies"])
     cls = ToolCallingAgent if sc["agent"] == "ToolCallingAgent" else CodeAgent
     kw = {"planning_interval": sc["planning_interval"]} if "planning_interval" in sc else {}
+    if sc.get("step_callbacks") == "repair_calls":
+        kw["step_callbacks"] = [repair_calls]
     return cls(tools=[get_weather, save_note], model=model, verbosity_level=0, **kw), model
 
 
@@ -161,10 +199,11 @@ def write(fn: str, obj) -> None:
 
 def main(argv: list[str]) -> None:
     os.makedirs(OUT, exist_ok=True)
-    if argv == ["broken_arguments"]:
-        write("broken_arguments.json", run("broken_arguments"))
+    if argv in (["broken_arguments"], ["disagreeing_calls"]):
+        write(f"{argv[0]}.json", run(argv[0]))
         return
     dumps = {name: run(name) for name in SCENARIOS}
+    write("disagreeing_calls.json", dumps["disagreeing_calls"])
     write("broken_arguments.json", dumps["broken_arguments"])
 
     write("tool_calling.json", dumps["tool_calling"])
