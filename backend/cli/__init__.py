@@ -112,6 +112,19 @@ def loop_config(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     return LoopConfig.from_dict(given), given
 
 
+def add_backend_args(p: argparse.ArgumentParser, script_help: str) -> None:
+    """The options that choose what runs a model (``run``, ``gateway``): the tokenizer and template,
+    the backend, its script, model and servers."""
+    p.add_argument("--tokenizer", default=None,
+                   help="offline profile, hub id or path (default: qwen3 for scripted, the model's own otherwise)")
+    p.add_argument("--template", help="override the chat template (trl name, .jinja file, or Jinja text)")
+    p.add_argument("--generator", "--backend", dest="generator", default="scripted",
+                   help="scripted, vllm, vllm-server, transformers")
+    p.add_argument("--script", help=script_help)
+    p.add_argument("--model", help="vllm/transformers: hub id or local path (default: the embedded SmolLM2-135M)")
+    p.add_argument("--server-url", action="append", default=[], help="vllm-server base URL (repeatable; see --routing)")
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     """The options shared by commands that run a model: the loop settings and the vLLM engine options."""
     add_loop_args(p)

@@ -7,7 +7,7 @@ import asyncio
 import os
 import sys
 
-from backend.cli import CLIError, add_model_args, engine_options, loop_config, print_warnings
+from backend.cli import CLIError, add_backend_args, add_model_args, engine_options, loop_config, print_warnings
 
 
 def register(sub) -> None:
@@ -22,14 +22,7 @@ def register(sub) -> None:
     p.add_argument("--served-model", default=None, help="the model id /v1/models lists (default: the model's name)")
     p.add_argument("--policy-version", default=None, help="a version stamped on every turn at dispatch (the weights' "
                                                          "version, for an asynchronous trainer)")
-    p.add_argument("--tokenizer", default=None, help="offline profile, hub id or path (default: qwen3 for scripted, the "
-                                                    "model's own otherwise)")
-    p.add_argument("--template", help="override the chat template (trl name, .jinja file, or Jinja text)")
-    p.add_argument("--generator", "--backend", dest="generator", default="scripted",
-                   help="scripted, vllm, vllm-server, transformers")
-    p.add_argument("--script", help="scripted backend: JSON list of the model's outputs; each session replays it from the start")
-    p.add_argument("--model", help="vllm/transformers: hub id or local path (default: the embedded SmolLM2-135M)")
-    p.add_argument("--server-url", action="append", default=[], help="vllm-server base URL (repeatable; see --routing)")
+    add_backend_args(p, "scripted backend: JSON list of the model's outputs; each session replays it from the start")
     add_model_args(p)
     p.set_defaults(func=run)
 

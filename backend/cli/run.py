@@ -7,6 +7,7 @@ import os
 
 from backend.cli import (
     CLIError,
+    add_backend_args,
     add_model_args,
     apply_tool_choice,
     emit,
@@ -20,13 +21,7 @@ from backend.cli.render import load_messages
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="run one agent loop and write its trace")
-    p.add_argument("--tokenizer", default=None, help="offline profile, hub id or path (default: qwen3 for scripted, the model's own otherwise)")
-    p.add_argument("--template", help="override the chat template (trl name, .jinja file, or Jinja text)")
-    p.add_argument("--generator", "--backend", dest="generator", default="scripted",
-                   help="scripted, vllm, vllm-server, transformers")
-    p.add_argument("--script", help="scripted backend: JSON list of the model's outputs, one per turn")
-    p.add_argument("--model", help="vllm/transformers: hub id or local path (default: the embedded SmolLM2-135M)")
-    p.add_argument("--server-url", action="append", default=[], help="vllm-server base URL (repeatable; see --routing)")
+    add_backend_args(p, "scripted backend: JSON list of the model's outputs, one per turn")
     p.add_argument("--tools", help="a .py file of documented functions, a .json list of tool schemas (a plain OpenAI tools list; "
                         "[] for none), or a verl .yaml. A schema's optional \"mock\" is its result; a call to a tool "
                         "without one gets a placeholder result, marked mock=default in the trace. Catalogue types "
