@@ -420,3 +420,31 @@ def test_a_flat_call_renders_as_the_nested_one_on_every_template():
         b = load_tokenizer(profile)
         assert render_text(b, flat, TOOLS) == render_text(b, nested, TOOLS), profile
     assert "tool_calls" in flat[1] and "function" not in flat[1]["tool_calls"][0]  # the caller's messages are not changed
+
+
+@pytest.mark.slow  # ≥ 10 s here at times (a fresh interpreter imports transformers): out of the edit loop, in CI
+def test_concurrent_first_loads_of_a_tokenizer_all_succeed():
+    """A fresh process (a server nobody has called yet) loading one profile from four threads at
+    once: three of the four failed with ImportError (transformers' lazy import of
+    PreTrainedTokenizerFast, racing); found under the MCP load of issue 42, item 7."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import threading\n"
+            "from backend.loading.tokenizers import load_tokenizer\n"
+            "errors = []\n"
+            "def load():\n"
+            "    try:\n"
+            "        load_tokenizer('qwen3')\n"
+            "    except Exception as e:\n"
+            "        errors.append(repr(e))\n"
+            "threads = [threading.Thread(target=load) for _ in range(4)]\n"
+            "[t.start() for t in threads]\n"
+            "[t.join() for t in threads]\n"
+            "print(len(errors), errors[:1])\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": root})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "0 []", p.stdout
