@@ -870,6 +870,11 @@ async def test_a_call_waits_for_a_template_worker_no_longer_than_its_bound():
     await calls.run("check", lambda: seen.append(template_guard._BUDGET.get()) or ParseOutput(
         parser="hermes", content="", tool_calls=[], errors=[]))
     assert seen[1] is not seen[0] and seen[1].left == 0.5
+    # a free slot is taken with no time left to wait for one (ALI_TEMPLATE_QUEUE_TIMEOUT_S=0)
+    none_left = _Calls(4, template_workers=1, template_wait_s=0)
+    done = await none_left.run("render", lambda: ParseOutput(parser="hermes", content="at once", tool_calls=[], errors=[]),
+                               template=True)
+    assert done.structured_content["content"] == "at once"
 
 
 @pytest.mark.slow  # ≥ 10 s here: renders held for the guard's 5 s, twice

@@ -585,9 +585,13 @@ class _Lane:
                 await self._slots.acquire()
             else:
                 got, asked = False, time.monotonic()
-                with anyio.move_on_after(budget.left):
-                    await self._slots.acquire()
+                try:  # a free slot is taken whatever is left of the budget (even with a bound of 0)
+                    self._slots.acquire_nowait()
                     got = True
+                except anyio.WouldBlock:
+                    with anyio.move_on_after(budget.left):
+                        await self._slots.acquire()
+                        got = True
                 waited = time.monotonic() - asked
                 budget.spend(waited)
                 if not got:
