@@ -74,9 +74,10 @@ MAX_IDS = Range("max_ids", 0, 131_072, integer=True)
 # calls of one tool waiting for a free slot (beyond the app's --concurrency-limit) before "busy" answers
 WAITING_PER_SLOT = 4
 # calls that render an inline template: as many run as there are template workers, and this many
-# wait per worker; a render call holds its worker for at most 5 renders (the rendering, the probe of
-# content parts, the renders of its warnings), each stopped at ALI_TEMPLATE_TIMEOUT_S (5 s), so
-# one waiting call gets its worker within the 30 s a call may wait for one
+# wait per worker. A render call renders 1-3 times (the rendering, the two renders of its warnings;
+# with content parts, once more, and twice the first time a template is met: the probe of whether it
+# reads parts), each stopped at ALI_TEMPLATE_TIMEOUT_S (5 s): one call waiting per worker is
+# usually served within the 30 s a call may wait, and is refused at that bound when it is not
 WAITING_PER_TEMPLATE_WORKER = 1
 # items of each list in an answer (tool calls, parse errors, channels, findings); the rest is counted in left_out
 MAX_ITEMS = 100
