@@ -88,6 +88,24 @@ def test_render_matches_prompt_of_run(seed_files):
     assert not json.loads(p2.stdout)["text"].endswith("assistant\n")
 
 
+def test_render_joins_text_parts_says_what_it_leaves_out_and_names_a_malformed_call(tmp_path):
+    """Issue 42, items 3-4, on the command line (the rendering it shares with the lab and the MCP tools)."""
+    msgs = tmp_path / "m.json"
+    msgs.write_text(json.dumps([{"role": "user", "content": [{"type": "text", "text": "hello"}, {"type": "text", "text": "there"},
+                                                             {"type": "input_audio", "input_audio": {"data": "AAAA"}}]}]))
+    p = cli("render", "--tokenizer", "llama3", "--messages", str(msgs), "--json")
+    d = json.loads(p.stdout)
+    assert d["text"].endswith("<|start_header_id|>user<|end_header_id|>\n\nhello there<|eot_id|><|start_header_id|>assistant"
+                              "<|end_header_id|>\n\n")
+    assert d["notes"] == ["messages[0].content[2] (input_audio) is not rendered: the template 'llama3_1' takes text only (the "
+                          "text parts are joined with a space)"]
+    assert "warning: messages[0].content[2] (input_audio) is not rendered" in p.stderr
+    msgs.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "f", "arguments": {}}}, {"type": "function", "function": {"arguments": {}}}]}]))
+    p = cli("render", "--tokenizer", "qwen3", "--messages", str(msgs), check=False)
+    assert p.returncode != 0 and "messages[1].tool_calls[1].function.name is missing" in p.stderr and "Undefined" not in p.stderr
+
+
 def test_parse_reports_calls_and_errors():
     text = '<tool_call>\n{"name": "a", "arguments": {"x": 1}}\n</tool_call>\n<tool_call>\n{"name": "b", "arguments": {\n</tool_call>'
     d = json.loads(cli("parse", "--format", "hermes", "--text", text, "--json").stdout)

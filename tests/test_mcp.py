@@ -289,8 +289,27 @@ def _bad_cases():
          ["'qwen3-instruct' is not one of trl's", "closest: qwen3_instruct_2507"]),
         ("control-character-json", "check", {"trace": '{"id": "a' + chr(1) + '"}'},
          ["trace: invalid JSON: Invalid control character at column"]),
-        ("wrong-type", "render", {"messages": "hello"}, ["messages"]),
+        ("wrong-type", "render", {"messages": "hello"}, ["messages must be a list, not text (\"hello\")"]),
         ("bad-role", "check", {"messages": [{"role": "robot", "content": "beep"}]}, ["messages", "'robot'"]),
+        # issue 42, item 5: our words, not pydantic's; booleans are no numbers; unknown arguments are said
+        ("bool-for-number", "render", {"messages": hi, "max_ids": True}, ["max_ids must be a whole number, not a boolean (true)"]),
+        ("text-for-bool", "render", {"messages": hi, "add_generation_prompt": "yes"},
+         ['add_generation_prompt must be true or false, not text ("yes")']),
+        ("number-for-bool", "check", {"messages": hi, "token_checks": 0}, ["token_checks must be true or false, not the number 0"]),
+        ("number-for-list", "render", {"messages": 5}, ["messages must be a list, not the number 5"]),
+        ("number-for-text", "parse", {"text": 5}, ["text must be text (a JSON string), not the number 5"]),
+        ("float-for-int", "render", {"messages": hi, "max_ids": 2.5}, ["max_ids must be a whole number, not the number 2.5"]),
+        ("list-item", "render", {"messages": ["hi"]}, ['messages[0] must be a JSON object, not text ("hi")']),
+        ("unknown-argument", "render", {"messages": hi, "max_id": 3},
+         ["unknown argument 'max_id' (did you mean 'max_ids'?); render takes messages, tools, profile"]),
+        ("unknown-arguments", "parse", {"text": "x", "foo": 1, "bar": 2}, ["unknown arguments 'foo', 'bar'; parse takes text"]),
+        ("missing-argument", "parse", {"profile": "qwen3"}, ["parse needs text (one turn of model output"]),
+        # issue 42, items 2 and 4: where the input is wrong, said before anything renders it
+        ("malformed-call", "render", {"messages": [hi[0], {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather"}}]}], "profile": "gpt-oss"},
+         ["messages[1].tool_calls[0].function.arguments is missing (call 'get_weather')"]),
+        ("call-without-name", "render", {"messages": [hi[0], {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"arguments": {}}}]}]}, ["messages[1].tool_calls[0].function.name is missing"]),
     ]
 
 
@@ -303,6 +322,7 @@ async def test_bad_input_is_a_tool_error_and_the_server_still_answers(app_url, c
         for needle in needles:
             assert needle in text, text
         assert "Traceback" not in text and str(ROOT) not in text and " at at " not in text
+        assert "pydantic" not in text and "http" not in text and "Undefined" not in text and "validation error" not in text
         ok = await s.call_tool("parse", {"text": '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'})
         assert not ok.is_error and ok.structured_content["tool_calls"][0]["name"] == "f"
 
@@ -523,8 +543,9 @@ async def test_cheap_calls_do_not_wait_behind_slow_ones_and_the_wait_is_bounded(
 
 @pytest.mark.slow  # ≥ 10 s here: held renders
 async def test_a_parse_answers_while_renders_hold_the_template_workers(app_url):
-    """Over MCP: five renders of a template that loops until the guard stops it (5 s each, two workers)
-    hold the render lane; a parse sent after them answers at once."""
+    """Over MCP: four renders of a template that loops until the guard stops it (5 s each, two workers:
+    two run and two wait, as many as the template lane admits) hold the template workers; a parse
+    sent after them answers at once."""
     import time
 
     endless = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
@@ -535,7 +556,7 @@ async def test_a_parse_answers_while_renders_hold_the_template_workers(app_url):
             return await s.call_tool(tool, args), time.monotonic()
 
     start = time.monotonic()
-    renders = [asyncio.ensure_future(one("render", {"messages": hi, "template": endless})) for _ in range(5)]
+    renders = [asyncio.ensure_future(one("render", {"messages": hi, "template": endless})) for _ in range(4)]
     await asyncio.sleep(0.5)
     t0 = time.monotonic()
     res, t1 = await one("parse", {"text": "plain"})
@@ -662,3 +683,215 @@ async def test_schemas_carry_the_limits_and_the_words_are_clean(app_url):
     call_schema = tools["parse"].output_schema["$defs"]["ToolCallOut"]["properties"]["arguments"]
     assert {a.get("type") for a in call_schema["anyOf"]} == {"object", "string"}
     assert tools["render"].output_schema["$defs"]["TokenizerUsed"]["properties"]["template_sha256"]["anyOf"][1] == {"type": "null"}
+
+
+# ---- issue 42, items 2-7: the MCP edge as outside clients found it ----------------------------------
+
+
+async def raw_call(base: str, tool: str, arguments: dict | None = None, *, body: bytes | None = None) -> httpx.Response:
+    """One tools/call written as a client that writes its own JSON: ``json.dumps``' default, every
+    character outside ASCII as a \\u escape (a lone surrogate too, which the MCP SDK's own client
+    cannot send)."""
+    if body is None:
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                           "params": {"name": tool, "arguments": arguments}}).encode("ascii")
+    async with httpx.AsyncClient(timeout=300) as c:
+        return await c.post(base + "/mcp", content=body, headers={"content-type": "application/json",
+                                                                  "accept": "application/json, text/event-stream"})
+
+
+async def test_parse_of_lone_surrogates_answers_them_escaped_never_a_500(app_url):
+    """A model wrote the JSON escape of half a UTF-16 pair: the parser decodes it to a lone
+    surrogate, which UTF-8 JSON cannot carry (HTTP 500, PydanticSerializationError, before)."""
+    text = '<tool_call>\n{"name": "f\\ud800", "arguments": {"a": "\\udc00", "\\ud801": 1}}\n</tool_call>'
+    res = await call(app_url, "parse", {"text": text})
+    assert not res.is_error, res.content
+    c = res.structured_content["tool_calls"][0]
+    assert c["name"] == "f\\ud800" and c["arguments"] == {"a": "\\udc00", "\\ud801": 1}  # the six characters of each escape
+    assert text[c["span"][0]:c["span"][1]] == text  # spans stay positions in the text sent
+    summary = " ".join(x.text for x in res.content)
+    assert "3 lone surrogate(s)" in summary and "f\\ud800" in summary
+    # the surrogate itself in the request: the transport's JSON reader refuses it (a JSON-RPC parse error, not a 500)
+    r = await raw_call(app_url, "parse", {"text": "before \ud800 after"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == -32700
+    # a trace given as its text may hold the escape: what is rendered or checked cannot hold one, said with where
+    rec = json.loads(MALFORMED_LINE)
+    rec["messages"][0]["content"] += "\udc00"
+    res = await call(app_url, "check", {"trace": json.dumps(rec)})
+    assert "trace.messages[0].content holds a lone surrogate (U+DC00, at character" in error_text(res)
+    assert "internal error" not in error_text(res)
+    assert (await call(app_url, "parse", {"text": "still answering"})).structured_content["content"] == "still answering"
+
+
+def served_as_text_model(messages):
+    """The messages as transformers' server hands them to a text model's template."""
+    from transformers.cli.serving.utils import BaseHandler, Modality
+
+    return BaseHandler.get_processor_inputs_from_messages(messages, Modality.LLM)
+
+
+async def test_content_parts_render_as_text_and_a_part_not_rendered_is_said(app_url):
+    from backend.loading.tokenizers import load_tokenizer
+
+    parts = [{"role": "user", "content": [{"type": "text", "text": "hello there"}]}]
+    out = (await call(app_url, "render", {"messages": parts})).structured_content
+    text, ids, _ = qwen3_reference(served_as_text_model(parts), None)
+    assert out["text"] == text and out["token_ids"] == ids and "hello there" in text  # an empty turn before
+    assert out["warnings"] == []
+    llama = load_tokenizer("llama3")
+    out = (await call(app_url, "render", {"messages": parts, "profile": "llama3"})).structured_content
+    assert out["text"] == llama.tokenizer.apply_chat_template(served_as_text_model(parts), chat_template=llama.chat_template,
+                                                              tokenize=False, add_generation_prompt=True)
+    assert "[{'type'" not in out["text"]  # the list's Python repr before
+    image = [{"role": "user", "content": [{"type": "text", "text": "what is this?"},
+                                          {"type": "image_url", "image_url": {"url": "http://192.0.2.1/a.png"}}]}]
+    for profile, how in (("qwen3", "takes text only"), ("mistral", "encodes text only")):
+        res = await call(app_url, "render", {"messages": image, "profile": profile})
+        assert not res.is_error, (profile, res.content)  # mistral-common fetched the URL before (an error here)
+        warned = [w for w in res.structured_content["warnings"] if w.startswith("messages[0].content[1] (image_url) is not rendered")]
+        assert len(warned) == 1 and how in warned[0], res.structured_content["warnings"]
+        assert "what is this?" in res.structured_content["text"]
+
+
+async def test_gpt_oss_renders_a_call_with_content_null(app_url):
+    from backend.loading.tokenizers import load_tokenizer
+
+    tools = WEATHER["tools"]
+    name = tools[0]["function"]["name"]
+    call_msg = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": name, "arguments": {"city": "Paris"}}}]}
+    msgs = [{"role": "user", "content": "Weather in Paris?"}, call_msg, {"role": "tool", "tool_call_id": "call_1", "content": "22"}]
+    res = await call(app_url, "render", {"messages": msgs, "tools": tools, "profile": "gpt-oss"})
+    assert not res.is_error, res.content  # TypeError at template line 264 before
+    b = load_tokenizer("gpt-oss")
+    empty = [msgs[0], {**call_msg, "content": ""}, msgs[2]]
+    assert res.structured_content["text"] == b.tokenizer.apply_chat_template(
+        empty, tools=tools, chat_template=b.chat_template, tokenize=False, add_generation_prompt=True)
+    assert f"to=functions.{name}" in res.structured_content["text"]
+
+
+async def test_arguments_are_checked_and_the_schema_says_so(app_url):
+    async with mcp_session(app_url) as s:
+        tools = {t.name: t for t in (await s.list_tools()).tools}
+        # a list sent as its JSON text is still read (the MCP SDK reads it so; Claude Desktop sends lists so)
+        res = await s.call_tool("render", {"messages": json.dumps([{"role": "user", "content": "hi"}]), "max_ids": 0})
+        # max_ids: true was taken as 1
+        bad = await s.call_tool("render", {"messages": [{"role": "user", "content": "hi"}], "max_ids": True})
+    assert all(t.input_schema.get("additionalProperties") is False for t in tools.values())
+    assert not res.is_error and res.structured_content["token_ids"] == [] and res.structured_content["num_tokens"] > 0
+    assert bad.is_error and "not a boolean (true)" in error_text(bad)
+
+
+async def test_a_body_of_escaped_emoji_under_the_character_limit_is_read(app_url):
+    """1,000,000 emoji (half the 2,000,000-character limit) written as \\u escapes, 12 bytes each:
+    a 12 MB body, refused with 413 before (the body limit was 4 bytes a character)."""
+    from backend.safety.trust import MAX_FIELD_CHARS
+    from ui.mcp_server import max_request_bytes
+
+    text = "\U0001F600" * 1_000_000
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "parse", "arguments": {
+        "text": text}}}).encode("ascii")
+    assert len(body) > 12_000_000 and len(text) < MAX_FIELD_CHARS
+    r = await raw_call(app_url, "parse", body=body)
+    assert r.status_code == 200, r.text[:300]
+    out = r.json()["result"]
+    assert out.get("isError") is not True and out["structuredContent"]["content"] == text
+    # a body over the limit is refused with the limit in bytes, and why it is what it is
+    r = await raw_call(app_url, "parse", body=b'{"text": "' + b"z" * max_request_bytes() + b'"}')
+    assert r.status_code == 413
+    assert f"at most {max_request_bytes():,} bytes" in r.text and f"{MAX_FIELD_CHARS:,} characters" in r.text
+    assert "12 bytes a character" in r.text
+
+
+async def test_inline_template_calls_beyond_the_template_workers_are_refused_at_admission():
+    """The lanes themselves (ui.mcp_server._Calls), with work that holds its thread until released:
+    two template workers, so two calls with an inline template run and two wait; the fifth is
+    refused at once (it was queued behind 4 running and 16 waiting renders, each of which could
+    wait 30 s more for a worker: answers after ~105 s); a render without one is not held up."""
+    import threading
+
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from ui.mcp_server import ParseOutput, _Calls
+
+    calls = _Calls(4, template_workers=2, template_wait_s=600)
+    release = threading.Event()
+
+    def held():
+        release.wait(60)
+        return ParseOutput(parser="hermes", content="held", tool_calls=[], errors=[])
+
+    admitted = [asyncio.ensure_future(calls.run("render", held, template=True)) for _ in range(4)]
+    await asyncio.sleep(0.2)
+    try:
+        for tool in ("render", "check"):
+            with pytest.raises(ToolError) as e:
+                await calls.run(tool, held, template=True)
+            assert "2 calls with an inline template running, as many as there are template workers, 2 waiting" in str(e.value)
+        quick = await calls.run("render", lambda: ParseOutput(parser="hermes", content="quick", tool_calls=[], errors=[]))
+        assert quick.structured_content["content"] == "quick" and not any(a.done() for a in admitted)
+    finally:
+        release.set()
+    assert [d.structured_content["content"] for d in await asyncio.gather(*admitted)] == ["held"] * 4
+
+
+async def test_a_call_waits_for_a_template_worker_no_longer_than_its_bound():
+    """A call admitted to wait for a template worker is refused once its bound (counted from its
+    admission) has passed, while the call ahead of it still holds the worker; the work of every
+    call runs with the wait budget the template pool reads."""
+    import threading
+
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from backend.tokens import template_guard
+    from ui.mcp_server import ParseOutput, _Calls
+
+    calls = _Calls(4, template_workers=1, template_wait_s=0.5)
+    release = threading.Event()
+    seen = []
+
+    def held():
+        seen.append(template_guard._BUDGET.get())
+        release.wait(60)
+        return ParseOutput(parser="hermes", content="held", tool_calls=[], errors=[])
+
+    first = asyncio.ensure_future(calls.run("render", held, template=True))
+    await asyncio.sleep(0.2)  # it holds the one slot
+    try:
+        with pytest.raises(ToolError) as e:
+            await calls.run("render", held, template=True)
+        assert "for a template worker, the most a call waits; try again" in str(e.value)
+        assert not first.done()
+    finally:
+        release.set()
+    assert (await first).structured_content["content"] == "held"
+    # each call's work sees its budget; a call outside the template lane gets a whole one from its start
+    assert len(seen) == 1 and isinstance(seen[0], template_guard.WaitBudget) and seen[0].left <= 0.5
+    await calls.run("check", lambda: seen.append(template_guard._BUDGET.get()) or ParseOutput(
+        parser="hermes", content="", tool_calls=[], errors=[]))
+    assert seen[1] is not seen[0] and seen[1].left == 0.5
+    # a free slot is taken with no time left to wait for one (ALI_TEMPLATE_QUEUE_TIMEOUT_S=0)
+    none_left = _Calls(4, template_workers=1, template_wait_s=0)
+    done = await none_left.run("render", lambda: ParseOutput(parser="hermes", content="at once", tool_calls=[], errors=[]),
+                               template=True)
+    assert done.structured_content["content"] == "at once"
+
+
+@pytest.mark.slow  # ≥ 10 s here: renders held for the guard's 5 s, twice
+async def test_renders_of_an_endless_inline_template_are_refused_at_admission_not_after_minutes(app_url):
+    """Over MCP, the issue's case: many renders of an inline template that loops until the guard stops
+    it (5 s), with the app's two template workers. Each answer is either the guard stopping the
+    template or the refusal at admission; none waits for a worker and is refused after it
+    (before: 10 refused at once, the rest answered up to 112 s later, 1-2 of them "all 2 template
+    workers are busy" after 50-70 s)."""
+    endless = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    hi = [{"role": "user", "content": "hi"}]
+    sessions = contextlib.AsyncExitStack()
+    async with sessions:
+        opened = [await sessions.enter_async_context(mcp_session(app_url)) for _ in range(10)]
+        answers = await asyncio.gather(*[s.call_tool("render", {"messages": hi, "template": endless}) for s in opened])
+    texts = [error_text(a) for a in answers]
+    stopped = [t for t in texts if "did not finish rendering within 5 s" in t]
+    refused = [t for t in texts if "calls with an inline template running, as many as there are template workers" in t]
+    assert len(stopped) + len(refused) == len(texts), texts
+    assert len(stopped) >= 2 and len(refused) >= 1 and not any("template workers are busy" in t for t in texts)

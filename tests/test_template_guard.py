@@ -170,6 +170,29 @@ def test_a_busy_pool_refuses_after_the_queue_timeout(make_pool):
         assert isinstance(t.error, TemplateGuardError) and "shut down" in str(t.error)
 
 
+def test_a_render_waits_at_most_what_is_left_of_its_callers_budget(make_pool):
+    """A caller that bounds the waits of all its renders together (an MCP call, from its admission:
+    issue 42, item 7) passes its budget: the render is refused when the budget is spent, however
+    long the pool's own queue timeout, and what it waited is taken off."""
+    from backend.tokens.template_guard import WaitBudget, wait_budget
+
+    pool = make_pool(size=1, timeout_s=120, queue_timeout_s=600)
+    assert pool.start() == 1
+    loop = Timed(pool, LOOP)
+    loop.start()
+    wait_for(lambda: pool.counts()["busy"] == 1)
+    budget = WaitBudget(0.5)
+    with wait_budget(budget), pytest.raises(TemplateGuardError, match=r"the template worker is busy; try again"):
+        render(pool, TRIVIAL)  # would wait the pool's 600 s without the budget
+    assert budget.left == 0 and loop.is_alive()
+    pool.close()
+    loop.join(30)
+    # an idle worker is handed out with nothing left to wait
+    assert pool.start() == 1
+    with wait_budget(WaitBudget(0)):
+        assert render(pool, TRIVIAL) == "hi!"
+
+
 def test_a_worker_that_cannot_start_in_time_says_so(make_pool):
     pool = make_pool(size=1)
     pool.start_timeout_s = 0.01

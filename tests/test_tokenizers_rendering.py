@@ -301,3 +301,150 @@ def test_a_trace_of_an_encoder_family_records_no_template_hash():
         assert b.info().template_sha256 is None, profile
     q = load_tokenizer("qwen3")
     assert q.info().template_sha256 == hashlib.sha256(q.chat_template.encode("utf-8")).hexdigest() != empty
+
+
+# ---- issue 42, items 3-4: content parts, content null and malformed calls, at the shared place ------------
+
+PARTS = [{"role": "user", "content": [{"type": "text", "text": "hello"}, {"type": "text", "text": "there"}]}]
+WITH_IMAGE = [{"role": "user", "content": [{"type": "text", "text": "what is"},
+                                           {"type": "image_url", "image_url": {"url": "http://192.0.2.1/cat.png"}},
+                                           {"type": "text", "text": "in this picture?"}]}]
+
+
+def _served_as_text_model(messages):
+    """The messages as transformers' own server hands them to a text-only model's template
+    (``transformers serve``: content parts collapsed to one string)."""
+    from transformers.cli.serving.utils import BaseHandler, Modality
+
+    return BaseHandler.get_processor_inputs_from_messages(messages, Modality.LLM)
+
+
+@pytest.mark.parametrize("profile", ["qwen3", "qwen2.5", "llama3", "gpt-oss", "deepseek-v3", "gemma2"])
+def test_text_parts_render_as_transformers_serves_them_to_a_text_template(profile):
+    """Qwen3's template wrote an empty turn for a list of parts, Llama 3.1's the list's Python repr,
+    gpt-oss' and DeepSeek's failed: they take text, so they get the text parts joined, as
+    transformers' server joins them for a text model."""
+    b = load_tokenizer(profile)
+    for msgs in (PARTS, [{"role": "user", "content": [{"type": "text", "text": "hello there"}]}]):
+        expected = b.tokenizer.apply_chat_template(_served_as_text_model(msgs), chat_template=b.chat_template, tokenize=False,
+                                                   add_generation_prompt=True, **b.chat_template_kwargs)
+        r = render(b, msgs, spans=False)
+        assert r.text == expected and "'type'" not in r.text, profile
+        assert r.token_ids == b.tokenizer.apply_chat_template(_served_as_text_model(msgs), chat_template=b.chat_template,
+                                                              tokenize=True, return_dict=False, add_generation_prompt=True,
+                                                              **b.chat_template_kwargs)
+        assert r.notes == []
+    # the same text as the string itself for one part
+    one = render(b, [{"role": "user", "content": [{"type": "text", "text": "hello there"}]}], spans=False).text
+    assert one == render(b, [{"role": "user", "content": "hello there"}], spans=False).text
+
+
+@pytest.mark.parametrize("profile", ["qwen3.5", "gemma3", "glm4.5", "smollm2"])
+def test_templates_that_read_parts_get_them_as_sent(profile):
+    b = load_tokenizer(profile)
+    expected = b.tokenizer.apply_chat_template(PARTS, chat_template=b.chat_template, tokenize=False, add_generation_prompt=True,
+                                               **b.chat_template_kwargs)
+    assert render(b, PARTS, spans=False).text == expected
+    assert "hello" in expected and "there" in expected
+
+
+@pytest.mark.parametrize(("profile", "how"), [
+    ("qwen3", "takes text only"), ("llama3", "takes text only"), ("gemma3", "writes nothing for it"),
+    ("mistral", "encodes text only"), ("gpt-oss-harmony", "encodes text only")])
+def test_a_part_without_text_is_reported_never_dropped_silently(profile, how):
+    """An image part vanished with no word; given to mistral-common it made the server fetch its URL."""
+    b = load_tokenizer(profile)
+    r = render(b, WITH_IMAGE, spans=False)
+    assert "what is" in r.text and "in this picture?" in r.text and "cat.png" not in r.text
+    assert len(r.notes) == 1 and r.notes[0].startswith("messages[0].content[1] (image_url) is not rendered:"), r.notes
+    assert how in r.notes[0]
+    assert r.to_dict()["notes"] == r.notes
+
+
+def test_a_template_that_writes_a_placeholder_for_an_image_says_so():
+    b = load_tokenizer("qwen3.5")
+    msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "describe"}]}]
+    r = render(b, msgs, spans=False)
+    assert r.text == b.tokenizer.apply_chat_template(msgs, chat_template=b.chat_template, tokenize=False, add_generation_prompt=True,
+                                                     **b.chat_template_kwargs)
+    assert "<|image_pad|>" in r.text
+    assert len(r.notes) == 1 and "writes a placeholder of its own" in r.notes[0] and "not tokenized here" in r.notes[0]
+
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "get_current_temperature", "arguments": {"city": "Paris"}}}
+AFTER_CALL = [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": None, "tool_calls": [CALL]},
+              {"role": "tool", "tool_call_id": "call_1", "content": "22"}]
+
+
+@pytest.mark.parametrize("profile", ["gpt-oss", "qwen3", "llama3", "glm4.5", "minimax-m2", "deepseek-v3"])
+def test_an_assistant_call_with_content_null_renders_as_with_empty_content(profile):
+    """gpt-oss' template failed on content null (TypeError at template line 264); GLM's and
+    MiniMax's wrote the word None into the prompt."""
+    b = load_tokenizer(profile)
+    empty = [AFTER_CALL[0], {**AFTER_CALL[1], "content": ""}, AFTER_CALL[2]]
+    expected = b.tokenizer.apply_chat_template(empty, tools=TOOLS, chat_template=b.chat_template, tokenize=False,
+                                               add_generation_prompt=True, **b.chat_template_kwargs)
+    assert render(b, AFTER_CALL, TOOLS, spans=False).text == expected
+    assert "None" not in expected
+
+
+@pytest.mark.parametrize(("call", "needle"), [
+    ({"id": "c", "type": "function", "function": {"arguments": {"city": "Paris"}}}, "messages[1].tool_calls[0].function.name is missing"),
+    ({"id": "c", "type": "function"}, "messages[1].tool_calls[0] has no function"),
+    ({"id": "c", "type": "function", "function": {"name": "get_current_temperature"}},
+     "messages[1].tool_calls[0].function.arguments is missing (call 'get_current_temperature')"),
+    ({"id": "c", "type": "function", "function": {"name": "f", "arguments": None}}, "function.arguments is null (call 'f')"),
+    ({"id": "c", "type": "function", "function": {"name": "", "arguments": {}}}, "function.name is empty"),
+    ({"id": "c", "type": "function", "function": "f"}, "messages[1].tool_calls[0].function is str"),
+    ("get_weather", "messages[1].tool_calls[0] is str"),
+])
+@pytest.mark.parametrize("profile", ["qwen3", "gpt-oss", "llama3"])
+def test_a_malformed_call_is_named_before_the_template_fails_on_it(profile, call, needle):
+    """Qwen3's template failed with "Object of type Undefined is not JSON serializable" on a call
+    without arguments, and wrote "name": "" for one without a name; gpt-oss' and Llama's with
+    UndefinedError. Each now says which call and which field."""
+    b = load_tokenizer(profile)
+    msgs = [AFTER_CALL[0], {"role": "assistant", "content": "", "tool_calls": [call]}, AFTER_CALL[2]]
+    with pytest.raises(RenderError) as e:
+        render_text(b, msgs, TOOLS, add_generation_prompt=True)
+    assert needle in str(e.value) and "Undefined" not in str(e.value)
+
+
+def test_a_flat_call_renders_as_the_nested_one_on_every_template():
+    """{"name", "arguments"} without "function": Qwen3's and gpt-oss' templates read both forms,
+    Llama 3.1's failed on it."""
+    flat = [AFTER_CALL[0], {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_1", "name": "get_current_temperature", "arguments": {"city": "Paris"}}]}, AFTER_CALL[2]]
+    nested = [AFTER_CALL[0], {**AFTER_CALL[1], "content": ""}, AFTER_CALL[2]]
+    for profile in ("llama3", "qwen3", "gpt-oss"):
+        b = load_tokenizer(profile)
+        assert render_text(b, flat, TOOLS) == render_text(b, nested, TOOLS), profile
+    assert "tool_calls" in flat[1] and "function" not in flat[1]["tool_calls"][0]  # the caller's messages are not changed
+
+
+@pytest.mark.slow  # ≥ 10 s here at times (a fresh interpreter imports transformers): out of the edit loop, in CI
+def test_concurrent_first_loads_of_a_tokenizer_all_succeed():
+    """A fresh process (a server nobody has called yet) loading one profile from four threads at
+    once: three of the four failed with ImportError (transformers' lazy import of
+    PreTrainedTokenizerFast, racing); found under the MCP load of issue 42, item 7."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import threading\n"
+            "from backend.loading.tokenizers import load_tokenizer\n"
+            "errors = []\n"
+            "def load():\n"
+            "    try:\n"
+            "        load_tokenizer('qwen3')\n"
+            "    except Exception as e:\n"
+            "        errors.append(repr(e))\n"
+            "threads = [threading.Thread(target=load) for _ in range(4)]\n"
+            "[t.start() for t in threads]\n"
+            "[t.join() for t in threads]\n"
+            "print(len(errors), errors[:1])\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": root})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "0 []", p.stdout

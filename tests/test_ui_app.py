@@ -605,6 +605,25 @@ def test_template_lab_custom_template_and_errors(ctx):
     assert "ali-err" in out[0]
 
 
+def test_template_lab_renders_content_parts_and_says_what_it_does_not_render(ctx):
+    """Issue 42, items 3-4, in the lab (the rendering it shares with the MCP tools and the CLI):
+    text parts render as their text on Qwen3 (an empty turn before), a part without text is said
+    in a warning (escaped), gpt-oss renders a call with content null, and a malformed call is
+    named."""
+    parts = [{"role": "user", "content": [{"type": "text", "text": "hello <b>there</b>"},
+                                          {"type": "<img>", "url": "http://192.0.2.1/a.png"}]}]
+    ls, lt, *_ = template_lab.run_lab(ctx, json.dumps(parts), "[]", True, "{}", False, "qwen3", template_lab.OWN, "", "", "", "")
+    assert "ali-err" not in ls and "hello &lt;b&gt;there&lt;/b&gt;" in lt
+    assert 'data-warning="content-part"' in ls and "messages[0].content[1] (&lt;img&gt;) is not rendered" in ls and "<img>" not in ls
+    call = [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_current_temperature", "arguments": {"city": "Paris"}}}]}]
+    ls, lt, *_ = template_lab.run_lab(ctx, json.dumps(call), "[]", False, "{}", False, "gpt-oss", template_lab.OWN, "", "", "", "")
+    assert "ali-err" not in ls and "to=functions.get_current_temperature" in lt
+    del call[1]["tool_calls"][0]["function"]["arguments"]
+    ls, *_ = template_lab.run_lab(ctx, json.dumps(call), "[]", False, "{}", False, "gpt-oss", template_lab.OWN, "", "", "", "")
+    assert "ali-err" in ls and "messages[1].tool_calls[0].function.arguments is missing (call &#x27;get_current_temperature&#x27;)" in ls
+
+
 def test_diff_html_escapes():
     d = template_lab.diff_html("<a>\nsame\n", "<b>\nsame\n")
     assert "<a>" not in d and "&lt;<mark>a</mark>&gt;" in d and "<mark>b</mark>" in d

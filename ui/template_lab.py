@@ -112,6 +112,8 @@ def render_one(ctx: AppContext, tokenizer: str, template: str, custom: str, mess
                f'{html.escape(bundle.parser)}</div>')
     for w in bundle.template_warnings():  # a template that does not fit the tokenizer: never silent
         summary += f'<div class="ali-warn" data-warning="template-fit">{html.escape(w)}</div>'
+    for w in r.notes:  # content parts the rendering does not show (an image given to a text template)
+        summary += f'<div class="ali-warn" data-warning="content-part">{html.escape(w)}</div>'
     text = token_view.mark_special_text(r.text, bundle.tokenizer)
     kinds = [token_view.PROMPT] * len(r.token_ids)
     toks = token_view.render_tokens(r.token_ids, kinds, bundle.tokenizer, prefix=prefix)

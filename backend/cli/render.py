@@ -68,6 +68,6 @@ def run(args) -> int:
         out["tool_type_mappings"] = [m.to_dict() for m in tools.type_mappings]
         out["tool_notes"] = tools.notes
     print_notes(tools.notes)
-    print_warnings(bundle.template_warnings())
+    print_warnings([*bundle.template_warnings(), *r.notes])  # content parts the rendering does not show
     emit(out, args.json, None if args.json else r.text + f"\n--- {len(r.token_ids)} tokens")
     return 0

@@ -439,10 +439,13 @@ class WorkerPool:
 
     # ---- a request -----------------------------------------------------------------------------
 
-    def lease(self) -> Lease:
+    def lease(self, max_wait_s: float | None = None) -> Lease:
         """A ready worker (the pool starts if it has not), waiting at most ``queue_timeout_s`` for a
-        free one; raises ``error`` when none can be had."""
-        deadline = time.monotonic() + self.queue_timeout_s
+        free one, or ``max_wait_s`` when that is less (a caller that has waited already, elsewhere,
+        passes what is left of its own bound; an idle worker is handed out even with 0 left); raises
+        ``error`` when none can be had."""
+        wait_s = self.queue_timeout_s if max_wait_s is None else max(0.0, min(self.queue_timeout_s, max_wait_s))
+        deadline = time.monotonic() + wait_s
         with self._cond:
             if not self.lazy:
                 self._fill()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import threading
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -80,8 +81,9 @@ def build_bpe_files(
     (Llama 3's post-processor)."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
     from tokenizers import models as tk_models
-    from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    PreTrainedTokenizerFast = _fast_tokenizer_class()  # noqa: N806 - the class
 
     byte_enc = bytes_to_unicode()
 
@@ -129,6 +131,19 @@ def build_bpe_files(
 
 
 
+_TRANSFORMERS_IMPORT = threading.Lock()
+
+
+def _fast_tokenizer_class() -> Any:
+    """transformers' ``PreTrainedTokenizerFast``, imported under a lock: while one thread is still
+    importing it through transformers' lazy module, another thread's import of it fails with
+    ImportError (3 of 4 concurrent first tokenizer loads of a fresh process did: the first MCP
+    calls to a server that had not loaded one yet)."""
+    with _TRANSFORMERS_IMPORT:
+        from transformers import PreTrainedTokenizerFast
+    return PreTrainedTokenizerFast
+
+
 @lru_cache(maxsize=32)
 def load_folder_tokenizer(folder: str):
     """A tokenizer folder a family's recipe wrote (with this module's builder, or a tokenizer.json
@@ -136,7 +151,7 @@ def load_folder_tokenizer(folder: str):
     (which imports torch and re-checks the vocabulary). Cached per folder, with room for every
     family's vocabulary (12 today): with fewer slots than vocabularies, a pass over every profile
     evicted each one before its next use and re-read 10-33 MB files over and over."""
-    from transformers import PreTrainedTokenizerFast
+    PreTrainedTokenizerFast = _fast_tokenizer_class()  # noqa: N806 - the class
 
     with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as f:
         cfg = json.load(f)

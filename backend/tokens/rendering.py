@@ -10,10 +10,23 @@ Two jobs:
 
 Tokenization is always ``encode(text, add_special_tokens=False)`` of the rendered text, which
 is what ``apply_chat_template(tokenize=True)`` does; tests hold the two equal.
+
+Every entry point renders the messages as :func:`prepare_messages` makes them first, so the app's
+pages, the command line and the MCP tools take the same inputs: content ``null`` is ``""`` (trl's
+gpt-oss template fails on it, GLM's and MiniMax's write ``None``); content given as a list of parts
+reaches a template that reads parts as it is, and any other template as its text parts joined with
+a space (what transformers' server does for a text-only model; vLLM joins them with newlines);
+a part with no text (an image, audio) is never sent to a family's own encoder (mistral-common would
+fetch an image URL) and is reported (:func:`content_notes`), never dropped silently; and a
+malformed ``tool_calls`` entry is an error that names the call and the field, before the template
+fails on it with ``Undefined``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -44,6 +57,8 @@ class Rendering:
     offsets: list[tuple[int, int]] = field(default_factory=list)  # char span of each token
     message_spans: list[MessageSpan] = field(default_factory=list)
     spans_exact: bool = True  # False when the template re-renders earlier messages differently
+    # what was sent that the rendering does not show (content parts without text): :func:`content_notes`
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self, tokenizer: Any | None = None) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -52,6 +67,7 @@ class Rendering:
             "num_tokens": len(self.token_ids),
             "message_spans": [s.model_dump() for s in self.message_spans],
             "spans_exact": self.spans_exact,
+            "notes": list(self.notes),
         }
         if tokenizer is not None:
             d["tokens"] = tokenizer.convert_ids_to_tokens(self.token_ids)
@@ -65,6 +81,194 @@ def _template_kwargs(bundle: Bundle, kwargs: dict[str, Any] | None) -> dict[str,
     return merged
 
 
+# ---- messages as a template takes them ---------------------------------------------------------
+
+# content-part types that carry text (OpenAI chat, and the Responses API's input / output text)
+TEXT_PART_TYPES = ("text", "input_text", "output_text")
+# how text parts are joined for a template that takes text only: transformers' server joins a text
+# model's parts with a space (transformers/cli/serving/utils.py); a template that reads parts
+# joins them itself
+PARTS_JOINER = " "
+_CALL_SHAPE = '{"type": "function", "function": {"name": <text>, "arguments": <an object or its JSON text>}}'
+_MAX_PART_NOTES = 20
+
+
+def _part_text(part: Any, where: str) -> str | None:
+    """A content part's text, None for a part without text (an image, audio, a file); RenderError
+    for something that is no part."""
+    if isinstance(part, str):
+        return part
+    if not isinstance(part, dict):
+        raise RenderError(f"{where} is {type(part).__name__}: a content part is an object such as "
+                          '{"type": "text", "text": "..."}')
+    kind = part.get("type")
+    if kind in TEXT_PART_TYPES or (kind is None and "text" in part):
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise RenderError(f"{where} is a {kind or 'text'} part whose text is "
+                              f"{'missing' if text is None else type(text).__name__}; send it as text")
+        return text
+    return None
+
+
+def _part_kind(part: Any) -> str:
+    return str(part.get("type") or "untyped") if isinstance(part, dict) else type(part).__name__
+
+
+def _tool_calls(calls: Any, where: str) -> list[Any]:
+    """``calls`` checked (RenderError naming the call and the field) and in the nested form every
+    template reads: a flat ``{"name", "arguments"}`` call, which some templates take and others
+    fail on, gets its ``function``; anything else is kept as it is."""
+    if not isinstance(calls, list):
+        raise RenderError(f"{where} is {type(calls).__name__}: send a list of calls, each {_CALL_SHAPE}")
+    out: list[Any] = []
+    for j, call in enumerate(calls):
+        at = f"{where}[{j}]"
+        if not isinstance(call, dict):
+            raise RenderError(f"{at} is {type(call).__name__}: each call is {_CALL_SHAPE}")
+        fn = call.get("function")
+        if fn is None and ("name" in call or "arguments" in call):  # the flat form
+            fn, fat = {k: call[k] for k in ("name", "arguments") if k in call}, at
+            call = {**{k: v for k, v in call.items() if k not in ("name", "arguments")}, "type": call.get("type") or "function",
+                    "function": fn}
+        else:
+            fat = f"{at}.function"
+            if fn is None:
+                raise RenderError(f"{at} has no function: each call is {_CALL_SHAPE}")
+            if not isinstance(fn, dict):
+                raise RenderError(f"{fat} is {type(fn).__name__}: it is {{\"name\": ..., \"arguments\": ...}}")
+        name = fn.get("name")
+        if not isinstance(name, str) or not name.strip():
+            what = "missing" if name is None else "empty" if isinstance(name, str) else f"{type(name).__name__}, not text"
+            raise RenderError(f"{fat}.name is {what}: each call names its tool ({_CALL_SHAPE})")
+        if "arguments" not in fn:
+            raise RenderError(f"{fat}.arguments is missing (call {name!r}): send an object, or {{}} for none")
+        args = fn["arguments"]
+        if not isinstance(args, (dict, str)):
+            raise RenderError(f"{fat}.arguments is {'null' if args is None else type(args).__name__} (call {name!r}): "
+                              "send an object, or its JSON text")
+        out.append(call)
+    return out
+
+
+def prepare_messages(bundle: Bundle, messages: list[dict[str, Any]], chat_template: str | None = None,
+                     chat_template_kwargs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """``messages`` as the template (or the family's encoder) is given them: the same list when
+    nothing needs to change, else copies of the messages that do (the caller's are never
+    changed). See the module's docstring; RenderError for a content part or a tool call that
+    cannot be rendered, naming it."""
+    if not isinstance(messages, list):
+        return messages
+    encoder = bundle.renderer is not None
+    parts_ok: bool | None = None  # whether the template reads content parts (asked once, when a list is met)
+    out: list[dict[str, Any]] | None = None
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            continue
+        new: dict[str, Any] | None = None
+        content = m.get("content", "")
+        if content is None and not encoder:  # the encoders take None as they take ""
+            new = {**m, "content": ""}
+        elif isinstance(content, list):
+            texts = [_part_text(p, f"messages[{i}].content[{j}]") for j, p in enumerate(content)]
+            if not encoder and parts_ok is None:
+                parts_ok = template_reads_parts(bundle, chat_template, chat_template_kwargs)
+            if encoder or parts_ok:  # parts, each text part as {"type": "text"}; no part without text reaches an encoder
+                parts = [p if t is None or (isinstance(p, dict) and p.get("type") == "text") else {"type": "text", "text": t}
+                         for p, t in zip(content, texts) if t is not None or not encoder]
+                if len(parts) != len(content) or any(a is not b for a, b in zip(parts, content)):
+                    new = {**m, "content": parts}
+            else:
+                new = {**m, "content": PARTS_JOINER.join(t for t in texts if t is not None)}
+        if m.get("tool_calls") is not None:
+            calls = _tool_calls(m["tool_calls"], f"messages[{i}].tool_calls")
+            if any(a is not b for a, b in zip(calls, m["tool_calls"])):
+                new = {**(new or m), "tool_calls": calls}
+        for key in ("reasoning_content", "thinking", "reasoning"):  # a null here fails templates as content does
+            if key in m and m[key] is None and not encoder:
+                new = {k: v for k, v in (new or m).items() if k != key}
+        if new is not None:
+            if out is None:
+                out = list(messages)
+            out[i] = new
+    return messages if out is None else out
+
+
+_PROBE = "Zq7 probe text"
+_READS_PARTS: OrderedDict[str, bool] = OrderedDict()
+_READS_PARTS_LOCK = threading.Lock()
+_READS_PARTS_MAX = 256
+
+
+def template_reads_parts(bundle: Bundle, chat_template: str | None = None,
+                         chat_template_kwargs: dict[str, Any] | None = None) -> bool:
+    """Whether the template renders a user message given as ``[{"type": "text", "text": X}]`` as it
+    renders the text ``X`` (Qwen3.5's, Gemma 3's, GLM's, SmolLM's do; Qwen3's writes an empty turn,
+    Llama 3.1's the Python repr of the list, gpt-oss' and DeepSeek's fail). Found by rendering
+    both, once per template text (and switches); a template that fails on either takes text only.
+    A guarded template's limits (time, size, a busy pool) are raised, as its render would be."""
+    from backend.tokens.template_guard import TemplateGuardError
+
+    text = chat_template or bundle.chat_template or ""
+    kw = _template_kwargs(bundle, chat_template_kwargs)
+    key = hashlib.sha256(repr((text, sorted(kw.items(), key=str))).encode("utf-8", "surrogatepass")).hexdigest()
+    with _READS_PARTS_LOCK:
+        hit = _READS_PARTS.get(key)
+        if hit is not None:
+            _READS_PARTS.move_to_end(key)
+            return hit
+    try:
+        as_text = _render_template(bundle, [{"role": "user", "content": _PROBE}], None, False, chat_template_kwargs, chat_template)
+        as_parts = _render_template(bundle, [{"role": "user", "content": [{"type": "text", "text": _PROBE}]}], None, False,
+                                    chat_template_kwargs, chat_template)
+        reads = as_text == as_parts
+    except RenderError as e:
+        if isinstance(e.__cause__, TemplateGuardError):
+            raise
+        reads = False
+    with _READS_PARTS_LOCK:
+        _READS_PARTS[key] = reads
+        while len(_READS_PARTS) > _READS_PARTS_MAX:
+            _READS_PARTS.popitem(last=False)
+    return reads
+
+
+def content_notes(bundle: Bundle, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, text: str, *,
+                  add_generation_prompt: bool, chat_template_kwargs: dict[str, Any] | None = None,
+                  chat_template: str | None = None) -> list[str]:
+    """The content parts that ``text`` (the rendering of ``messages``) does not show, one note each
+    (the first 20, then a count): parts without text given to a template that takes text only, or
+    to a family's encoder, are not rendered; a template that reads parts may write a placeholder
+    of its own for them (Qwen3.5's ``<|image_pad|>``, Gemma 3's ``<start_of_image>``), which is
+    said too, found by rendering again without them: the image itself is never tokenized here."""
+    where = [(i, j, _part_kind(p)) for i, m in enumerate(messages) if isinstance(m, dict) and isinstance(m.get("content"), list)
+             for j, p in enumerate(m["content"]) if _part_text(p, f"messages[{i}].content[{j}]") is None]
+    if not where:
+        return []
+    if bundle.renderer is not None:
+        how = f"{bundle.template_name} encodes text only"
+    elif not template_reads_parts(bundle, chat_template, chat_template_kwargs):
+        how = f"the template {bundle.template_name!r} takes text only (the text parts are joined with a space)"
+    else:
+        stripped = [{**m, "content": [p for p in m["content"] if _part_text(p, "") is not None]}
+                    if isinstance(m, dict) and isinstance(m.get("content"), list) else m for m in messages]
+        without = render_text(bundle, stripped, tools, add_generation_prompt=add_generation_prompt,
+                              chat_template_kwargs=chat_template_kwargs, chat_template=chat_template)
+        if without == text:
+            how = f"the template {bundle.template_name!r} writes nothing for it"
+        else:
+            return [f"messages[{i}].content[{j}] ({kind}): the template {bundle.template_name!r} writes a placeholder of its "
+                    "own in its place; the part itself is not tokenized here (a model's processor would expand it)"
+                    for i, j, kind in where[:_MAX_PART_NOTES]] + _more_parts(where)
+    return [f"messages[{i}].content[{j}] ({kind}) is not rendered: {how}" for i, j, kind in where[:_MAX_PART_NOTES]] + \
+        _more_parts(where)
+
+
+def _more_parts(where: list[Any]) -> list[str]:
+    n = len(where) - _MAX_PART_NOTES
+    return [f"... and {n} more content part(s) without text"] if n > 0 else []
+
+
 def render_text(
     bundle: Bundle,
     messages: list[dict[str, Any]],
@@ -76,10 +280,19 @@ def render_text(
 ) -> str:
     """The template's text for ``messages`` (transformers' sandboxed Jinja environment; user
     templates additionally in the guarded worker process; a family rendered by its own encoder,
-    Mistral's mistral-common, the decode of that encoder's ids)."""
+    Mistral's mistral-common, the decode of that encoder's ids), as :func:`prepare_messages`
+    gives them."""
+    messages = prepare_messages(bundle, messages, chat_template, chat_template_kwargs)
     if bundle.renderer is not None:
         return bundle.renderer.render(messages, tools or None, add_generation_prompt=add_generation_prompt,
                                       kwargs=_template_kwargs(bundle, chat_template_kwargs))[0]
+    return _render_template(bundle, messages, tools, add_generation_prompt, chat_template_kwargs, chat_template)
+
+
+def _render_template(bundle: Bundle, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                     add_generation_prompt: bool, chat_template_kwargs: dict[str, Any] | None,
+                     chat_template: str | None) -> str:
+    """The template's text for ``messages`` as they are."""
     if bundle.untrusted_template or chat_template is not None and chat_template != bundle.chat_template:
         from backend.tokens.template_guard import TemplateGuardError, guarded_render
 
@@ -120,6 +333,7 @@ def render_ids(
     """``(text, ids)`` of ``messages``: the template's text encoded, or, for a family rendered by
     its own encoder (Mistral), that encoder's ids and their decode."""
     if bundle.renderer is not None:
+        messages = prepare_messages(bundle, messages)
         return bundle.renderer.render(messages, tools or None, add_generation_prompt=add_generation_prompt,
                                       kwargs=_template_kwargs(bundle, chat_template_kwargs))
     text = render_text(bundle, messages, tools, add_generation_prompt=add_generation_prompt,
@@ -230,7 +444,7 @@ def render(
     spans: bool = True,
 ) -> Rendering:
     if bundle.renderer is not None:  # ids from the family's encoder; the text is their decode
-        _, ids = bundle.renderer.render(messages, tools or None, add_generation_prompt=add_generation_prompt,
+        _, ids = bundle.renderer.render(prepare_messages(bundle, messages), tools or None, add_generation_prompt=add_generation_prompt,
                                         kwargs=_template_kwargs(bundle, chat_template_kwargs))
         text, offsets = bundle.renderer.decode_with_offsets(ids)
     else:
@@ -244,6 +458,8 @@ def render(
         )
         ids, offsets = encode_with_offsets(bundle, text)
     r = Rendering(text=text, token_ids=ids, offsets=offsets)
+    r.notes = content_notes(bundle, messages, tools, text, add_generation_prompt=add_generation_prompt,
+                            chat_template_kwargs=chat_template_kwargs, chat_template=chat_template)
     if spans:
         cspans, exact = message_char_spans(bundle, messages, tools, text, chat_template_kwargs, chat_template)
         tail = cspans[-1][1] if cspans else 0
@@ -354,7 +570,7 @@ def render_tool_turn(
     if bundle.renderer is not None:
         if history is None:
             raise RenderError(f"{bundle.template_name} tokenizes a tool turn from the conversation before it (history)")
-        text, ids = bundle.renderer.tool_turn(history, new_messages, tools or None,
+        text, ids = bundle.renderer.tool_turn(prepare_messages(bundle, history), prepare_messages(bundle, new_messages), tools or None,
                                               kwargs=_template_kwargs(bundle, chat_template_kwargs))
         info.method = "suffix"  # of ids: mistral-common's render of the conversation with and without them
         return text, ids, info
@@ -392,13 +608,15 @@ def render_tool_turn(
 def render_warnings(bundle: Bundle, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, text: str, *,
                     add_generation_prompt: bool, chat_template_kwargs: dict[str, Any] | None = None) -> list[str]:
     """What a template's rendering left out that its caller asked for, said rather than silently
-    dropped: tool schemas that change nothing in the text (trl's deepseekv3 templates never write
-    ``tools``), and a generation prompt that adds nothing (the same templates write none after a
-    tool turn). Each is found by rendering again without it. A family rendered by its own encoder
-    answers for itself (its ``render_detailed`` notes): nothing here."""
+    dropped: content parts it does not show (:func:`content_notes`), tool schemas that change
+    nothing in the text (trl's deepseekv3 templates never write ``tools``), and a generation
+    prompt that adds nothing (the same templates write none after a tool turn). Each is found by
+    rendering again without it. A family rendered by its own encoder answers for the rest itself
+    (its ``render_detailed`` notes)."""
+    out = content_notes(bundle, messages, tools, text, add_generation_prompt=add_generation_prompt,
+                        chat_template_kwargs=chat_template_kwargs)
     if bundle.renderer is not None:
-        return []
-    out: list[str] = []
+        return out
     kw = {"chat_template_kwargs": chat_template_kwargs}
     if tools and render_text(bundle, messages, None, add_generation_prompt=add_generation_prompt, **kw) == text:
         out.append(f"the template wrote nothing of the {len(tools)} tool schema(s) given (the text is the same without them): "

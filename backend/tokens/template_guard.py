@@ -13,7 +13,9 @@ visitor's endless loop holds one worker, not every visitor's render:
   request is sent to a ready worker; a worker that overruns is killed and a replacement starts
   in the background at once, so the next visitor does not wait for its start-up;
 * a render waits at most ``ALI_TEMPLATE_QUEUE_TIMEOUT_S`` seconds (default 30) for a free
-  worker, then is refused ("all N template workers are busy; try again");
+  worker, then is refused ("all N template workers are busy; try again"); a caller that must
+  bound the waits of all its renders together (an MCP call: one bound from its admission, its
+  own queue included) runs them inside :func:`wait_budget`;
 * the worker refuses to send back more than ``ALI_TEMPLATE_MAX_CHARS`` characters (default
   20 M) and runs under an address-space limit (``ALI_TEMPLATE_MEMORY_BYTES``, default 4 GiB).
 
@@ -25,8 +27,12 @@ tokens, exactly as ``apply_chat_template`` does.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import os
+import time
+from collections.abc import Iterator
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -76,6 +82,31 @@ def _answer(conn, req: dict[str, Any], render_jinja_template, max_chars: int, me
         conn.send(("error", template_error_text(e)))  # with the template line it failed on
 
 
+class WaitBudget:
+    """Seconds a caller may still wait for template workers, over all its renders together."""
+
+    def __init__(self, seconds: float) -> None:
+        self.left = float(seconds)
+
+    def spend(self, seconds: float) -> None:
+        self.left = max(0.0, self.left - max(0.0, seconds))
+
+
+_BUDGET: contextvars.ContextVar[WaitBudget | None] = contextvars.ContextVar("ali_template_wait_budget", default=None)
+
+
+@contextlib.contextmanager
+def wait_budget(budget: WaitBudget) -> Iterator[WaitBudget]:
+    """Renders in this context (this thread, this task) wait for a free worker at most what is
+    left of ``budget`` in all, each also at most the pool's ``queue_timeout_s``; what they wait
+    is taken off it."""
+    token = _BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.reset(token)
+
+
 class TemplatePool(WorkerPool):
     """A fixed-size pool of template workers (:class:`backend.runtime.worker_pool.WorkerPool`)."""
 
@@ -97,7 +128,14 @@ class TemplatePool(WorkerPool):
             payload = ForkingPickler.dumps(req)
         except Exception as e:  # noqa: BLE001
             raise TemplateGuardError(f"cannot send the conversation to the template worker: {e}") from e
-        with self.lease() as lease:
+        budget = _BUDGET.get()
+        asked = time.monotonic()
+        try:
+            lease = self.lease(None if budget is None else budget.left)
+        finally:
+            if budget is not None:
+                budget.spend(time.monotonic() - asked)
+        with lease:
             try:
                 lease.send_bytes(payload)
                 # the time limit counts from here: the worker is ready and has the request
