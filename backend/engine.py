@@ -46,6 +46,32 @@ CANCEL_CLEANUP_S = 30.0
 INLINE_WORK_CHARS = 16_384
 
 
+async def tokenizer_work(bundle: TokenizerBundle, fn: Callable[..., Any], *args: Any, size_hint: int | None = None,
+                         **kwargs: Any) -> Any:
+    """Tokenizer/template work, serialised per tokenizer (HF fast tokenizers mutate shared state
+    on each call). Large inputs (``size_hint`` characters at least :data:`INLINE_WORK_CHARS`, or
+    none given) run in a thread, as verl's run_in_executor does, so a 10 MB tool output cannot
+    stall other runs; small ones (the common tool turn, ~0.2 ms of work) run inline, where a
+    thread hop would cost more than the work. The agent loop's and the capture gateway's."""
+
+    def locked():
+        with bundle._lock:
+            return fn(*args, **kwargs)
+
+    if size_hint is not None and size_hint < INLINE_WORK_CHARS:
+        return locked()
+    return await asyncio.to_thread(locked)
+
+
+def text_before_stop(bundle: TokenizerBundle, ids: list[int], text: str, stop_ids: set[int]) -> str:
+    """``text`` (the decode of a generated turn's ``ids``) without the stop token the turn ended
+    on, if it ended on one: what the tool-call parser reads."""
+    if ids and ids[-1] in stop_ids:
+        eos = bundle.tokenizer.convert_ids_to_tokens(ids[-1]) or ""
+        return strip_suffix(text, eos) if eos and text.endswith(eos) else decode(bundle, ids[:-1])
+    return text
+
+
 @dataclass
 class LoopEvent:
     """Progress of a run, for live views. ``kind``: "step" (a step finished), "tokens" (new
@@ -124,18 +150,8 @@ class AgentLoop:
         return list(self.tools.schemas) if self.tools is not None and len(self.tools) else []
 
     async def _off_loop(self, fn, *args, _size_hint: int | None = None, **kwargs):
-        """Tokenizer/template work, serialised per tokenizer (HF fast tokenizers mutate shared
-        state on each call). Large inputs run in a thread, as verl's run_in_executor does, so a
-        10 MB tool output cannot stall other runs; small ones (the common tool turn, ~0.2 ms of
-        work) run inline, where a thread hop would cost more than the work."""
-
-        def locked():
-            with self.bundle._lock:
-                return fn(*args, **kwargs)
-
-        if _size_hint is not None and _size_hint < INLINE_WORK_CHARS:
-            return locked()
-        return await asyncio.to_thread(locked)
+        """:func:`tokenizer_work` on this loop's tokenizer."""
+        return await tokenizer_work(self.bundle, fn, *args, size_hint=_size_hint, **kwargs)
 
     def _decode(self, ids: list[int]) -> str:
         return decode(self.bundle, ids)
@@ -350,10 +366,7 @@ class AgentLoop:
 
         # parse for display and for the assistant message, whatever happens next; the parser
         # sees the text without the final EOS
-        text = step.text
-        if ids and ids[-1] in self._stop_ids:
-            eos = self.bundle.tokenizer.convert_ids_to_tokens(ids[-1]) or ""
-            text = strip_suffix(text, eos) if eos and text.endswith(eos) else self._decode(ids[:-1])
+        text = text_before_stop(self.bundle, ids, step.text, self._stop_ids)
         parsed = self.parser.parse(text)
         calls = [
             c if c.id else c.model_copy(update={"id": f"call_{run.assistant_turns}_{i}"})

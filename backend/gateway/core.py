@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.engine import INLINE_WORK_CHARS
+from backend.engine import text_before_stop, tokenizer_work
 from backend.errors import UserError
 from backend.families import rule_for
 from backend.generators.base import Generation, GenerationError, Generator, SamplingParams, conversation
@@ -55,7 +55,7 @@ from backend.tool_choice import ToolChoiceError, build_constraint, normalize_pol
 from backend.trace import Step, Trace, new_trace_id
 from backend.trace.builder import TraceBuilder
 from backend.trace.io import write_lines
-from backend.trace.messages import assistant_message, decode_arguments, strip_suffix
+from backend.trace.messages import assistant_message, decode_arguments
 from backend.trace.model import StepInfo, StepState, TerminationReason
 
 log = logging.getLogger(__name__)
@@ -427,16 +427,9 @@ class Gateway:
             raise GatewayError("max_tokens must be a positive whole number", param="max_tokens")
 
     async def _work(self, fn: Callable[..., Any], *args: Any, size: int = 0, **kwargs: Any) -> Any:
-        """Tokenizer work under the bundle's lock: inline when small, in a thread when large (as
-        the agent loop does it), so a huge request cannot stall other sessions."""
-
-        def locked():
-            with self.bundle._lock:
-                return fn(*args, **kwargs)
-
-        if size < INLINE_WORK_CHARS:
-            return locked()
-        return await asyncio.to_thread(locked)
+        """:func:`backend.engine.tokenizer_work` on this gateway's tokenizer (``size``: the
+        characters the work reads; a huge request's work runs in a thread)."""
+        return await tokenizer_work(self.bundle, fn, *args, size_hint=size, **kwargs)
 
     # ---- where a request goes ---------------------------------------------------------------
     async def _place(self, s: Session, req: TurnRequest) -> Branch:
@@ -640,10 +633,7 @@ class Gateway:
             raise GatewayError(f"generation failed: {e}", 502, "api_error") from None
         ids = list(gen.token_ids)
         text = decode(self.bundle, ids)
-        body = text
-        if ids and ids[-1] in self._stop_ids:
-            eos = self.bundle.tokenizer.convert_ids_to_tokens(ids[-1]) or ""
-            body = strip_suffix(text, eos) if eos and text.endswith(eos) else decode(self.bundle, ids[:-1])
+        body = text_before_stop(self.bundle, ids, text, self._stop_ids)
         parsed = self.parser.parse(body)
         calls = [c.model_copy(update={"id": f"call_{uuid.uuid4().hex[:24]}"}) for c in parsed.tool_calls]
         msg = assistant_message(parsed, text=body, calls=[c.to_message_call() for c in calls])
