@@ -98,15 +98,16 @@ def normalized(m: dict) -> dict:
 # ---- growth: the gateway's own work per turn -------------------------------------------------------
 
 
-async def one_session(bundle, outputs, turns: int, folder: str, name: str) -> tuple[list[float], list[float]]:
+async def one_session(bundle, outputs, turns: int, folder: str, name: str) -> tuple[list[float], ...]:
     gw = Gateway(bundle, lambda s: Instant(outputs), capture_dir=folder, served_model="bench")
     msgs = [SYSTEM, {"role": "user", "content": "Weather in 40 cities, one by one?"}]
-    ours, naive = [], []
+    ours, naive, cpu = [], [], []
     for k in range(turns):
         req = TurnRequest("chat", "m", [normalized(m) for m in msgs], TOOLS, digest=f"{name}-{k}")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         r = await gw.turn(name, req)
         ours.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         t0 = time.perf_counter()
         render_ids(bundle, req.messages, TOOLS, add_generation_prompt=True)
         naive.append(time.perf_counter() - t0)
@@ -114,7 +115,7 @@ async def one_session(bundle, outputs, turns: int, folder: str, name: str) -> tu
         if r.tool_calls:
             msgs.append({"role": "tool", "tool_call_id": r.tool_calls[0]["id"], "content": json.dumps({"temperature": 22})})
     assert len(gw.sessions[name].branches) == 1, "a linear session must not fork"
-    return ours, naive
+    return ours, naive, cpu
 
 
 def growth(profiles: list[str], turns: int, repeats: int) -> dict:
@@ -124,22 +125,30 @@ def growth(profiles: list[str], turns: int, repeats: int) -> dict:
         outputs = [bundle.encode_generated(t) + [bundle.tokenizer.eos_token_id] for t in script(bundle, turns)]
         per_turn: list[list[float]] = [[] for _ in range(turns)]
         naive_turn: list[list[float]] = [[] for _ in range(turns)]
+        cpu_turn: list[list[float]] = [[] for _ in range(turns)]
         with tempfile.TemporaryDirectory() as folder:
             asyncio.run(one_session(bundle, outputs, turns, folder, "warm"))
             for rep in range(repeats):
-                ours, naive = asyncio.run(one_session(bundle, outputs, turns, folder, f"s{rep}"))
+                ours, naive, cpu = asyncio.run(one_session(bundle, outputs, turns, folder, f"s{rep}"))
                 for k in range(turns):
                     per_turn[k].append(ours[k])
                     naive_turn[k].append(naive[k])
+                    cpu_turn[k].append(cpu[k])
         med = [statistics.median(x) * 1000 for x in per_turn]
         nmed = [statistics.median(x) * 1000 for x in naive_turn]
         # a turn is ~3 ms: single turns are noisy on a shared machine, so each end is a window of 5
         # turns (2-6 and the last 5), every sample of them pooled
         early = statistics.median(v for k in range(1, 6) for v in per_turn[k]) * 1000
         late = statistics.median(v for k in range(turns - 5, turns) for v in per_turn[k]) * 1000
+        # the same in CPU time (the process's), steadier than wall time on a loaded machine: every
+        # part of a turn here runs in the process (small writes and renders on the event loop)
+        cpu_early = statistics.median(v for k in range(1, 6) for v in cpu_turn[k]) * 1000
+        cpu_late = statistics.median(v for k in range(turns - 5, turns) for v in cpu_turn[k]) * 1000
         out[profile] = {"turn_2_ms": round(med[1], 3), f"turn_{turns}_ms": round(med[-1], 3),
                         "turns_2_6_ms": round(early, 3), f"turns_{turns - 4}_{turns}_ms": round(late, 3),
                         "ratio": round(late / early, 3), "median_ms": round(statistics.median(med), 3),
+                        "cpu_turns_2_6_ms": round(cpu_early, 3), f"cpu_turns_{turns - 4}_{turns}_ms": round(cpu_late, 3),
+                        "cpu_ratio": round(cpu_late / cpu_early, 3),
                         f"naive_turn_{turns}_ms": round(nmed[-1], 3), "naive_ratio": round(nmed[-1] / nmed[1], 2)}
     return out
 
