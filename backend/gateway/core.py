@@ -558,17 +558,11 @@ class Gateway:
         turn = await self._work(rule.turn, tail, b.messages, copy.deepcopy(new), b.tools or None, self.kwargs, size=size)
         t0 = time.time()
         step = b.builder.step(StepState.PROCESSING_TOOLS, mask=0, started_at=t0)
-        step.info.method = "continuous"
-        step.info.rule = turn.rule
-        if turn.edit:
-            step.info.boundary = turn.edit.boundary(b.builder.total)
-        if turn.edit.relabel:
-            b.builder.relabel_tail(turn.edit.relabel, 0)
-            b.relabeled = True
-        _, step.end = b.builder.append(turn.ids, 0)
+        step.info.update(turn.info(b.builder.total))
+        b.builder.add_context(step, turn.ids, relabel=turn.edit.relabel, messages=copy.deepcopy(new))
+        b.relabeled = b.relabeled or bool(turn.edit.relabel)
         step.text = turn.text
         step.info.update({"roles": [m.get("role") for m in new]})
-        step.messages_added = b.builder.add_messages(copy.deepcopy(new), step.start, step.end)
         step.duration_s = time.time() - t0
         b.builder.add_step(step)
 
@@ -658,7 +652,7 @@ class Gateway:
         parsed = self.parser.parse(body)
         calls = [c.model_copy(update={"id": f"call_{uuid.uuid4().hex[:24]}"}) for c in parsed.tool_calls]
         msg = assistant_message(parsed, text=body, calls=[c.to_message_call() for c in calls])
-        _, step.end = b.builder.append(ids, 1)
+        b.builder.add_generated(step, ids)
         step.text = text
         step.finish_reason = gen.finish_reason
         step.logprobs = gen.logprobs
