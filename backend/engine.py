@@ -348,7 +348,7 @@ class AgentLoop:
             gen = Generation(token_ids=streamed, finish_reason="abort")
         ids = list(gen.token_ids)
         run.assistant_turns += 1
-        _, step.end = run.trace.append(ids, 1)
+        run.trace.add_generated(step, ids)
         step.finish_reason = gen.finish_reason
         step.logprobs = gen.logprobs
         if gen.logprobs is not None:
@@ -461,13 +461,10 @@ class AgentLoop:
             step.info.not_appended = f"{len(ids)} tool-turn tokens would exceed response_length"
             step.info.would_append_tokens = len(ids)
             return self._end_step(run, step, t0, on_event, S.TERMINATED, R.RESPONSE_LENGTH)
-        if relabel:
-            # the stop token the model wrote opens the next message (GLM): context from here on
-            run.trace.relabel_tail(relabel, 0)
-        _, step.end = run.trace.append(ids, 0)
+        # the stop token the model wrote may open the next message (GLM: relabel); the tool
+        # messages of one turn share its tokens (one rendered block)
+        run.trace.add_context(step, ids, relabel=relabel, messages=new_messages)
         run.user_turns += 1
-        # the tool messages of one turn share its tokens (one rendered block)
-        step.messages_added = run.trace.add_messages(new_messages, step.start, step.end)
         return self._end_step(run, step, t0, on_event, S.GENERATING)
 
     async def _continuous_turn(self, run: _Run, new_messages: list[dict[str, Any]]) -> tuple[str, list[int], StepInfo, int]:
@@ -487,10 +484,7 @@ class AgentLoop:
         except RenderError as e:
             info.continuous_error = str(e)
             return "", [], info, 0
-        info.method = "continuous"
-        info.rule = turn.rule
-        if turn.edit:
-            info.boundary = turn.edit.boundary(run.trace.total)
+        info.update(turn.info(run.trace.total))
         return turn.text, turn.ids, info, turn.edit.relabel
 
     async def _legacy_turn(self, run: _Run, new_messages: list[dict[str, Any]]) -> tuple[str, list[int], StepInfo]:

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -98,49 +99,101 @@ def normalized(m: dict) -> dict:
 # ---- growth: the gateway's own work per turn -------------------------------------------------------
 
 
-async def one_session(bundle, outputs, turns: int, folder: str, name: str) -> tuple[list[float], list[float]]:
+async def one_session(bundle, outputs, turns: int, folder: str, name: str, renderer: Any = None) -> tuple[list[Any], ...]:
+    """One session through ``Gateway.turn``: per turn its wall and CPU time, the naive full
+    render's time, and with ``renderer`` (renderers' for the family) the time of its
+    ``bridge_to_next_turn`` from the previous turn's prompt and completion to this turn's prompt,
+    and whether the bridge's ids equal the gateway's prompt."""
     gw = Gateway(bundle, lambda s: Instant(outputs), capture_dir=folder, served_model="bench")
     msgs = [SYSTEM, {"role": "user", "content": "Weather in 40 cities, one by one?"}]
-    ours, naive = [], []
+    ours, naive, cpu, bridge, same = [], [], [], [], []
+    prev, added = None, []
     for k in range(turns):
         req = TurnRequest("chat", "m", [normalized(m) for m in msgs], TOOLS, digest=f"{name}-{k}")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         r = await gw.turn(name, req)
         ours.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         t0 = time.perf_counter()
         render_ids(bundle, req.messages, TOOLS, add_generation_prompt=True)
         naive.append(time.perf_counter() - t0)
+        if renderer is not None and prev is not None:
+            t0 = time.perf_counter()
+            out = renderer.bridge_to_next_turn(prev.prompt_ids, prev.token_ids, added, tools=TOOLS)
+            bridge.append(time.perf_counter() - t0)
+            same.append(out is not None and list(out.token_ids) == r.prompt_ids)
+        prev = r
         msgs = [*msgs, assistant_echo(r)]
+        added = []
         if r.tool_calls:
-            msgs.append({"role": "tool", "tool_call_id": r.tool_calls[0]["id"], "content": json.dumps({"temperature": 22})})
+            added = [{"role": "tool", "tool_call_id": r.tool_calls[0]["id"], "content": json.dumps({"temperature": 22})}]
+            msgs += added
     assert len(gw.sessions[name].branches) == 1, "a linear session must not fork"
-    return ours, naive
+    return ours, naive, cpu, bridge, same
 
 
-def growth(profiles: list[str], turns: int, repeats: int) -> dict:
+# renderers' class for each family (renderers 0.1.12: https://pypi.org/project/renderers/)
+RENDERERS = {"qwen3": "Qwen3Renderer", "qwen3.5": "Qwen35Renderer", "llama3": "Llama3Renderer"}
+
+
+def renderer_for(bundle, path: str | None) -> Any:
+    """renderers' renderer for ``bundle``'s family, or None when the package is not importable
+    (it is not one of ours: ``pip install --no-deps --target DIR renderers==0.1.12
+    prime-pydantic-config``, then ``--renderers DIR``)."""
+    if path:
+        sys.path.insert(0, path)
+    try:
+        import renderers
+    except ImportError:
+        return None
+    name = RENDERERS.get(bundle.name)
+    return getattr(renderers, name)(bundle.tokenizer) if name else None
+
+
+def growth(profiles: list[str], turns: int, repeats: int, renderers_path: str | None = None) -> dict:
     out = {}
     for profile in profiles:
         bundle = load_tokenizer(profile)
+        renderer = renderer_for(bundle, renderers_path)
+        bridge_turn: list[list[float]] = [[] for _ in range(turns)]
+        agree: list[bool] = []
         outputs = [bundle.encode_generated(t) + [bundle.tokenizer.eos_token_id] for t in script(bundle, turns)]
         per_turn: list[list[float]] = [[] for _ in range(turns)]
         naive_turn: list[list[float]] = [[] for _ in range(turns)]
+        cpu_turn: list[list[float]] = [[] for _ in range(turns)]
         with tempfile.TemporaryDirectory() as folder:
-            asyncio.run(one_session(bundle, outputs, turns, folder, "warm"))
+            asyncio.run(one_session(bundle, outputs, turns, folder, "warm", renderer))
             for rep in range(repeats):
-                ours, naive = asyncio.run(one_session(bundle, outputs, turns, folder, f"s{rep}"))
+                ours, naive, cpu, bridge, same = asyncio.run(one_session(bundle, outputs, turns, folder, f"s{rep}", renderer))
                 for k in range(turns):
                     per_turn[k].append(ours[k])
                     naive_turn[k].append(naive[k])
+                    cpu_turn[k].append(cpu[k])
+                for k, v in enumerate(bridge, start=1):
+                    bridge_turn[k].append(v)
+                agree += same
         med = [statistics.median(x) * 1000 for x in per_turn]
         nmed = [statistics.median(x) * 1000 for x in naive_turn]
         # a turn is ~3 ms: single turns are noisy on a shared machine, so each end is a window of 5
         # turns (2-6 and the last 5), every sample of them pooled
         early = statistics.median(v for k in range(1, 6) for v in per_turn[k]) * 1000
         late = statistics.median(v for k in range(turns - 5, turns) for v in per_turn[k]) * 1000
+        # the same in CPU time (the process's), steadier than wall time on a loaded machine: every
+        # part of a turn here runs in the process (small writes and renders on the event loop)
+        cpu_early = statistics.median(v for k in range(1, 6) for v in cpu_turn[k]) * 1000
+        cpu_late = statistics.median(v for k in range(turns - 5, turns) for v in cpu_turn[k]) * 1000
         out[profile] = {"turn_2_ms": round(med[1], 3), f"turn_{turns}_ms": round(med[-1], 3),
                         "turns_2_6_ms": round(early, 3), f"turns_{turns - 4}_{turns}_ms": round(late, 3),
                         "ratio": round(late / early, 3), "median_ms": round(statistics.median(med), 3),
+                        "cpu_turns_2_6_ms": round(cpu_early, 3), f"cpu_turns_{turns - 4}_{turns}_ms": round(cpu_late, 3),
+                        "cpu_ratio": round(cpu_late / cpu_early, 3),
                         f"naive_turn_{turns}_ms": round(nmed[-1], 3), "naive_ratio": round(nmed[-1] / nmed[1], 2)}
+        if renderer is not None:
+            b_early = statistics.median(v for k in range(1, 6) for v in bridge_turn[k]) * 1000
+            b_late = statistics.median(v for k in range(turns - 5, turns) for v in bridge_turn[k]) * 1000
+            out[profile]["renderers_bridge"] = {
+                "turns_2_6_ms": round(b_early, 3), f"turns_{turns - 4}_{turns}_ms": round(b_late, 3),
+                "ratio": round(b_late / b_early, 3), "equal_to_gateway_prompt": f"{sum(agree)}/{len(agree)}"}
     return out
 
 
@@ -298,6 +351,8 @@ def main() -> None:
     p.add_argument("--vllm", action="store_true", help="the embedded model on the in-process vLLM engine")
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--renderers", help="growth: a folder holding renderers 0.1.12 (pip install --no-deps --target DIR "
+                                       "renderers==0.1.12 prime-pydantic-config): its bridge_to_next_turn timed beside")
     p.add_argument("--client", help=argparse.SUPPRESS)  # internal: run the harness against this URL
     p.add_argument("--tag", default="s", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -313,7 +368,7 @@ def main() -> None:
     load = common.uptime()
     if a.part == "growth":
         res = {"part": "growth", "load_before": load,
-               "figures": growth(a.profiles.split(","), a.turns or 40, a.repeats)}
+               "figures": growth(a.profiles.split(","), a.turns or 40, a.repeats, a.renderers)}
     else:
         res = {"part": "overhead", "backend": "vllm (SmolLM2-135M, float32)" if a.vllm else f"scripted, {a.token_delay_ms} ms/token",
                "load_before": load,

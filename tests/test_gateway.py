@@ -425,22 +425,34 @@ def test_session_names_are_checked():
 
 def test_the_capture_line_built_turn_by_turn_is_the_branchs_trace(qwen35, tmp_path):
     """The capture file's lines are assembled from parts serialised once each: they must read back
-    as exactly the trace the branch is (its every field), forks and a reasoning turn included."""
+    as exactly the trace the branch is (its every field), forks and a reasoning turn included; a
+    branch's line is kept while the branch does not change, and written anew when it does (the
+    first branch goes on after the fork)."""
     from backend.trace import Trace
 
-    script = [call_text("qwen3.5", qwen35, [CALL]), answer_text("qwen3.5"), answer_text("qwen3.5")]
+    script = [call_text("qwen3.5", qwen35, [CALL]), answer_text("qwen3.5"), answer_text("qwen3.5"), answer_text("qwen3.5")]
     gw = scripted_gateway(qwen35, script, tmp_path)
+
+    def lines_are_the_branches() -> None:
+        s = gw.sessions["parts"]
+        lines = (tmp_path / "parts.jsonl").read_text(encoding="utf-8").splitlines()
+        assert len(lines) == len(s.branches)
+        for line, b in zip(lines, s.branches):
+            assert Trace.from_dict(json.loads(line)).to_dict() == gw.trace(s, b).to_dict()
+
     with serving(gw) as url:
         client = openai.OpenAI(base_url=f"{url}/s/parts/v1", api_key="k", max_retries=0)
         m, _ = ask(client, [USER], False)
         tool = {"role": "tool", "tool_call_id": m["tool_calls"][0]["id"], "content": "72 \u00b0F \u2014 \"quoted\""}
-        ask(client, [USER, m, tool], False)
+        m2, _ = ask(client, [USER, m, tool], False)
         ask(client, [USER, m, {**tool, "content": "edited"}], False)
-    s = gw.sessions["parts"]
-    lines = (tmp_path / "parts.jsonl").read_text(encoding="utf-8").splitlines()
-    assert len(lines) == len(s.branches) == 2
-    for line, b in zip(lines, s.branches):
-        assert Trace.from_dict(json.loads(line)).to_dict() == gw.trace(s, b).to_dict()
+        lines_are_the_branches()
+        before = [b.builder.total for b in gw.sessions["parts"].branches]
+        ask(client, [USER, m, tool, m2, {"role": "user", "content": "And tomorrow?"}], False)
+        after = [b.builder.total for b in gw.sessions["parts"].branches]
+        assert after[0] > before[0] and after[1] == before[1]  # the first branch went on, the fork did not
+        lines_are_the_branches()
+    assert len(gw.sessions["parts"].branches) == 2
 
 
 class FailsOnce(ScriptedGenerator):

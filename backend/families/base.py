@@ -61,6 +61,14 @@ class ContextTurn:
     edit: Edit
     rule: str
 
+    def info(self, total: int) -> dict[str, Any]:
+        """The step's info for this turn appended to a sequence of ``total`` tokens: the method,
+        the rule and, when the junction was edited, where and how."""
+        out: dict[str, Any] = {"method": "continuous", "rule": self.rule}
+        if self.edit:
+            out["boundary"] = self.edit.boundary(total)
+        return out
+
 
 def token_id(tok: Any, token: str) -> int | None:
     """The id of ``token`` when the vocabulary has it as one token, else None."""

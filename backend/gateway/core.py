@@ -73,6 +73,8 @@ FORK_CAUSES = {
     "not_continuable": "the new messages could not be appended with the family's rule (the template refused); "
                        "rendered in full",
 }
+# a session's capture file smaller than this (characters) is written on the event loop, a larger one in a thread
+INLINE_WRITE_CHARS = 1 << 20
 SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
@@ -260,6 +262,8 @@ class _LineParts:
     spans: list[str] = field(default_factory=list)
     ids_done: int = 0
     mask_done: int = 0
+    line: str | None = None  # the whole line, as of ``version`` (steps, messages, ids, last update)
+    version: tuple[Any, ...] = ()
 
 
 @dataclass
@@ -286,6 +290,11 @@ class Branch:
     relabeled: bool = False  # a junction edit changed mask bits already written (GLM): the mask is written anew
     # (message index, last user message index) -> whether the template renders that turn's reasoning
     reasoning_rendered: dict[tuple[int, int], bool] = field(default_factory=dict)
+    # the harness's copies of this branch's first messages, as a request last matched them (the
+    # branch is append-only, so they match again when they come back the same), and which of them
+    # are the model's turns sent without their reasoning: the next request is compared from there
+    echoed: list[dict[str, Any]] = field(default_factory=list)
+    echoed_missing: list[int] = field(default_factory=list)
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -294,6 +303,13 @@ class Branch:
     @property
     def ids(self) -> list[int]:
         return self.builder.prompt_ids + self.builder.response_ids
+
+    def tail(self, k: int) -> list[int]:
+        """The last ``k`` ids (without copying the whole sequence)."""
+        bd = self.builder
+        if len(bd.response_ids) >= k:
+            return bd.response_ids[-k:]
+        return (bd.prompt_ids + bd.response_ids)[-k:]
 
 
 @dataclass
@@ -462,7 +478,10 @@ class Gateway:
         n = len(ours)
         p, cause = 0, None
         missing: list[int] = []
-        for i in range(min(n, len(msgs))):
+        k = len(b.echoed)
+        if k and k <= len(msgs) and msgs[:k] == b.echoed:  # the history as the last request sent it: one comparison
+            p, missing = k, list(b.echoed_missing)
+        for i in range(p, min(n, len(msgs))):
             sent = msgs[i]
             if i in b.sampled:
                 st = b.sampled[i]
@@ -482,6 +501,8 @@ class Gateway:
                 cause = c
                 break
             p = i + 1
+        if p > k:
+            b.echoed, b.echoed_missing = msgs[:p], [i for i in missing if i < p]
         for i in missing:
             if i >= p:
                 break
@@ -532,22 +553,16 @@ class Gateway:
         """Append ``new`` (tool results, user messages) to ``b`` as the agent loop appends a tool
         turn: the family's continuous-token rule, mask 0."""
         rule = await self._work(rule_for, self.bundle)
-        tail = b.ids[-8:]
+        tail = b.tail(8)
         size = sum(len(str(m.get("content") or "")) for m in new)
         turn = await self._work(rule.turn, tail, b.messages, copy.deepcopy(new), b.tools or None, self.kwargs, size=size)
         t0 = time.time()
         step = b.builder.step(StepState.PROCESSING_TOOLS, mask=0, started_at=t0)
-        step.info.method = "continuous"
-        step.info.rule = turn.rule
-        if turn.edit:
-            step.info.boundary = turn.edit.boundary(b.builder.total)
-        if turn.edit.relabel:
-            b.builder.relabel_tail(turn.edit.relabel, 0)
-            b.relabeled = True
-        _, step.end = b.builder.append(turn.ids, 0)
+        step.info.update(turn.info(b.builder.total))
+        b.builder.add_context(step, turn.ids, relabel=turn.edit.relabel, messages=copy.deepcopy(new))
+        b.relabeled = b.relabeled or bool(turn.edit.relabel)
         step.text = turn.text
         step.info.update({"roles": [m.get("role") for m in new]})
-        step.messages_added = b.builder.add_messages(copy.deepcopy(new), step.start, step.end)
         step.duration_s = time.time() - t0
         b.builder.add_step(step)
 
@@ -637,7 +652,7 @@ class Gateway:
         parsed = self.parser.parse(body)
         calls = [c.model_copy(update={"id": f"call_{uuid.uuid4().hex[:24]}"}) for c in parsed.tool_calls]
         msg = assistant_message(parsed, text=body, calls=[c.to_message_call() for c in calls])
-        _, step.end = b.builder.append(ids, 1)
+        b.builder.add_generated(step, ids)
         step.text = text
         step.finish_reason = gen.finish_reason
         step.logprobs = gen.logprobs
@@ -721,7 +736,10 @@ class Gateway:
         lines = [self.capture_line(s, b) for b in s.branches]
         s.unwritten = True
         try:
-            await asyncio.to_thread(write_lines, lines, path)
+            if sum(map(len, lines)) < INLINE_WRITE_CHARS:
+                write_lines(lines, path)  # a few hundred KB: quicker than a thread hop, and steadier
+            else:
+                await asyncio.to_thread(write_lines, lines, path)
             s.unwritten = False
         except OSError as e:
             log.error("gateway: session %s: cannot write %s: %s", s.name, path, e)
@@ -729,8 +747,12 @@ class Gateway:
                                "a retry of this request gets the same answer and writes it again", 500, "api_error") from None
 
     def capture_line(self, s: Session, b: Branch) -> str:
-        """:meth:`trace`'s JSON line, from parts serialised once each (the same trace: tested)."""
+        """:meth:`trace`'s JSON line, from parts serialised once each (the same trace: tested).
+        Kept until the branch changes: a session's other branches cost nothing per turn."""
         f, bd = b.frags, b.builder
+        version = (len(bd.steps), len(bd.messages), bd.total, b.updated)
+        if f.line is not None and f.version == version:
+            return f.line
         if f.prompt is None:
             f.prompt = "[" + ",".join(map(str, bd.prompt_ids)) + "]"
         if len(bd.response_ids) > f.ids_done:
@@ -747,12 +769,16 @@ class Gateway:
         head = self.trace(s, b, steps=[], messages=[], ids=False)
         end = head.steps[-1].model_dump_json()
         d = json.loads(head.to_json())
-        return ("{" + f'"format_version":{d["format_version"]},"id":{_json(d["id"])},'
-                + '"messages":[' + ",".join(f.messages) + f'],"tools":{_json(d["tools"])},'
-                + f'"prompt_ids":{f.prompt},"response_ids":[' + ",".join(f.ids) + '],"response_mask":['
-                + ",".join(f.mask) + '],"steps":[' + ",".join([*f.steps, end]) + '],"message_spans":['
-                + ",".join(f.spans) + f'],"termination_reason":{_json(d["termination_reason"])},'
-                + f'"config":{_json(d["config"])},"tokenizer":{_json(d["tokenizer"])},"metadata":{_json(d["metadata"])}' + "}")
+        # one join of the parts (a chain of + would copy the growing line once per piece)
+        f.version = version
+        f.line = "".join((
+            '{"format_version":', str(d["format_version"]), ',"id":', _json(d["id"]),
+            ',"messages":[', ",".join(f.messages), '],"tools":', _json(d["tools"]),
+            ',"prompt_ids":', f.prompt, ',"response_ids":[', ",".join(f.ids), '],"response_mask":[', ",".join(f.mask),
+            '],"steps":[', ",".join(f.steps), "," if f.steps else "", end, '],"message_spans":[', ",".join(f.spans),
+            '],"termination_reason":', _json(d["termination_reason"]), ',"config":', _json(d["config"]),
+            ',"tokenizer":', _json(d["tokenizer"]), ',"metadata":', _json(d["metadata"]), "}"))
+        return f.line
 
 
 def _tools_json(tools: list[dict[str, Any]]) -> str:

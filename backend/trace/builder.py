@@ -95,6 +95,24 @@ class TraceBuilder:
         if n:
             self.response_mask[-n:] = [bit] * n
 
+    def add_context(self, step: Step, ids: list[int], *, relabel: int = 0,
+                    messages: list[dict[str, Any]] | None = None) -> Step:
+        """A context turn (tool results, a harness's new messages) appended to ``step`` as the agent
+        loop and the capture gateway append one: the family's junction relabel first (the last
+        ``relabel`` generated tokens open the next message: context from here on), then ``ids`` at
+        mask 0, then ``messages``, which share the block. Sets the step's end and messages."""
+        if relabel:
+            self.relabel_tail(relabel, 0)
+        _, step.end = self.append(ids, 0)
+        if messages is not None:
+            step.messages_added = self.add_messages(messages, step.start, step.end)
+        return step
+
+    def add_generated(self, step: Step, ids: list[int]) -> Step:
+        """A turn the model generated, appended to ``step`` at mask 1. Sets the step's end."""
+        _, step.end = self.append(ids, 1)
+        return step
+
     def set_response(self, ids: list[int], mask: list[int]) -> None:
         """Response ids with their mask as given (a source that has both)."""
         if len(mask) != len(ids):
