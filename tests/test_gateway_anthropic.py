@@ -237,10 +237,11 @@ def test_a_malformed_call_is_answered_as_text_and_recorded(qwen3, tmp_path):
 
 def test_max_tokens_stop_reason_and_the_key_names_the_session(qwen3, tmp_path):
     """A turn cut at max_tokens says so; without a route the session is the x-api-key's digest (the
-    key is written nowhere)."""
+    key is written nowhere); an anthropic-beta header is accepted."""
     key = "sk-ant-secret-5678"
     with serving(scripted_gateway(qwen3, [ANSWER], tmp_path)) as url:
-        r = client_for(url, key=key).messages.create(model="m", max_tokens=3, messages=[{"role": "user", "content": "Hi"}])
+        r = client_for(url, key=key).messages.create(model="m", max_tokens=3, messages=[{"role": "user", "content": "Hi"}],
+                                                     extra_headers={"anthropic-beta": "interleaved-thinking-2025-05-14"})
     assert r.stop_reason == "max_tokens" and r.usage.output_tokens == 3
     digest = session_name(None, key)
     assert [p.name for p in tmp_path.iterdir()] == [f"{digest}.jsonl"]
