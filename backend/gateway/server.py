@@ -20,13 +20,18 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backend.errors import UserError
-from backend.gateway import chat, responses
+from backend.gateway import anthropic, chat, responses
 from backend.gateway.core import Gateway, GatewayError, GatewayLimits, body_digest, session_name, strict_loads
 
 log = logging.getLogger(__name__)
 
 # the route of each dialect, its module (request parser, response, stream, error shape)
-DIALECTS = {"chat/completions": chat, "responses": responses}
+DIALECTS = {"chat/completions": chat, "responses": responses, "messages": anthropic}
+
+
+def error_dialect(path: str) -> Any:
+    """The dialect whose error shape answers an unknown route: Anthropic's under ``.../v1/messages``."""
+    return anthropic if "/v1/messages" in path else chat
 
 
 def _bearer(request: Request) -> str | None:
@@ -125,6 +130,26 @@ def gateway_router(gateway: Gateway | Callable[[], Awaitable[Gateway]], *, key: 
         return {"object": "list", "data": [{"id": gw.served_model, "object": "model", "created": 0,
                                             "owned_by": "agent-loop-inspector"}]}
 
+    async def count_tokens(request: Request) -> Any:
+        """Anthropic's ``count_tokens``: the prompt the request's messages, system and tools render
+        to (with the generation prompt); no turn, no session state, no capture."""
+        try:
+            client_key = authorize(request)
+            body = parse_json(await read_body(request, limit))
+            gw = await current()
+            req = anthropic.parse_count_request(body, gw.served_model)
+            session_name(request.path_params.get("session"), client_key, request.headers.get("x-session-id"))  # checked only
+            n = await gw.count_tokens(req)
+        except GatewayError as e:
+            return JSONResponse(anthropic.error_body(e), status_code=e.status)
+        except UserError as e:
+            return JSONResponse(anthropic.error_body(GatewayError(str(e), 503, "api_error")), status_code=503)
+        except Exception as e:
+            log.exception("gateway: count_tokens failed")
+            err = GatewayError(f"internal error in the gateway ({type(e).__name__}); its log has the details", 500, "api_error")
+            return JSONResponse(anthropic.error_body(err), status_code=500)
+        return {"input_tokens": n}
+
     def bind(dialect: Any) -> Callable[..., Any]:
         async def handler(request: Request) -> Any:
             return await turn(request, dialect, request.path_params.get("session"))
@@ -133,11 +158,12 @@ def gateway_router(gateway: Gateway | Callable[[], Awaitable[Gateway]], *, key: 
     for prefix in ("/v1", "/s/{session}/v1"):
         for route, dialect in DIALECTS.items():
             router.add_api_route(f"{prefix}/{route}", bind(dialect), methods=["POST"], include_in_schema=False)
+        router.add_api_route(f"{prefix}/messages/count_tokens", count_tokens, methods=["POST"], include_in_schema=False)
         router.add_api_route(f"{prefix}/models", models, methods=["GET"], include_in_schema=False)
 
         async def unknown(request: Request, path: str = "") -> Any:
             err = GatewayError(f"no route {request.method} {request.url.path} on this gateway", 404, "not_found_error")
-            return JSONResponse(chat.error_body(err), status_code=404)
+            return JSONResponse(error_dialect(request.url.path).error_body(err), status_code=404)
 
         router.add_api_route(prefix + "/{path:path}", unknown, methods=["GET", "POST", "PUT", "DELETE", "PATCH"],
                              include_in_schema=False)
@@ -161,6 +187,6 @@ def create_app(gateway: Gateway, *, key: str | None = None) -> FastAPI:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         err = GatewayError(f"no route {request.method} {request.url.path} on this gateway" if exc.status_code == 404
                            else str(exc.detail), exc.status_code, kind)
-        return JSONResponse(chat.error_body(err), status_code=exc.status_code)
+        return JSONResponse(error_dialect(request.url.path).error_body(err), status_code=exc.status_code)
 
     return app
