@@ -326,5 +326,11 @@ def test_bad_requests_are_refused_in_anthropics_shape_and_the_next_call_works(qw
         r = raw.get("/v1/messages")
         assert r.status_code in (404, 405) and r.json()["type"] == "error"
         good(102)
+        # the model list in Anthropic's shape for an Anthropic client (the SDK's own page type reads it)
+        (model,) = client.models.list().data
+        assert model.id == "scripted" and model.type == "model"
+        with pytest.raises(anthropic.AuthenticationError):
+            anthropic.Anthropic(base_url=url, api_key="wrong", max_retries=0).models.list()
+        assert "object" in httpx.get(f"{url}/v1/models", headers={"authorization": "Bearer gw-key"}).json()  # OpenAI's otherwise
         raw.close()
     assert not (tmp_path / "bad.jsonl").exists()

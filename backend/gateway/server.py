@@ -122,11 +122,17 @@ def gateway_router(gateway: Gateway | Callable[[], Awaitable[Gateway]], *, key: 
         return JSONResponse(dialect.response(result, options), headers=headers)
 
     async def models(request: Request) -> Any:
+        # an Anthropic client (it sends anthropic-version) gets Anthropic's list; any other OpenAI's
+        dialect = anthropic if request.headers.get("anthropic-version") else chat
         try:
             authorize(request)
             gw = await current()
         except GatewayError as e:
-            return JSONResponse(chat.error_body(e), status_code=e.status)
+            return JSONResponse(dialect.error_body(e), status_code=e.status)
+        if dialect is anthropic:
+            model = {"type": "model", "id": gw.served_model, "display_name": gw.served_model,
+                     "created_at": "1970-01-01T00:00:00Z", "lifecycle": "active"}
+            return {"data": [model], "has_more": False, "first_id": gw.served_model, "last_id": gw.served_model}
         return {"object": "list", "data": [{"id": gw.served_model, "object": "model", "created": 0,
                                             "owned_by": "agent-loop-inspector"}]}
 
