@@ -784,3 +784,26 @@ def test_an_older_export_keeps_reasoning_on_the_root_and_still_imports_it(tmp_pa
     p.write_text(json.dumps(req) + "\n", encoding="utf-8")
     (back,) = import_file(str(p), "otel", tokenizer="qwen3").traces
     assert _conversation(back.messages) == _conversation(turn2.messages)
+
+
+def test_every_span_has_openinferences_span_kind(all_traces, engine_traces):
+    """Phoenix files a span under ``openinference.span.kind`` (without it: UNKNOWN, and its LLM
+    and tool views leave our spans out). OpenInference's own conventions are the oracle: the kind
+    is one of theirs, and chat / tool / agent spans are LLM / TOOL / AGENT; the attributes Phoenix
+    reads for inputs, outputs, model and tokens are spelled as theirs."""
+    from openinference.semconv.trace import OpenInferenceSpanKindValues as Kind
+    from openinference.semconv.trace import SpanAttributes as OI
+
+    expected = {"chat": Kind.LLM.value, "execute_tool": Kind.TOOL.value, "invoke_agent": Kind.AGENT.value}
+    seen: set[str] = set()
+    for sp in spans_of(traces_to_otlp([*all_traces, *engine_traces.values()])):
+        a = attrs(sp)
+        op = a["gen_ai.operation.name"]
+        assert a[OI.OPENINFERENCE_SPAN_KIND] == expected[op], (op, sp["name"])
+        seen.add(op)
+        assert OI.INPUT_VALUE in a and OI.OUTPUT_VALUE in a, (op, sp["name"])
+        if op == "chat":
+            assert a[OI.LLM_MODEL_NAME] and a[OI.INPUT_MIME_TYPE] == "application/json"
+            if OI.LLM_TOKEN_COUNT_PROMPT in a:
+                assert a[OI.LLM_TOKEN_COUNT_TOTAL] == a[OI.LLM_TOKEN_COUNT_PROMPT] + a[OI.LLM_TOKEN_COUNT_COMPLETION]
+    assert seen == set(expected)

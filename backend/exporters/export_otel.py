@@ -567,6 +567,7 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
             response_model = s.info.model if isinstance(getattr(s.info, "model", None), str) else model
             attrs = {
                 "gen_ai.operation.name": "chat",
+                "openinference.span.kind": "LLM",  # what Phoenix files the span under
                 **common,
                 "gen_ai.request.model": model,
                 "gen_ai.response.model": response_model,
@@ -631,6 +632,7 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
                 name = r.name or (call.name if call is not None else "") or "tool"
                 attrs = {
                     "gen_ai.operation.name": "execute_tool",
+                    "openinference.span.kind": "TOOL",  # what Phoenix files the span under
                     **common,
                     "gen_ai.tool.name": name,
                     "gen_ai.tool.type": "function",
@@ -698,6 +700,7 @@ def trace_spans(t: Trace, ids: _Ids | None = None) -> list[dict[str, Any]]:
     hidden_root = [i for i in unshown if root_in[0] <= i < root_in[1]]
     root_attrs = {
         "gen_ai.operation.name": "invoke_agent",
+        "openinference.span.kind": "AGENT",  # what Phoenix files the span under
         **common,
         "gen_ai.agent.name": agent,
         "gen_ai.request.model": model,

@@ -373,7 +373,13 @@ class OpenInferenceDialect(Dialect):
     label = "OpenInference"
 
     def claims(self, span: Span) -> bool:
-        return _is_llm(span)
+        if not _is_llm(span):
+            return False
+        if "gen_ai.input.messages" in span.attributes or "gen_ai.output.messages" in span.attributes:
+            # a GenAI-convention chat span that names its OpenInference kind for viewers only (ours,
+            # export --to otel): the GenAI reader's, unless it carries OpenInference's messages too
+            return any(k.startswith((IN, OUT)) for k in span.attributes)
+        return True
 
     def conversation(self, trace_id: str, spans: list[Span], logs: list[Any]) -> Conversation | list[Conversation] | None:
         r = _Reader(spans)
