@@ -157,7 +157,7 @@ def test_openai_sdk_responses_session_equals_verls_builder(family, mode, tmp_pat
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
-@pytest.mark.parametrize("profile", ["qwen3", "qwen3.5"])
+@pytest.mark.parametrize("profile", PROFILES)
 def test_agents_sdk_runner_responses_model(profile, streamed, tmp_path):
     """The Agents SDK's Runner on its Responses model (the SDK's default), two rounds of calls and an
     answer: it finishes, and the session is one branch equal to verl's builder (on qwen3.5 the

