@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import html
 import json
 import os
@@ -164,14 +165,19 @@ def classify_run(kind: str, payload: Any, i: int) -> tuple[str, str]:
     return "other", f"{kind}: {str(payload)[:200]}"
 
 
-async def visitor(i: int, url: str, delay: float, t_origin: float, results: list[dict[str, Any]]) -> None:
+def new_client(pool: int | None = None) -> Any:
     import httpx
 
+    limits = httpx.Limits(max_connections=pool, max_keepalive_connections=pool) if pool else httpx.Limits()
+    return httpx.AsyncClient(timeout=httpx.Timeout(CALL_TIMEOUT_S, connect=30), verify=_ssl_context(), limits=limits)
+
+
+async def visitor(i: int, url: str, delay: float, t_origin: float, results: list[dict[str, Any]], shared: Any = None) -> None:
     await asyncio.sleep(delay)
     t0 = time.monotonic()
     rec: dict[str, Any] = {"i": i, "arrived": t0 - t_origin}
     try:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(CALL_TIMEOUT_S, connect=30), verify=_ssl_context()) as http:
+        async with contextlib.nullcontext(shared) if shared is not None else new_client() as http:
             kind, payload = await call(http, url, "app_load", [])
             rec["load"] = kind if kind != "complete" else "ok"
             if kind.startswith("http 503"):
@@ -210,13 +216,20 @@ def percentile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
-async def drive(url: str, visitors: int, window: float, seed: int = 42) -> list[dict[str, Any]]:
-    """Every visitor on one asyncio loop, arriving at uniformly random times over ``window`` seconds."""
+async def drive(url: str, visitors: int, window: float, seed: int = 42, shared_pool: int = 0) -> list[dict[str, Any]]:
+    """Every visitor on one asyncio loop, arriving at uniformly random times over ``window`` seconds;
+    with ``shared_pool``, all of them through ONE client whose pool holds that many connections (kept
+    alive and reused from one visitor's call to the next's, as a proxy or a load tester does)."""
     rng = random.Random(seed)
     delays = sorted(rng.uniform(0, window) for _ in range(visitors))
     results: list[dict[str, Any]] = []
     t_origin = time.monotonic()
-    await asyncio.gather(*(visitor(i, url, d, t_origin, results) for i, d in enumerate(delays)))
+    shared = new_client(shared_pool) if shared_pool else None
+    try:
+        await asyncio.gather(*(visitor(i, url, d, t_origin, results, shared) for i, d in enumerate(delays)))
+    finally:
+        if shared is not None:
+            await shared.aclose()
     return results
 
 
@@ -224,7 +237,7 @@ LOG_PROBLEM_RE = re.compile(r"Traceback|^ERROR|Exception in ASGI|h11|Invalid HTT
 
 
 def run_load(visitors: int = 1000, window: float = 60.0, app_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-             seed: int = 42, root: Path = ROOT) -> dict[str, Any]:
+             seed: int = 42, root: Path = ROOT, shared_pool: int = 0) -> dict[str, Any]:
     """Start the app, drive the visitors, stop the app; the figures (see the module's docstring)."""
     app = App(*app_args, env=env, root=root)
     try:
@@ -233,7 +246,7 @@ def run_load(visitors: int = 1000, window: float = 60.0, app_args: tuple[str, ..
         rss0 = rss_kb(app.proc.pid)
         load0 = loadavg()
         t0 = time.monotonic()
-        results = asyncio.run(drive(app.url, visitors, window, seed))
+        results = asyncio.run(drive(app.url, visitors, window, seed, shared_pool))
         wall = time.monotonic() - t0
         time.sleep(1.0)
         rss1 = rss_kb(app.proc.pid)
@@ -246,7 +259,7 @@ def run_load(visitors: int = 1000, window: float = 60.0, app_args: tuple[str, ..
     answered = [r["seconds"] for r in results if r["class"] == "answered"]
     cores = os.cpu_count() or 1
     return {
-        "visitors": visitors, "window_s": window, "wall_s": round(wall, 1), "counts": dict(counts),
+        "visitors": visitors, "window_s": window, "shared_pool": shared_pool, "wall_s": round(wall, 1), "counts": dict(counts),
         "load_failures": dict(collections.Counter(r.get("load", "none") for r in results if r.get("load") != "ok")),
         "texts": [[k[0], k[1], n] for k, n in texts.most_common(8)],
         "answered_p50_s": round(percentile(answered, 0.5), 2), "answered_p95_s": round(percentile(answered, 0.95), 2),
@@ -267,9 +280,11 @@ def main() -> None:
     p.add_argument("--json", help="write every figure (and each visitor's outcome) here")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--app-root", type=Path, default=ROOT, help="the checkout whose app.py is started (another commit's, to compare)")
+    p.add_argument("--shared-pool", type=int, default=0, metavar="N",
+                   help="every visitor through one client with a pool of N kept-alive connections (default: a client each)")
     p.add_argument("app_args", nargs="*", help="more app.py flags (after --)")
     a = p.parse_args()
-    res = run_load(a.visitors, a.window, tuple(a.app_args), seed=a.seed, root=a.app_root)
+    res = run_load(a.visitors, a.window, tuple(a.app_args), seed=a.seed, root=a.app_root, shared_pool=a.shared_pool)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
     shown = {k: v for k, v in res.items() if k not in ("results", "log_tail")}

@@ -100,14 +100,17 @@ async def test_a_full_line_is_refused_in_words_and_a_waiting_run_says_its_place(
     assert ctx.run_gate.running == 0 and not ctx.run_gate.line
 
     # Stop while waiting: out of the line, nothing run
-    run1 = on_send(first, "again", slow)
-    await run1.__anext__()
+    blocker = fresh(ctx)
+    run1 = on_send(blocker, "again", slow)
+    while "running ·" not in plain((await run1.__anext__())[2]):
+        pass
+    assert ctx.run_gate.running == 1
     waiting = on_send(stopped, "wait", quick)
     assert "in line" in plain((await waiting.__anext__())[2])
     stopped.cancel.set()
     left = [o async for o in waiting]
     assert "left the line" in plain(left[-1][2]) and stopped.runs == 0 and not ctx.run_gate.line
-    first.cancel.set()
+    blocker.cancel.set()
     [o async for o in run1]
     assert ctx.run_gate.running == 0
 
@@ -155,3 +158,40 @@ def test_new_page_views_are_the_uncached_ones_with_a_download_of_each_visitors_o
                 assert g == r, i
         assert sess.file_filters == ref_sess.file_filters
     assert len(set(downloads)) == 3  # each visitor's own file
+
+
+def test_a_one_shot_api_calls_session_is_forgotten_once_answered_and_a_named_one_kept(monkeypatch):
+    """gradio kept every API call's session (~0.35 MB of config copies each, up to 10,000): 1,000
+    visitors grew the app by hundreds of MB. Launched as app.py launches it (ui.launch_kwargs)."""
+    import socket
+
+    import httpx
+
+    import ui
+    from ui import sessions
+
+    monkeypatch.setenv("ALI_MAX_SESSIONS", "50")
+    samples, _ = load_samples()
+    ctx = AppContext(samples=samples)
+    demo = ui.build_app(ctx)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **ui.launch_kwargs(ctx))
+    try:
+        url = f"http://127.0.0.1:{port}/gradio_api"
+        holder = demo.app.state_holder
+        assert holder.capacity == 50 == sessions.max_sessions()
+        with httpx.Client(timeout=120) as c:
+            ids = []
+            for own in (None, "mysession12345"):
+                body = {"data": []} if own is None else {"data": [], "session_hash": own}
+                event_id = c.post(f"{url}/call/app_load", json=body).json()["event_id"]
+                with c.stream("GET", f"{url}/call/app_load/{event_id}") as r:
+                    text = "".join(r.iter_text())
+                assert "event: complete" in text, text[:300]
+                ids.append(event_id)
+        assert ids[0] not in holder.session_data  # the one-shot call's session: gone
+        assert "mysession12345" in holder.session_data  # a session the caller named: kept
+    finally:
+        demo.close()

@@ -24,10 +24,15 @@ def launch_kwargs(ctx: AppContext | None = None) -> dict[str, Any]:
     """What ``launch()`` needs besides host/port (Gradio 6 takes theme and css there). An
     upload over the app's limit is refused by gradio while it streams in, before it is stored.
     The page and its config go out gzipped when the browser asks (``ui/compression.py``; event
-    streams never)."""
-    from ui import compression
+    streams never); gradio holds at most ``ALI_MAX_SESSIONS`` sessions and forgets a one-shot API
+    call's session once it is answered (``ui/sessions.py``)."""
+    from starlette.middleware import Middleware
 
-    kw: dict[str, Any] = {"css": CSS, "theme": gr.themes.Soft(), "app_kwargs": {"middleware": compression.middleware()}}
+    from ui import compression, sessions
+
+    kw: dict[str, Any] = {"css": CSS, "theme": gr.themes.Soft(), "state_session_capacity": sessions.max_sessions(),
+                          "app_kwargs": {"middleware": [*compression.middleware(), Middleware(sessions.DropOneShotSessions)],
+                                         "lifespan": sessions.lifespan()}}
     if ctx is not None:
         kw["max_file_size"] = ctx.max_upload_bytes
     return kw
@@ -72,12 +77,21 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         def refresh_inspector(sess: Session, decode: str | None):
             return [sess, *inspector.show_trace(ctx, sess, sess.current, decode)]
 
+        def after_run(sess: Session, decode: str | None):
+            # the Inspector shows a run that just ended; a send that started none (refused because
+            # the server is busy, a bad setting, Stop while waiting in line) leaves it as it is: no
+            # charts built again for nothing (~0.2 s of CPU each)
+            if sess.last_run is None or sess.last_run == getattr(sess, "_inspected_run", None):
+                return [sess, *[gr.update()] * (len(insp_outputs) - 1)]
+            sess._inspected_run = sess.last_run  # type: ignore[attr-defined]
+            return refresh_inspector(sess, decode)
+
         def open_in_inspector(sess: Session, label: str):
             sess.current = label
             return [*refresh_inspector(sess, "auto"), gr.Tabs(selected="inspector"), gr.update(value="auto")]
 
         trace_files.wire(ctx, tf, session, (open_in_inspector, [*insp_outputs, tabs, insp.decode_dd]))
-        playground.wire(ctx, pg, session, (refresh_inspector, [session, insp.decode_dd], insp_outputs))
+        playground.wire(ctx, pg, session, (after_run, [session, insp.decode_dd], insp_outputs))
 
         new_page = _NewPageViews(ctx)
 
