@@ -8,7 +8,8 @@ of its own: its own connections), no thread per visitor.
 Every run is classed by what the visitor got back:
 
 * ``answered``: the run's status says it ended (``run 1 ended: ...``) and the answer is in the chat;
-* ``busy``: the app's own refusal in words (the status line: the server is busy, when to try again);
+* ``busy``: the app's own refusal in words (the status line, or an HTTP 503 whose ``detail`` says it: the
+  server is busy, when to try again);
 * ``queue_full``: gradio's bare refusal (HTTP 503 "Queue is full", no words of ours);
 * ``reset``: the connection was reset or closed without an answer (``httpx.ReadError``,
   ``RemoteProtocolError``, ``ConnectError``...);
@@ -162,6 +163,8 @@ def classify_run(kind: str, payload: Any, i: int) -> tuple[str, str]:
         return "other", status or str(payload)[:200]
     if kind.startswith("http 503") and "queue is full" in str(payload).lower():
         return "queue_full", str(payload)[:200]
+    if kind.startswith("http 503") and "busy" in str(payload).lower() and "try again" in str(payload).lower():
+        return "busy", json.loads(payload).get("detail", "") if str(payload).startswith("{") else str(payload)[:200]
     return "other", f"{kind}: {str(payload)[:200]}"
 
 
@@ -182,6 +185,8 @@ async def visitor(i: int, url: str, delay: float, t_origin: float, results: list
             rec["load"] = kind if kind != "complete" else "ok"
             if kind.startswith("http 503"):
                 rec["load_text"] = str(payload)[:200]
+                if "busy" in str(payload).lower() and "try again" in str(payload).lower():
+                    rec["load"] = "busy"
             kind, payload = await asyncio.wait_for(call(http, url, "playground_run", [f"hello from visitor {i}", visitor_settings(i)]),
                                                    CALL_TIMEOUT_S)
             rec["class"], rec["text"] = classify_run(kind, payload, i)
@@ -260,7 +265,8 @@ def run_load(visitors: int = 1000, window: float = 60.0, app_args: tuple[str, ..
     cores = os.cpu_count() or 1
     return {
         "visitors": visitors, "window_s": window, "shared_pool": shared_pool, "wall_s": round(wall, 1), "counts": dict(counts),
-        "load_failures": dict(collections.Counter(r.get("load", "none") for r in results if r.get("load") != "ok")),
+        "load_failures": dict(collections.Counter(r.get("load", "none") for r in results if r.get("load") not in ("ok", "busy"))),
+        "loads_refused_in_words": sum(r.get("load") == "busy" for r in results),
         "texts": [[k[0], k[1], n] for k, n in texts.most_common(8)],
         "answered_p50_s": round(percentile(answered, 0.5), 2), "answered_p95_s": round(percentile(answered, 0.95), 2),
         "answered_max_s": round(max(answered), 2) if answered else None,

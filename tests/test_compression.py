@@ -45,7 +45,7 @@ def raw_get(url: str, encoding: str | None) -> httpx.Response:
         return r
 
 
-@pytest.mark.parametrize("path", ["", "config"])
+@pytest.mark.parametrize("path", ["", "config"], ids=["page", "config"])
 def test_the_page_and_its_config_are_gzipped_when_asked_and_the_same_bytes(app, path):
     plain = raw_get(app + path, None)
     assert plain.status_code == 200 and "content-encoding" not in plain.headers

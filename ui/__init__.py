@@ -31,7 +31,8 @@ def launch_kwargs(ctx: AppContext | None = None) -> dict[str, Any]:
     from ui import compression, sessions
 
     kw: dict[str, Any] = {"css": CSS, "theme": gr.themes.Soft(), "state_session_capacity": sessions.max_sessions(),
-                          "app_kwargs": {"middleware": [*compression.middleware(), Middleware(sessions.DropOneShotSessions)],
+                          "app_kwargs": {"middleware": [*compression.middleware(), Middleware(sessions.DropOneShotSessions),
+                                                        Middleware(sessions.BusyWords)],
                                          "lifespan": sessions.lifespan()}}
     if ctx is not None:
         kw["max_file_size"] = ctx.max_upload_bytes
@@ -117,11 +118,13 @@ def build_app(ctx: AppContext) -> gr.Blocks:
     # the waiting events of every kind together (gradio has one bound); GPU events wait apart,
     # each in its own concurrency group (agent_run, the lens), so CPU-only events are not held
     # behind them.
+    # Agent runs do not wait in it (ui/run_gate.py: their own line of queue_max_size()). When it is
+    # full, gradio's bare 503 "Queue is full" is answered in words by ui/sessions.BusyWords.
     demo.queue(default_concurrency_limit=ctx.concurrency_limit, max_size=queue_max_size())
     return demo
 
 
-QUEUE_MAX_SIZE = 64  # waiting events, all kinds together (ALI_QUEUE_MAX_SIZE)
+QUEUE_MAX_SIZE = 64  # agent runs waiting for a run slot, and events waiting in gradio's queue (ALI_QUEUE_MAX_SIZE)
 
 
 def queue_max_size(environ: dict[str, str] | None = None) -> int:

@@ -154,6 +154,50 @@ class DropOneShotSessions:
                 drop_session(scope.get("app"), m.group(1))
 
 
+BUSY_WORDS = ("The server is busy: {n} requests are waiting, the most it holds. Nothing was started: "
+              "try again in about {s} s.")
+BUSY_RETRY_S = 10
+
+
+class BusyWords:
+    """ASGI middleware: gradio's refusal when its queue is full (HTTP 503 ``{"detail": "Queue is full.
+    Max size is 64 and size is 64."}`` from ``/gradio_api/queue/join`` and ``/gradio_api/call/NAME``)
+    said in words: what happened and when to try again (``detail``, and a ``Retry-After`` header).
+    The page's own client shows gradio's "This application is currently busy. Please try again." for
+    any 503 (its text is in gradio's JavaScript, not in this answer)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if scope.get("method") != "POST" or not ("/gradio_api/call/" in path or path.endswith("/gradio_api/queue/join")):
+            await self.app(scope, receive, send)
+            return
+        start: dict[str, Any] = {}
+
+        async def send_words(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start" and message.get("status") == 503:
+                start.update(message)  # held until the body says whether it is the queue
+                return
+            if message["type"] == "http.response.body" and start:
+                body = message.get("body", b"")
+                m = re.search(rb"Queue is full\. Max size is (\d+)", body)
+                if m and not message.get("more_body"):
+                    import json
+
+                    body = json.dumps({"detail": BUSY_WORDS.format(n=int(m.group(1)), s=BUSY_RETRY_S)}).encode()
+                    headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in (b"content-length",)]
+                    headers += [(b"content-length", str(len(body)).encode()), (b"retry-after", str(BUSY_RETRY_S).encode())]
+                    start["headers"] = headers
+                    message = {**message, "body": body}
+                await send(start)
+                start.clear()
+            await send(message)
+
+        await self.app(scope, receive, send_words)
+
+
 def drop_session(app: Any, session_hash: str) -> bool:
     """Forget ``session_hash``'s state in gradio's ``StateHolder`` (no callback runs: its files stay)."""
     holder = getattr(app, "state_holder", None)

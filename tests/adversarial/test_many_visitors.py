@@ -13,7 +13,8 @@ What must hold (no clock is asserted):
 * every run is answered, or refused in words the visitor reads in the status line: the server is
   busy, and a number of seconds to try again in; never gradio's 503, never a connection reset or a
   connection closed without an answer, never an error;
-* every page load (``/app_load``) is answered;
+* every page load (``/app_load``) is answered or refused in words (an HTTP 503 whose text says the
+  server is busy and when to try again);
 * the app's RSS grows by less than 300 MB over the run.
 
 ``ALI_TEST_VISITORS`` sets the number of visitors (default :data:`VISITORS`, the issue's 1,000 is the
