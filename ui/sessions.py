@@ -191,8 +191,9 @@ class BusyWords:
                     headers += [(b"content-length", str(len(body)).encode()), (b"retry-after", str(BUSY_RETRY_S).encode())]
                     start["headers"] = headers
                     message = {**message, "body": body}
-                await send(start)
+                held = dict(start)  # the next layer may keep this message until the body comes
                 start.clear()
+                await send(held)
             await send(message)
 
         await self.app(scope, receive, send_words)
