@@ -119,7 +119,8 @@ def parse_args(argv: list[str] | None = None, environ: dict[str, str] | None = N
                "ALI_MAX_TRACE_FILE_BYTES, ALI_MAX_TRACE_LINE_BYTES, ALI_MAX_TRACE_TOKENS, ALI_MAX_TRACE_TEXT_BYTES, "
                "ALI_MAX_FILE_VALUES, ALI_MAX_FILE_TEXT_BYTES, ALI_MAX_TRACES_PER_FILE, ALI_MAX_LISTED_PROBLEMS (trace files); "
                "ALI_TRACE_INDEX_CACHE (a folder, or off), ALI_MAX_INDEX_ROWS, ALI_MAX_INDEX_FILES (trace sets); "
-               "ALI_MAX_FIELD_CHARS (visitor text fields); ALI_QUEUE_MAX_SIZE (events waiting in the queue); "
+               "ALI_MAX_FIELD_CHARS (visitor text fields); ALI_QUEUE_MAX_SIZE (runs waiting for a run slot, and other events "
+               "waiting in gradio's queue); ALI_MAX_SESSIONS (sessions held); "
                "ALI_SHUTDOWN_TIMEOUT_S; ALI_CACHE_DIR.")
     groups = {"--dtype": p.add_argument_group("engine options (vllm)")}
     target = p

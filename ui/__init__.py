@@ -22,8 +22,18 @@ CSS = theme.css_variables() + assets.read("app.css")
 
 def launch_kwargs(ctx: AppContext | None = None) -> dict[str, Any]:
     """What ``launch()`` needs besides host/port (Gradio 6 takes theme and css there). An
-    upload over the app's limit is refused by gradio while it streams in, before it is stored."""
-    kw: dict[str, Any] = {"css": CSS, "theme": gr.themes.Soft()}
+    upload over the app's limit is refused by gradio while it streams in, before it is stored.
+    The page and its config go out gzipped when the browser asks (``ui/compression.py``; event
+    streams never); gradio holds at most ``ALI_MAX_SESSIONS`` sessions and forgets a one-shot API
+    call's session once it is answered (``ui/sessions.py``)."""
+    from starlette.middleware import Middleware
+
+    from ui import compression, sessions
+
+    kw: dict[str, Any] = {"css": CSS, "theme": gr.themes.Soft(), "state_session_capacity": sessions.max_sessions(),
+                          "app_kwargs": {"middleware": [*compression.middleware(), Middleware(sessions.DropOneShotSessions),
+                                                        Middleware(sessions.BusyWords)],
+                                         "lifespan": sessions.lifespan()}}
     if ctx is not None:
         kw["max_file_size"] = ctx.max_upload_bytes
     return kw
@@ -68,17 +78,30 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         def refresh_inspector(sess: Session, decode: str | None):
             return [sess, *inspector.show_trace(ctx, sess, sess.current, decode)]
 
+        def after_run(sess: Session, decode: str | None):
+            # the Inspector shows a run that just ended; a send that started none (refused because
+            # the server is busy, a bad setting, Stop while waiting in line) leaves it as it is: no
+            # charts built again for nothing (~0.2 s of CPU each)
+            if sess.last_run is None or sess.last_run == getattr(sess, "_inspected_run", None):
+                return [sess, *[gr.update()] * (len(insp_outputs) - 1)]
+            sess._inspected_run = sess.last_run  # type: ignore[attr-defined]
+            return refresh_inspector(sess, decode)
+
         def open_in_inspector(sess: Session, label: str):
             sess.current = label
             return [*refresh_inspector(sess, "auto"), gr.Tabs(selected="inspector"), gr.update(value="auto")]
 
         trace_files.wire(ctx, tf, session, (open_in_inspector, [*insp_outputs, tabs, insp.decode_dd]))
-        playground.wire(ctx, pg, session, (refresh_inspector, [session, insp.decode_dd], insp_outputs))
+        playground.wire(ctx, pg, session, (after_run, [session, insp.decode_dd], insp_outputs))
+
+        new_page = _NewPageViews(ctx)
 
         def on_load(sess: Session, request: gr.Request):
             # a link (?trace=<label>&step=<n>, which the Inspector writes as its selection changes)
             # reopens that trace and step, among the session's own traces only
             params = dict(request.query_params) if request is not None else {}
+            if not params and new_page.applies(sess):  # every new page without a link: the same views
+                return [sess, *new_page.outputs(sess), gr.update()]
             linked, step, note = inspector.open_link(sess, params)
             views = inspector.show_trace(ctx, sess, sess.current, "auto", step=step, note=note)
             tab = inspector.link_tab(params, linked)
@@ -95,11 +118,13 @@ def build_app(ctx: AppContext) -> gr.Blocks:
     # the waiting events of every kind together (gradio has one bound); GPU events wait apart,
     # each in its own concurrency group (agent_run, the lens), so CPU-only events are not held
     # behind them.
+    # Agent runs do not wait in it (ui/run_gate.py: their own line of queue_max_size()). When it is
+    # full, gradio's bare 503 "Queue is full" is answered in words by ui/sessions.BusyWords.
     demo.queue(default_concurrency_limit=ctx.concurrency_limit, max_size=queue_max_size())
     return demo
 
 
-QUEUE_MAX_SIZE = 64  # waiting events, all kinds together (ALI_QUEUE_MAX_SIZE)
+QUEUE_MAX_SIZE = 64  # agent runs waiting for a run slot, and events waiting in gradio's queue (ALI_QUEUE_MAX_SIZE)
 
 
 def queue_max_size(environ: dict[str, str] | None = None) -> int:
@@ -112,6 +137,48 @@ def queue_max_size(environ: dict[str, str] | None = None) -> int:
     except ValueError:
         n = QUEUE_MAX_SIZE
     return n if n > 0 else QUEUE_MAX_SIZE
+
+
+class _NewPageViews:
+    """What ``/app_load`` shows a new session opened without a link (every page load of a new
+    visitor): the sample traces, the first one in the Inspector. It is the same for every visitor,
+    and building it took ~0.2 s of CPU (the charts, with plotly), so 1,000 visitors arriving in a
+    minute held both cores with it alone (issue 42, item 14). Built once; each visitor gets a copy,
+    the charts as the JSON gradio sends (built once too), and its own download file of the trace."""
+
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+        self.labels = [label for label, _ in ctx.samples]
+        self.views: list[Any] | None = None
+        self.filters: Any = None
+
+    def applies(self, sess: Session) -> bool:
+        from ui import trace_files
+
+        return (bool(self.labels) and sess.runs == 0 and not trace_files.in_set_mode(sess) and sess.file_rows is None
+                and sess.file_index is None and sess.file_name == "sample_traces" and sess.file_traces == self.labels
+                and list(sess.traces) == self.labels and sess.current == self.labels[0])
+
+    def outputs(self, sess: Session) -> list[Any]:
+        import copy
+
+        import pandas as pd
+        import plotly.graph_objects as go
+        from gradio.components.plot import PlotData
+
+        from ui import inspector, trace_files
+
+        if self.views is None:
+            views = [*inspector.show_trace(self.ctx, sess, sess.current, "auto"), *trace_files.table_outputs(sess),
+                     trace_files.initial_status(sess)]
+            self.filters = sess.file_filters
+            self.views = [PlotData(type="plotly", plot=v.to_json()) if isinstance(v, go.Figure) else v for v in views]
+        sess.file_filters = self.filters
+        out = [v if isinstance(v, (str, PlotData)) else v.copy() if isinstance(v, pd.DataFrame) else copy.deepcopy(v)
+               for v in self.views]
+        trace = sess.get(sess.current)
+        out[inspector.DOWNLOAD_OUTPUT] = gr.update(value=inspector._download_file(trace, sess), interactive=trace is not None)
+        return out
 
 
 def _end_session(sess: Any) -> None:

@@ -259,6 +259,8 @@ class AppContext:
     trace_sets: Any = field(default_factory=lambda: _set_registry())
     # the capture gateway's folder (--gateway / --capture-dir): the Trace files tab's Captured sessions view
     capture_dir: str | None = None
+    # the Playground's line of agent runs (ui/run_gate.RunGate), made when the app is built
+    run_gate: Any = None
 
     def model_tokenizer_name(self) -> str | None:
         """The name the model's own tokenizer goes by (operator input), when there is a model."""

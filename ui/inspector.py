@@ -411,6 +411,9 @@ def _download_file(trace: Trace | None, session: Session) -> str | None:
     return path
 
 
+DOWNLOAD_OUTPUT = 9  # where show_trace's outputs hold the trace's download file
+
+
 def show_trace(
     ctx: AppContext, session: Session, label: str | None, decode: str | None, *, step: int | None = None, note: str = "",
 ) -> list[Any]:

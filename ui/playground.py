@@ -730,10 +730,42 @@ def wire(ctx: AppContext, ui: PlaygroundUI, session: gr.State, after_run) -> Non
         async for out in _send(sess, text, RunSettings(**dict(zip(names, values)))):
             yield out
 
+    from ui import queue_max_size
+    from ui.run_gate import RunGate
+
+    # runs at once and runs waiting: the app's own line, not gradio's queue (ui/run_gate.py), so
+    # that a run past it is told in words what happened and when to come back
+    gate = ctx.run_gate = RunGate(ctx.concurrency_limit, queue_max_size())
+
     async def _send(sess: Session, text: str, s: Any):
         if sess.running:
             yield sess, gr.update(), _status("warn", "a run is in progress: press Stop first"), gr.update(), gr.update(), gr.update()
             return
+        ticket = gate.join()
+        if ticket is None:  # the line is full: said at once, the message stays in the box
+            log.info("playground: a run refused, the server is busy (%d running, %d waiting; %d refused so far)",
+                     gate.running, len(gate.line), gate.refused)
+            yield sess, gr.update(), _status("warn", gate.busy_text()), gr.update(), gr.update(), gr.update()
+            return
+        try:
+            if not ticket.admitted:
+                # waiting in line: Stop leaves it; the status says the place and about how long
+                since = time.monotonic()
+                sess.running, sess.cancel = True, asyncio.Event()
+                try:
+                    while not await gate.wait(ticket, 1.0):
+                        if sess.cancel.is_set():
+                            yield sess, gr.update(), _status("info", "left the line: the run was not started"), gr.update(), gr.update(), gr.update()
+                            return
+                        yield sess, gr.update(), _status("info", gate.waiting_text(ticket, since)), gr.update(), gr.update(), gr.update()
+                finally:
+                    sess.running, sess.cancel = False, None
+            async for out in _run(sess, text, s):
+                yield out
+        finally:
+            gate.leave(ticket)
+
+    async def _run(sess: Session, text: str, s: Any):
         # the message box is emptied with the first update of an accepted message, then left alone:
         # what the user types while the run goes on is theirs (the end of the run must not wipe
         # it); a message refused before its run started goes back into the box
@@ -781,7 +813,9 @@ def wire(ctx: AppContext, ui: PlaygroundUI, session: gr.State, after_run) -> Non
 
     fn, inputs, outputs = after_run
     outs = [session, ui.chat, ui.status, ui.message, ui.save, ui.model_status]
-    ev_args = dict(concurrency_limit=ctx.concurrency_limit, concurrency_id="agent_run")
+    # no limit of gradio's for the runs' group: a run goes straight to _send, where the app's own
+    # line (RunGate) holds it or says the server is busy; gradio's queue bound is left to the rest
+    ev_args = dict(concurrency_limit=None, concurrency_id="agent_run")
     # API names, kept stable (gradio_client scripts and tests/adversarial/test_load_isolation.py
     # call them; each client is its own session, so a call only ever sees that session's state):
     #   /playground_run   (message, settings: a JSON object of RunSettings fields, any left out
