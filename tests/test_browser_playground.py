@@ -173,3 +173,22 @@ def test_trace_table_preview_match_count_and_import_label(app, tmp_path):
     table = app.text("#tf-table")
     assert "imported (no end state)" in table and "Hello from a chat log" in table
     app.assert_clean()
+
+
+def test_a_full_queue_is_said_in_the_servers_words(app):
+    """Issue 42, item 14: when gradio's queue is full it answers ``queue/join`` with 503 and its page
+    shows only "This application is currently busy. Please try again." The server's 503 says what
+    happened and when to try again (``ui.sessions.BusyWords``; tests/adversarial/test_many_visitors.py
+    fills the real queue and checks those words); the page now shows them, as text, in a banner.
+    The 503 is played back here (filling the real queue from a browser is a race)."""
+    from ui.sessions import BUSY_RETRY_S, BUSY_WORDS
+
+    words = BUSY_WORDS.format(n=64, s=BUSY_RETRY_S) + ' <img src=x id=ali-evil onerror="window.__pwned = 1">'
+    app.page.route("**/gradio_api/queue/join*", lambda route: route.fulfill(
+        status=503, content_type="application/json", body=json.dumps({"detail": words})))
+    app.page.locator("#pg-send").click()
+    app.page.wait_for_selector("#ali-busy", state="visible")
+    assert app.text("#ali-busy") == words  # the server's words, markup and all as text
+    assert app.js("document.getElementById('ali-evil') === null && !window.__pwned")
+    assert "try again in about 10 s" in app.text("#ali-busy")
+    app.page.unroute("**/gradio_api/queue/join*")

@@ -18,6 +18,8 @@ __all__ = ["CSS", "AppContext", "Session", "build_app", "launch_kwargs", "load_s
 
 # The theme's --ali-* variables (ui/theme.py), then the page's own rules (ui/assets/app.css)
 CSS = theme.css_variables() + assets.read("app.css")
+# in the page's head: the server's words when gradio's queue is full, shown in a banner (busy.js)
+HEAD = "<script>" + assets.read("busy.js") + "</script>"
 
 
 def launch_kwargs(ctx: AppContext | None = None) -> dict[str, Any]:
@@ -25,12 +27,13 @@ def launch_kwargs(ctx: AppContext | None = None) -> dict[str, Any]:
     upload over the app's limit is refused by gradio while it streams in, before it is stored.
     The page and its config go out gzipped when the browser asks (``ui/compression.py``; event
     streams never); gradio holds at most ``ALI_MAX_SESSIONS`` sessions and forgets a one-shot API
-    call's session once it is answered (``ui/sessions.py``)."""
+    call's session once it is answered (``ui/sessions.py``); when gradio's queue is full the page
+    shows the server's words for it, not only gradio's own (``HEAD``: ``ui/assets/busy.js``)."""
     from starlette.middleware import Middleware
 
     from ui import compression, sessions
 
-    kw: dict[str, Any] = {"css": CSS, "theme": gr.themes.Soft(), "state_session_capacity": sessions.max_sessions(),
+    kw: dict[str, Any] = {"css": CSS, "theme": gr.themes.Soft(), "head": HEAD, "state_session_capacity": sessions.max_sessions(),
                           "app_kwargs": {"middleware": [*compression.middleware(), Middleware(sessions.DropOneShotSessions),
                                                         Middleware(sessions.BusyWords)],
                                          "lifespan": sessions.lifespan()}}

@@ -164,7 +164,8 @@ class BusyWords:
     Max size is 64 and size is 64."}`` from ``/gradio_api/queue/join`` and ``/gradio_api/call/NAME``)
     said in words: what happened and when to try again (``detail``, and a ``Retry-After`` header).
     The page's own client shows gradio's "This application is currently busy. Please try again." for
-    any 503 (its text is in gradio's JavaScript, not in this answer)."""
+    any 503 (its text is in gradio's JavaScript); the page's head script (``ui/assets/busy.js``)
+    shows these words beside it."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
