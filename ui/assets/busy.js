@@ -1,7 +1,7 @@
 // When gradio's queue is full it answers queue/join with HTTP 503, and its page shows its own
 // "This application is currently busy. Please try again." (the text is in gradio's JavaScript).
 // The server says more in the 503's body (ui/sessions.py BusyWords: what happened and when to try
-// again); this shows those words in a banner above the page, as text (never markup), for 20 s.
+// again); this shows those words in a banner at the foot of the page (gradio's toasts are top right), as text (never markup), for 20 s.
 (() => {
   const original = window.fetch;
   const show = (text) => {
