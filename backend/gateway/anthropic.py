@@ -32,7 +32,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from backend.gateway.core import GatewayError, TurnRequest, TurnResult
+from backend.gateway.core import GatewayError, TurnRequest, TurnResult, read_sampling
 
 DIALECT = "anthropic"
 # sampling fields, their JSON types and ranges (Anthropic's: temperature 0-1)
@@ -294,15 +294,7 @@ def parse_request(body: Any, served_model: str) -> tuple[TurnRequest, dict[str, 
     if not _is_int(max_tokens) or max_tokens < 1:
         raise _refuse("max_tokens must be a positive whole number", "max_tokens")
     req.max_tokens = max_tokens
-    for k, (types, low, high) in SAMPLING.items():
-        v = body.get(k)
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, types):
-            raise _refuse(f"{k} must be a {'whole ' if types == (int,) else ''}number", k)
-        if not low <= v <= high:
-            raise _refuse(f"{k} must be between {low:g} and {high:g}", k)
-        req.sampling[k] = v
+    req.sampling.update(read_sampling(body, SAMPLING))
     stop = body.get("stop_sequences")
     if stop is not None:
         if (not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop)

@@ -16,16 +16,14 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from backend.gateway.core import GatewayError, TurnRequest, TurnResult, message_text, strict_loads
+from backend.gateway.core import GatewayError, TurnRequest, TurnResult, message_text, read_sampling, strict_loads
 
 DIALECT = "chat"
 ROLES = ("system", "developer", "user", "assistant", "tool")
-# sampling fields passed to the generator, and their JSON types
-SAMPLING = {"temperature": (int, float), "top_p": (int, float), "top_k": (int,), "seed": (int,),
-            "repetition_penalty": (int, float)}
-# the ranges a sampling field must lie in (what vLLM accepts), checked here so a bad one is a 400, not a failed turn
-RANGES = {"temperature": (0, 100), "top_p": (1e-9, 1), "top_k": (-1, 1 << 20), "seed": (-(1 << 63), (1 << 63) - 1),
-          "repetition_penalty": (1e-9, 100)}
+# sampling fields passed to the generator: their JSON types and the range each must lie in (what
+# vLLM accepts), checked here so a bad one is a 400, not a failed turn (core.read_sampling)
+SAMPLING = {"temperature": ((int, float), 0, 100), "top_p": ((int, float), 1e-9, 1), "top_k": ((int,), -1, 1 << 20),
+            "seed": ((int,), -(1 << 63), (1 << 63) - 1), "repetition_penalty": ((int, float), 1e-9, 100)}
 # fields a client may send that this gateway does not apply: recorded on the turn, never silently
 IGNORED = ("frequency_penalty", "presence_penalty", "logit_bias", "user", "metadata", "store", "service_tier",
            "prediction", "reasoning_effort", "top_logprobs", "modalities", "audio", "web_search_options")
@@ -126,17 +124,7 @@ def parse_request(body: Any, served_model: str) -> tuple[TurnRequest, dict[str, 
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None and (not _is_int(max_tokens) or max_tokens < 1):
         raise GatewayError("max_tokens must be a positive whole number", param="max_tokens")
-    sampling: dict[str, Any] = {}
-    for k, types in SAMPLING.items():
-        v = body.get(k)
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, types):
-            raise GatewayError(f"{k} must be a number", param=k)
-        low, high = RANGES.get(k, (None, None))
-        if (low is not None and v < low) or (high is not None and v > high):
-            raise GatewayError(f"{k} must be between {low} and {high}", param=k)
-        sampling[k] = v
+    sampling = read_sampling(body, SAMPLING)
     stop = body.get("stop")
     if stop is not None:
         if isinstance(stop, str):

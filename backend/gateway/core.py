@@ -197,6 +197,23 @@ def message_text(content: Any, where: str) -> str:
     raise GatewayError(f"{where}: content must be a string or a list of text parts", param="messages")
 
 
+def read_sampling(body: dict[str, Any], fields: dict[str, tuple[tuple[type, ...], float, float]]) -> dict[str, Any]:
+    """The sampling fields of a request body that are set, each checked for its JSON type and its
+    range (``fields``: name -> (types, low, high), the dialect's own), so a bad one is a 400 and not
+    a failed turn. Booleans are refused for numbers."""
+    out: dict[str, Any] = {}
+    for k, (types, low, high) in fields.items():
+        v = body.get(k)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, types):
+            raise GatewayError(f"{k} must be a {'whole ' if types == (int,) else ''}number", param=k)
+        if not low <= v <= high:
+            raise GatewayError(f"{k} must be between {low} and {high}", param=k)
+        out[k] = v
+    return out
+
+
 def _args_value(args: Any) -> Any:
     """Tool-call arguments as a value to compare (a JSON string decoded; a raw string kept)."""
     value, problem = decode_arguments(args)

@@ -33,8 +33,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from backend.gateway.chat import RANGES, SAMPLING, error_body  # noqa: F401  (error_body: OpenAI's shape, shared)
-from backend.gateway.core import GatewayError, TurnRequest, TurnResult, strict_loads
+from backend.gateway.chat import SAMPLING, error_body  # noqa: F401  (error_body: OpenAI's shape, shared)
+from backend.gateway.core import GatewayError, TurnRequest, TurnResult, read_sampling, strict_loads
 
 DIALECT = "responses"
 MESSAGE_ROLES = ("user", "system", "developer", "assistant")
@@ -241,17 +241,7 @@ def parse_request(body: Any, served_model: str) -> tuple[TurnRequest, dict[str, 
     max_tokens = body.get("max_output_tokens")
     if max_tokens is not None and (not _is_int(max_tokens) or max_tokens < 1):
         raise GatewayError("max_output_tokens must be a positive whole number", param="max_output_tokens")
-    sampling: dict[str, Any] = {}
-    for k, types in SAMPLING.items():
-        v = body.get(k)
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, types):
-            raise GatewayError(f"{k} must be a number", param=k)
-        low, high = RANGES[k]
-        if v < low or v > high:
-            raise GatewayError(f"{k} must be between {low} and {high}", param=k)
-        sampling[k] = v
+    sampling = read_sampling(body, SAMPLING)
     text = body.get("text")
     if text is not None:
         fmt = text.get("format") if isinstance(text, dict) else None
